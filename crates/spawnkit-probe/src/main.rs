@@ -1,0 +1,151 @@
+//! `spawnkit-probe`: a test helper that reports its own process state as seen from inside.
+//!
+//! `spawnkit-probe [state]` prints `key=value` lines: pid, ppid, pgid, sid, cwd, umask,
+//! sigblk/sigign/sigcgt (hex, from /proc/self/status), fds (open fds with their targets and
+//! close-on-exec flags), limit.NAME=soft:hard, nice, affinity, uid/gid/groups, nnp,
+//! pdeathsig, argv, env. Other modes: `exit N`, `kill SIG` (kill itself), `sleep SECS`,
+//! `cat` (stdin to stdout), `spew N` (N bytes to stdout and N to stderr), `stdin-len`
+//! (count stdin bytes), `fds` (only the fd list).
+
+use std::io::{Read, Write};
+
+fn status_field(status: &str, key: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+fn fds() -> Vec<(i32, String, bool)> {
+    // Read the directory into a list first: its own fd shows up while it is open.
+    let entries: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for fd in entries {
+        let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
+        // SAFETY: F_GETFD on an fd number; -1 if it is not open.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        if flags < 0 {
+            continue;
+        }
+        out.push((fd, target.to_string_lossy().into_owned(), flags & libc::FD_CLOEXEC != 0));
+    }
+    out.sort();
+    out
+}
+
+fn state() {
+    let mut o = String::new();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    // SAFETY: plain getters without memory arguments.
+    let (pid, ppid, pgid, sid, nice) = unsafe {
+        (libc::getpid(), libc::getppid(), libc::getpgid(0), libc::getsid(0), {
+            *libc::__errno_location() = 0;
+            libc::getpriority(libc::PRIO_PROCESS, 0)
+        })
+    };
+    o += &format!("pid={pid}\nppid={ppid}\npgid={pgid}\nsid={sid}\nnice={nice}\n");
+    let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
+    o += &format!("cwd={cwd}\n");
+    for (key, field) in [
+        ("umask", "Umask:"),
+        ("sigblk", "SigBlk:"),
+        ("sigign", "SigIgn:"),
+        ("sigcgt", "SigCgt:"),
+        ("uid", "Uid:"),
+        ("gid", "Gid:"),
+        ("groups", "Groups:"),
+        ("nnp", "NoNewPrivs:"),
+        ("cpus_allowed", "Cpus_allowed_list:"),
+    ] {
+        o += &format!("{key}={}\n", status_field(&status, field));
+    }
+    let list: Vec<String> = fds()
+        .into_iter()
+        .map(|(fd, target, cloexec)| {
+            format!("{fd}:{target}{}", if cloexec { ":cloexec" } else { "" })
+        })
+        .collect();
+    o += &format!("fds={}\n", list.join(" "));
+    for (name, res) in [
+        ("CPU", libc::RLIMIT_CPU),
+        ("FSIZE", libc::RLIMIT_FSIZE),
+        ("DATA", libc::RLIMIT_DATA),
+        ("STACK", libc::RLIMIT_STACK),
+        ("CORE", libc::RLIMIT_CORE),
+        ("NPROC", libc::RLIMIT_NPROC),
+        ("NOFILE", libc::RLIMIT_NOFILE),
+        ("MEMLOCK", libc::RLIMIT_MEMLOCK),
+        ("AS", libc::RLIMIT_AS),
+        ("MSGQUEUE", libc::RLIMIT_MSGQUEUE),
+        ("NICE", libc::RLIMIT_NICE),
+    ] {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes into `lim`.
+        unsafe { libc::getrlimit(res, &mut lim) };
+        let show =
+            |v: u64| if v == libc::RLIM_INFINITY { "unlimited".to_string() } else { v.to_string() };
+        o += &format!("limit.{name}={}:{}\n", show(lim.rlim_cur), show(lim.rlim_max));
+    }
+    let mut sig: libc::c_int = 0;
+    // SAFETY: PR_GET_PDEATHSIG writes an int.
+    unsafe { libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut libc::c_int) };
+    o += &format!("pdeathsig={sig}\n");
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    o += &format!("argv={}\n", args.join("\u{1f}"));
+    for (k, v) in std::env::vars_os() {
+        o += &format!("env.{}={}\n", k.to_string_lossy(), v.to_string_lossy());
+    }
+    print!("{o}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).map(String::as_str).unwrap_or("state");
+    let num = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
+    match mode {
+        "state" => state(),
+        "fds" => {
+            let list: Vec<String> = fds().into_iter().map(|(fd, _, _)| fd.to_string()).collect();
+            println!("{}", list.join(" "));
+        }
+        "exit" => std::process::exit(num(2) as i32),
+        "kill" => {
+            // SAFETY: sending a signal to ourselves.
+            unsafe { libc::kill(libc::getpid(), num(2) as i32) };
+            std::thread::sleep(std::time::Duration::from_secs(5));
+        }
+        "sleep" => {
+            let secs: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1.0);
+            std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        }
+        "cat" => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).ok();
+            std::io::stdout().write_all(&buf).ok();
+        }
+        "stdin-len" => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).ok();
+            println!("{}", buf.len());
+        }
+        "spew" => {
+            let n = num(2) as usize;
+            let block = vec![b'o'; 65536];
+            let eblock = vec![b'e'; 65536];
+            let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(65536);
+                out.write_all(&block[..k]).ok();
+                err.write_all(&eblock[..k]).ok();
+                left -= k;
+            }
+        }
+        other => {
+            eprintln!("spawnkit-probe: unknown mode {other:?}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! spawnkit: launch Linux processes fast and safely.
+//!
+//! ```no_run
+//! use spawnkit::{Command, Resource, Stdio};
+//!
+//! let out = Command::new("sh")
+//!     .args(["-c", "ulimit -n; pwd"])
+//!     .current_dir("/tmp")
+//!     .rlimit(Resource::Nofile, 64, 64)
+//!     .stdout(Stdio::Pipe)
+//!     .output()?;
+//! assert_eq!(out.stdout, b"64\n/tmp\n");
+//! # Ok::<(), spawnkit::Error>(())
+//! ```
+//!
+//! A [`Command`] compiles to a [`Plan`]: the exact list of [`Step`]s the child replays with
+//! raw system calls between clone and execve. The default [`Strategy::CloneVfork`] starts the
+//! child with `clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` on a stack of its own, so the cost
+//! does not grow with the parent's memory and threads in the parent are safe. Errors name the
+//! step that failed: `chdir "/nope": No such file or directory (os error 2)`.
+
+#![deny(unsafe_code)]
+
+mod error;
+mod orphans;
+mod spawn;
+#[allow(unsafe_code)]
+mod sys;
+
+pub use error::{Error, ErrorKind, Result};
+pub use spawn::child::{Child, ExitStatus, Output};
+pub use spawn::command::Command;
+pub use spawn::options::{Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};
+pub use spawn::plan::{FdRef, Plan, Step, DEFAULT_PATH};
+
+/// Reap children whose [`Child`] was dropped while they ran and that have exited since.
+/// Returns how many such children still run. Every spawn does this too.
+pub fn reap_orphans() -> usize {
+    orphans::reap()
+}
+
+/// Whether spawns in this process use clone3 (false once clone3 was refused and the engine
+/// fell back to clone).
+pub fn uses_clone3() -> bool {
+    sys::clone::clone3_in_use()
+}
+
+/// Make the clone-vfork strategy use clone(2) from now on, as it does by itself once clone3 is
+/// refused (for tests and for callers that know a seccomp filter denies clone3 with an
+/// unusual errno).
+pub fn disable_clone3() {
+    sys::clone::disable_clone3()
+}

@@ -1,0 +1,368 @@
+//! [`Command`]: pure data describing a process to start.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+
+use super::options::{Resource, SigSet, Signal, Stdio, Strategy};
+use super::plan::Plan;
+use crate::error::Result;
+use crate::{Child, ExitStatus, Output};
+
+/// A hook run in a fork()ed child just before execve (see [`Command::pre_exec`]).
+pub(crate) type Hook = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;
+
+/// A process to start, built like `std::process::Command`, with everything `posix_spawn`
+/// lacks. Building a `Command` does nothing; [`spawn`](Command::spawn) compiles it to a
+/// [`Plan`] and runs it with the chosen [`Strategy`].
+///
+/// The child's setup happens in this order (each step is one raw system call or a few):
+/// signals reset, session/process group, fd map, close other fds, umask, rlimits, nice,
+/// affinity, chdir, groups, gid, uid, parent-death signal, no_new_privs, (pre_exec hooks),
+/// signal mask, execve along the PATH candidates.
+pub struct Command {
+    pub(crate) program: OsString,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) arg0: Option<OsString>,
+    pub(crate) env_clear: bool,
+    pub(crate) env: BTreeMap<OsString, Option<OsString>>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) stdio: [Option<Stdio>; 3],
+    pub(crate) fds: Vec<(RawFd, RawFd)>,
+    pub(crate) close_other_fds: bool,
+    pub(crate) sigmask: SigSet,
+    pub(crate) restore_signals: bool,
+    pub(crate) sig_default: SigSet,
+    pub(crate) setsid: bool,
+    pub(crate) pgid: Option<i32>,
+    pub(crate) rlimits: Vec<(Resource, u64, u64)>,
+    pub(crate) nice: Option<i32>,
+    pub(crate) cpus: Option<Vec<usize>>,
+    pub(crate) uid: Option<u32>,
+    pub(crate) gid: Option<u32>,
+    pub(crate) groups: Option<Vec<u32>>,
+    pub(crate) umask: Option<u32>,
+    pub(crate) pdeathsig: Option<Signal>,
+    pub(crate) no_new_privs: bool,
+    pub(crate) strategy: Strategy,
+    pub(crate) pre_exec: Vec<Hook>,
+    pub(crate) kill_on_drop: bool,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Command")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("cwd", &self.cwd)
+            .field("strategy", &self.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Command {
+    /// A command running `program`, found along the child's PATH if it has no `/`.
+    pub fn new(program: impl AsRef<OsStr>) -> Command {
+        Command {
+            program: program.as_ref().to_owned(),
+            args: Vec::new(),
+            arg0: None,
+            env_clear: false,
+            env: BTreeMap::new(),
+            cwd: None,
+            stdio: [None, None, None],
+            fds: Vec::new(),
+            close_other_fds: true,
+            sigmask: SigSet::empty(),
+            restore_signals: true,
+            sig_default: SigSet::empty(),
+            setsid: false,
+            pgid: None,
+            rlimits: Vec::new(),
+            nice: None,
+            cpus: None,
+            uid: None,
+            gid: None,
+            groups: None,
+            umask: None,
+            pdeathsig: None,
+            no_new_privs: false,
+            strategy: Strategy::default(),
+            pre_exec: Vec::new(),
+            kill_on_drop: false,
+        }
+    }
+
+    /// Append one argument.
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Command {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// Append arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// `argv[0]` as the child sees it (default: the program as given).
+    pub fn arg0(&mut self, arg0: impl AsRef<OsStr>) -> &mut Command {
+        self.arg0 = Some(arg0.as_ref().to_owned());
+        self
+    }
+
+    /// Set an environment variable in the child.
+    pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Command {
+        self.env.insert(key.as_ref().to_owned(), Some(value.as_ref().to_owned()));
+        self
+    }
+
+    /// Set several environment variables.
+    pub fn envs<I, K, V>(&mut self, vars: I) -> &mut Command
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        for (k, v) in vars {
+            self.env(k, v);
+        }
+        self
+    }
+
+    /// Remove a variable from the child's environment.
+    pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Command {
+        self.env.insert(key.as_ref().to_owned(), None);
+        self
+    }
+
+    /// Start from an empty environment instead of the parent's (variables set with
+    /// [`env`](Command::env) are still passed).
+    pub fn env_clear(&mut self) -> &mut Command {
+        self.env_clear = true;
+        self.env.retain(|_, v| v.is_some());
+        self
+    }
+
+    /// The child's working directory. A relative program path (`./tool`) and relative PATH
+    /// entries are resolved from it, as in CPython and Rust std.
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Command {
+        self.cwd = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// The child's stdin (default: inherit).
+    pub fn stdin(&mut self, s: impl Into<Stdio>) -> &mut Command {
+        self.stdio[0] = Some(s.into());
+        self
+    }
+
+    /// The child's stdout (default: inherit).
+    pub fn stdout(&mut self, s: impl Into<Stdio>) -> &mut Command {
+        self.stdio[1] = Some(s.into());
+        self
+    }
+
+    /// The child's stderr (default: inherit). [`Stdio::Stdout`] sends it where stdout goes.
+    pub fn stderr(&mut self, s: impl Into<Stdio>) -> &mut Command {
+        self.stdio[2] = Some(s.into());
+        self
+    }
+
+    /// Make the child's fd `child_fd` a copy of the parent's fd `parent_fd`. Maps may form
+    /// swaps and cycles (3->4, 4->3); `fd(n, n)` keeps fd `n` open across exec even if it is
+    /// close-on-exec in the parent. Later maps for the same `child_fd` replace earlier ones.
+    pub fn fd(&mut self, child_fd: RawFd, parent_fd: RawFd) -> &mut Command {
+        self.fds.retain(|(c, _)| *c != child_fd);
+        self.fds.push((child_fd, parent_fd));
+        self
+    }
+
+    /// Keep the parent's fd `fd` open in the child under the same number (`fd(fd, fd)`).
+    pub fn keep_fd(&mut self, fd: RawFd) -> &mut Command {
+        self.fd(fd, fd)
+    }
+
+    /// Close every fd of the child except 0, 1, 2 and the mapped ones (default: true), with
+    /// close_range(2), falling back to /proc/self/fd on kernels before 5.9.
+    pub fn close_other_fds(&mut self, on: bool) -> &mut Command {
+        self.close_other_fds = on;
+        self
+    }
+
+    /// The child's signal mask at execve (default: empty, whatever the parent's is).
+    pub fn signal_mask(&mut self, mask: SigSet) -> &mut Command {
+        self.sigmask = mask;
+        self
+    }
+
+    /// Reset SIGPIPE and SIGXFSZ to their default action in the child even if the parent
+    /// ignores them (default: true, like CPython's `restore_signals` and Rust std). Handled
+    /// signals are always reset to default: a handler cannot survive execve anyway.
+    pub fn restore_signals(&mut self, on: bool) -> &mut Command {
+        self.restore_signals = on;
+        self
+    }
+
+    /// Reset `sig` to its default action in the child even if the parent ignores it.
+    pub fn signal_default(&mut self, sig: Signal) -> &mut Command {
+        self.sig_default = self.sig_default.with(sig);
+        self
+    }
+
+    /// Start a new session (setsid(2)): no controlling terminal, its own process group.
+    pub fn setsid(&mut self, on: bool) -> &mut Command {
+        self.setsid = on;
+        self
+    }
+
+    /// Put the child in process group `pgid`; `0` makes a new group led by the child.
+    pub fn process_group(&mut self, pgid: i32) -> &mut Command {
+        self.pgid = Some(pgid);
+        self
+    }
+
+    /// Set a resource limit ([`RLIM_INFINITY`](crate::RLIM_INFINITY) for none).
+    pub fn rlimit(&mut self, resource: Resource, soft: u64, hard: u64) -> &mut Command {
+        self.rlimits.retain(|(r, _, _)| *r != resource);
+        self.rlimits.push((resource, soft, hard));
+        self
+    }
+
+    /// Add `increment` to the niceness, like nice(1) (clamped to -20..=19).
+    pub fn nice(&mut self, increment: i32) -> &mut Command {
+        self.nice = Some(increment);
+        self
+    }
+
+    /// Run only on these CPUs (sched_setaffinity(2)).
+    pub fn cpu_affinity(&mut self, cpus: impl IntoIterator<Item = usize>) -> &mut Command {
+        self.cpus = Some(cpus.into_iter().collect());
+        self
+    }
+
+    /// Run as this user id (setresuid). Without [`groups`](Command::groups), supplementary
+    /// groups are dropped when permitted, as Rust std does.
+    pub fn uid(&mut self, uid: u32) -> &mut Command {
+        self.uid = Some(uid);
+        self
+    }
+
+    /// Run with this group id (setresgid).
+    pub fn gid(&mut self, gid: u32) -> &mut Command {
+        self.gid = Some(gid);
+        self
+    }
+
+    /// Supplementary groups (setgroups); an empty list drops them all.
+    pub fn groups(&mut self, groups: impl IntoIterator<Item = u32>) -> &mut Command {
+        self.groups = Some(groups.into_iter().collect());
+        self
+    }
+
+    /// The child's umask.
+    pub fn umask(&mut self, mask: u32) -> &mut Command {
+        self.umask = Some(mask);
+        self
+    }
+
+    /// Signal the child gets when the parent *thread* that spawned it exits
+    /// (PR_SET_PDEATHSIG; a kernel rule: spawn from a long-lived thread). Set after the
+    /// credential changes, which would clear it; if the parent is already gone when it is
+    /// set, the child signals itself.
+    pub fn parent_death_signal(&mut self, sig: Signal) -> &mut Command {
+        self.pdeathsig = Some(sig);
+        self
+    }
+
+    /// Set no_new_privs: execve can never grant privileges (setuid bits, file caps).
+    pub fn no_new_privs(&mut self, on: bool) -> &mut Command {
+        self.no_new_privs = on;
+        self
+    }
+
+    /// How to start the child (default [`Strategy::CloneVfork`]).
+    pub fn strategy(&mut self, strategy: Strategy) -> &mut Command {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Kill (SIGKILL) and reap the child when its [`Child`] is dropped unwaited.
+    pub fn kill_on_drop(&mut self, on: bool) -> &mut Command {
+        self.kill_on_drop = on;
+        self
+    }
+
+    /// Run `f` in the child after every other step, just before the signal mask is installed
+    /// and execve. Forces the [`Strategy::ForkExec`] strategy (any other strategy errors).
+    ///
+    /// # Safety
+    /// `f` runs in a `fork()`ed copy of a possibly multi-threaded process: it may only call
+    /// async-signal-safe functions. It must not allocate, lock, or touch state another thread
+    /// may have held at the fork (see `std::os::unix::process::CommandExt::pre_exec`).
+    #[allow(unsafe_code)] // declares the contract; the hook itself runs in sys/child.rs
+    pub unsafe fn pre_exec<F>(&mut self, f: F) -> &mut Command
+    where
+        F: FnMut() -> io::Result<()> + Send + Sync + 'static,
+    {
+        self.pre_exec.push(Box::new(f));
+        self.strategy = Strategy::ForkExec;
+        self
+    }
+
+    /// The program as given.
+    pub fn get_program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// The arguments after argv[0].
+    pub fn get_args(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The strategy that will be used.
+    pub fn get_strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// Compile to a [`Plan`] without spawning: every input is checked, pipes are not made.
+    /// Useful to see the exact steps (`spawnkit run --dry-run`).
+    pub fn plan(&self) -> Result<Plan> {
+        Plan::build(self)
+    }
+
+    /// Start the child.
+    pub fn spawn(&mut self) -> Result<Child> {
+        super::engine::spawn(self)
+    }
+
+    /// Start the child with stdin from /dev/null (unless set) and stdout/stderr captured
+    /// (unless set), wait for it, and return everything it wrote.
+    pub fn output(&mut self) -> Result<Output> {
+        let mut filled = [false; 3];
+        for (i, default) in [(0, Stdio::Null), (1, Stdio::Pipe), (2, Stdio::Pipe)] {
+            if self.stdio[i].is_none() {
+                self.stdio[i] = Some(default);
+                filled[i] = true;
+            }
+        }
+        let child = self.spawn();
+        for (slot, filled) in self.stdio.iter_mut().zip(filled) {
+            if filled {
+                *slot = None;
+            }
+        }
+        child?.communicate(None, None)
+    }
+
+    /// Start the child and wait for it.
+    pub fn status(&mut self) -> Result<ExitStatus> {
+        self.spawn()?.wait()
+    }
+}

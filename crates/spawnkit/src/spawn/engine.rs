@@ -1,0 +1,89 @@
+//! Runs a [`Plan`] with its strategy and turns the child's report into a [`Child`] or an
+//! [`Error`] naming the failed step.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use super::command::Command;
+use super::options::Strategy;
+use super::plan::Plan;
+use crate::error::{quoted, Error, ErrorKind, Result};
+use crate::sys::child::{Report, STEP_EXEC, STEP_PRE_EXEC, STEP_SIGNALS};
+use crate::sys::{self, pidfd};
+use crate::{orphans, Child};
+
+pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
+    orphans::reap();
+    let mut plan = Plan::build(cmd)?;
+    let (pid, pidfd) = match plan.strategy {
+        Strategy::PosixSpawn => sys::posix::spawn_posix(&plan)?,
+        Strategy::CloneVfork | Strategy::ForkExec => {
+            let out = if plan.strategy == Strategy::CloneVfork {
+                sys::spawn_clone_vfork(&plan)
+            } else {
+                sys::fork::spawn_fork_exec(&plan, &mut cmd.pre_exec)
+            };
+            let out = out.map_err(|(step, e)| Error::os(step, "", e))?;
+            if out.report.step != STEP_EXEC || out.report.errno != 0 {
+                // The child failed before execve and exited (or died): reap it here.
+                let ended = pidfd::wait(std::os::fd::AsFd::as_fd(&out.pidfd), false).ok().flatten();
+                return Err(child_error(&plan, out.report, ended));
+            }
+            (out.pid, out.pidfd)
+        }
+    };
+    // The child's ends of the pipes and /dev/null close here, in the parent.
+    plan.child_ends.clear();
+    let [stdin, stdout, stderr] = std::mem::take(&mut plan.parent_pipes);
+    Ok(Child::new(pid, pidfd, stdin, stdout, stderr, cmd.kill_on_drop))
+}
+
+/// The error for a child that reported a failed step (or died without reporting).
+fn child_error(plan: &Plan, r: Report, ended: Option<pidfd::Ended>) -> Error {
+    if r.errno == 0 {
+        let during = match r.step {
+            STEP_EXEC => "execve".to_string(),
+            STEP_SIGNALS => "signal reset".to_string(),
+            STEP_PRE_EXEC => "pre_exec hook".to_string(),
+            i => plan.steps.get(i as usize).map(|s| s.to_string()).unwrap_or_default(),
+        };
+        let why = match ended {
+            Some(pidfd::Ended::Signaled { signal, .. }) => format!(
+                "the child was killed by {} before execve",
+                crate::Signal::new(signal).map(|s| s.name()).unwrap_or_default()
+            ),
+            _ => "the child exited before execve".to_string(),
+        };
+        return Error::new(ErrorKind::ChildDied, "spawn", format!("({during})"))
+            .with_reason(why)
+            .in_child();
+    }
+    let err = match r.step {
+        STEP_EXEC => exec_error(plan, r),
+        STEP_SIGNALS => Error::os("sigprocmask", "", r.errno),
+        STEP_PRE_EXEC => Error::os("pre_exec", "", r.errno),
+        i => match plan.steps.get(i as usize) {
+            Some(step) => {
+                let (name, subject) = step.describe();
+                Error::os(name, subject, r.errno)
+            }
+            None => Error::os("spawn", "", r.errno),
+        },
+    };
+    err.in_child()
+}
+
+fn exec_error(plan: &Plan, r: Report) -> Error {
+    let exec = &plan.exec;
+    if let (Some(path), libc::ENOENT) = (&exec.searched, r.errno) {
+        return Error::os("execve", quoted(&exec.program), r.errno)
+            .with_reason(format!("not found in PATH ({})", path.to_string_lossy()));
+    }
+    let subject = exec
+        .candidates
+        .strings()
+        .get(r.detail as usize)
+        .map(|c| quoted(OsStr::from_bytes(c.as_bytes())))
+        .unwrap_or_else(|| quoted(&exec.program));
+    Error::os("execve", subject, r.errno)
+}

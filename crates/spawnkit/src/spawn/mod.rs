@@ -1,0 +1,7 @@
+//! Command (pure data) -> Plan (everything allocated in the parent) -> Child.
+
+pub(crate) mod child;
+pub(crate) mod command;
+pub(crate) mod engine;
+pub(crate) mod options;
+pub(crate) mod plan;

@@ -1,0 +1,528 @@
+//! [`Plan`]: a [`Command`] compiled into the exact steps the child replays.
+//!
+//! Everything the child needs is allocated here, in the parent, before any clone: C strings
+//! and pointer arrays for argv/envp, the joined PATH candidates, the fd table moves, the
+//! pipes. The child only walks [`Plan::steps`] (see `sys/child.rs`).
+
+use std::collections::{BTreeSet, HashSet};
+use std::ffi::{CString, OsStr, OsString};
+use std::fmt;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use super::command::Command;
+use super::options::{Resource, Signal, Stdio, Strategy};
+use crate::error::{quoted, Error, Result};
+use crate::sys::parent::{self, CStrArray};
+
+/// Where a [`Step::Dup2`] takes its fd from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FdRef {
+    /// A parent fd number, untouched so far.
+    Fd(RawFd),
+    /// A temporary copy made by [`Step::DupAway`] (`fd` is the original number).
+    Slot { index: usize, fd: RawFd },
+}
+
+/// One thing the child does before execve, in order. Each is one raw system call or a few.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Step {
+    /// Reset these ignored signals to SIG_DFL (bit N-1 = signal N).
+    SignalDefault { set: u64 },
+    /// setsid().
+    Setsid,
+    /// setpgid(0, pgid).
+    Setpgid { pgid: i32 },
+    /// Copy `fd` to a close-on-exec fd above every target, before a map overwrites it.
+    DupAway { fd: RawFd, above: RawFd, slot: usize, target: RawFd },
+    /// dup3(from, to, 0).
+    Dup2 { from: FdRef, to: RawFd },
+    /// Clear FD_CLOEXEC on an fd the child keeps under its own number.
+    ClearCloexec { fd: RawFd },
+    /// close_range(first, last).
+    CloseRange { first: u32, last: u32 },
+    /// umask(mask).
+    Umask { mask: u32 },
+    /// prlimit64(0, resource, {soft, hard}).
+    Setrlimit { resource: Resource, soft: u64, hard: u64 },
+    /// setpriority(PRIO_PROCESS, 0, value).
+    Nice { value: i32 },
+    /// sched_setaffinity(0, mask); `cpus` is the list it came from, for messages.
+    Affinity { mask: Vec<u64>, cpus: Vec<usize> },
+    /// chdir(path).
+    Chdir { path: CString },
+    /// setgroups(groups); EPERM ignored when groups are only dropped implicitly.
+    Setgroups { groups: Vec<u32>, ignore_eperm: bool },
+    /// setresgid(gid, gid, gid).
+    Setgid { gid: u32 },
+    /// setresuid(uid, uid, uid).
+    Setuid { uid: u32 },
+    /// prctl(PR_SET_PDEATHSIG) and a getppid() check against `parent`.
+    ParentDeathSignal { signal: i32, parent: i32 },
+    /// prctl(PR_SET_NO_NEW_PRIVS, 1).
+    NoNewPrivs,
+}
+
+impl Step {
+    /// The step's name in error messages, and what it worked on.
+    pub(crate) fn describe(&self) -> (&'static str, String) {
+        match self {
+            Step::SignalDefault { .. } => ("sigaction", "SIG_DFL".into()),
+            Step::Setsid => ("setsid", String::new()),
+            Step::Setpgid { pgid } => ("setpgid", pgid.to_string()),
+            Step::DupAway { fd, target, .. } => ("dup2", format!("fd {fd} -> {target}")),
+            Step::Dup2 { from: FdRef::Fd(fd) | FdRef::Slot { fd, .. }, to } => {
+                ("dup2", format!("fd {fd} -> {to}"))
+            }
+            Step::ClearCloexec { fd } => ("dup2", format!("fd {fd} -> {fd}")),
+            Step::CloseRange { first, last } if *last == u32::MAX => {
+                ("close_range", format!("fds {first}.."))
+            }
+            Step::CloseRange { first, last } => ("close_range", format!("fds {first}..={last}")),
+            Step::Umask { mask } => ("umask", format!("{mask:04o}")),
+            Step::Setrlimit { resource, .. } => ("setrlimit", resource.name().to_string()),
+            Step::Nice { value } => ("setpriority", format!("nice {value}")),
+            Step::Affinity { cpus, .. } => ("sched_setaffinity", format!("cpus {}", join(cpus))),
+            Step::Chdir { path } => ("chdir", quoted(OsStr::from_bytes(path.as_bytes()))),
+            Step::Setgroups { groups, .. } => ("setgroups", format!("[{}]", join(groups))),
+            Step::Setgid { gid } => ("setresgid", format!("gid {gid}")),
+            Step::Setuid { uid } => ("setresuid", format!("uid {uid}")),
+            Step::ParentDeathSignal { signal, .. } => (
+                "prctl PR_SET_PDEATHSIG",
+                Signal::new(*signal).map(|s| s.name()).unwrap_or_default(),
+            ),
+            Step::NoNewPrivs => ("prctl PR_SET_NO_NEW_PRIVS", String::new()),
+        }
+    }
+}
+
+fn join<T: ToString>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn limit(v: u64) -> String {
+    if v == u64::MAX {
+        "unlimited".into()
+    } else {
+        v.to_string()
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, subject) = self.describe();
+        match self {
+            Step::SignalDefault { set } => {
+                let sigs: Vec<String> = (1..=64)
+                    .filter(|n| set & (1u64 << (n - 1)) != 0)
+                    .map(|n| Signal::new(n).map(|s| s.name()).unwrap_or_default())
+                    .collect();
+                write!(f, "sigaction {} SIG_DFL", sigs.join(","))
+            }
+            Step::DupAway { above, .. } => write!(f, "{name} {subject} (via a copy >= {above})"),
+            Step::ClearCloexec { fd } => write!(f, "keep fd {fd} (clear FD_CLOEXEC)"),
+            Step::Setrlimit { resource, soft, hard } => {
+                write!(f, "setrlimit {resource} {}:{}", limit(*soft), limit(*hard))
+            }
+            _ if subject.is_empty() => f.write_str(name),
+            _ => write!(f, "{name} {subject}"),
+        }
+    }
+}
+
+/// The environment the child gets.
+pub(crate) enum Envp {
+    /// The parent's `environ`, as it is at the clone (no copy).
+    Inherit,
+    Owned(CStrArray),
+}
+
+/// What to execve: the candidates in PATH order, argv and envp.
+pub(crate) struct Exec {
+    pub(crate) program: OsString,
+    /// The PATH that was searched, when the program has no `/`.
+    pub(crate) searched: Option<OsString>,
+    pub(crate) candidates: CStrArray,
+    pub(crate) argv: CStrArray,
+    pub(crate) envp: Envp,
+}
+
+/// A [`Command`] compiled for one spawn: the steps, the exec candidates, and the fds made
+/// for it (pipes, /dev/null). Dropping a plan closes those fds.
+pub struct Plan {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) exec: Exec,
+    pub(crate) sigmask: u64,
+    pub(crate) strategy: Strategy,
+    pub(crate) scratch: usize,
+    /// The highest fd number the child's map writes (new fds of the spawn go above it).
+    pub(crate) max_target: RawFd,
+    /// The parent's ends of the stdio pipes.
+    pub(crate) parent_pipes: [Option<OwnedFd>; 3],
+    /// Fds made only for the child (pipe ends, /dev/null), closed after the spawn.
+    pub(crate) child_ends: Vec<OwnedFd>,
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("strategy", &self.strategy)
+            .field("steps", &self.steps)
+            .field("candidates", &self.exec.candidates.strings())
+            .field("argv", &self.exec.argv.strings())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for Plan {
+    /// One line per step, as `spawnkit run --dry-run` prints it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "strategy {}", self.strategy)?;
+        for step in &self.steps {
+            writeln!(f, "{step}")?;
+        }
+        writeln!(f, "sigprocmask SETMASK {:#x}", self.sigmask)?;
+        let cands: Vec<String> = self
+            .exec
+            .candidates
+            .strings()
+            .iter()
+            .map(|c| quoted(OsStr::from_bytes(c.as_bytes())))
+            .collect();
+        let argv: Vec<String> = self
+            .exec
+            .argv
+            .strings()
+            .iter()
+            .map(|c| quoted(OsStr::from_bytes(c.as_bytes())))
+            .collect();
+        write!(f, "execve {} argv [{}]", cands.join(" | "), argv.join(", "))
+    }
+}
+
+/// The PATH used when the child's environment has none (glibc's and CPython's default).
+pub const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+fn cstring(what: &'static str, s: &OsStr) -> Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| Error::invalid(what, quoted(s), "contains a NUL byte"))
+}
+
+fn os_err(step: &'static str, subject: &str, errno: i32) -> Error {
+    Error::os(step, subject, errno)
+}
+
+impl Plan {
+    /// The steps, in the order the child runs them.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// The paths execve will try, in order.
+    pub fn candidates(&self) -> Vec<OsString> {
+        self.exec
+            .candidates
+            .strings()
+            .iter()
+            .map(|c| OsString::from_vec(c.as_bytes().to_vec()))
+            .collect()
+    }
+
+    /// argv as the child gets it.
+    pub fn argv(&self) -> Vec<OsString> {
+        self.exec.argv.strings().iter().map(|c| OsString::from_vec(c.as_bytes().to_vec())).collect()
+    }
+
+    /// The strategy the plan is for.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The signal mask installed just before execve.
+    pub fn signal_mask(&self) -> u64 {
+        self.sigmask
+    }
+
+    pub(crate) fn build(cmd: &Command) -> Result<Plan> {
+        let exec = build_exec(cmd)?;
+        let mut plan = Plan {
+            steps: Vec::new(),
+            exec,
+            sigmask: cmd.sigmask.bits(),
+            strategy: cmd.strategy,
+            scratch: 0,
+            max_target: 2,
+            parent_pipes: [None, None, None],
+            child_ends: Vec::new(),
+        };
+        if !cmd.pre_exec.is_empty() && cmd.strategy != Strategy::ForkExec {
+            return Err(Error::unsupported(
+                "pre_exec",
+                format!("a pre_exec hook needs the fork-exec strategy, not {}", cmd.strategy),
+            ));
+        }
+
+        let mut sig_default = cmd.sig_default;
+        if cmd.restore_signals {
+            sig_default = sig_default.with(Signal::PIPE).with(Signal::XFSZ);
+        }
+        if sig_default.bits() != 0 {
+            plan.steps.push(Step::SignalDefault { set: sig_default.bits() });
+        }
+        if cmd.setsid {
+            plan.steps.push(Step::Setsid);
+        }
+        if let Some(pgid) = cmd.pgid {
+            if pgid < 0 {
+                return Err(Error::invalid("setpgid", pgid.to_string(), "negative process group"));
+            }
+            plan.steps.push(Step::Setpgid { pgid });
+        }
+        plan.plan_fds(cmd)?;
+        if let Some(mask) = cmd.umask {
+            if mask > 0o777 {
+                return Err(Error::invalid("umask", format!("{mask:o}"), "not a mode (0..=0777)"));
+            }
+            plan.steps.push(Step::Umask { mask });
+        }
+        for &(resource, soft, hard) in &cmd.rlimits {
+            plan.steps.push(Step::Setrlimit { resource, soft, hard });
+        }
+        if let Some(inc) = cmd.nice {
+            let value = parent::current_nice().saturating_add(inc).clamp(-20, 19);
+            plan.steps.push(Step::Nice { value });
+        }
+        if let Some(cpus) = &cmd.cpus {
+            if cpus.is_empty() {
+                return Err(Error::invalid("sched_setaffinity", "cpus", "empty CPU list"));
+            }
+            let max = *cpus.iter().max().unwrap_or(&0);
+            if max >= 8192 {
+                return Err(Error::invalid(
+                    "sched_setaffinity",
+                    max.to_string(),
+                    "CPU number too large",
+                ));
+            }
+            let mut mask = vec![0u64; max / 64 + 1];
+            for &c in cpus {
+                mask[c / 64] |= 1u64 << (c % 64);
+            }
+            let mut list = cpus.clone();
+            list.sort_unstable();
+            list.dedup();
+            plan.steps.push(Step::Affinity { mask, cpus: list });
+        }
+        if let Some(dir) = &cmd.cwd {
+            plan.steps.push(Step::Chdir { path: cstring("chdir", dir.as_os_str())? });
+        }
+        match (&cmd.groups, cmd.uid) {
+            (Some(groups), _) => {
+                plan.steps.push(Step::Setgroups { groups: groups.clone(), ignore_eperm: false })
+            }
+            (None, Some(_)) => {
+                plan.steps.push(Step::Setgroups { groups: vec![], ignore_eperm: true })
+            }
+            (None, None) => {}
+        }
+        if let Some(gid) = cmd.gid {
+            plan.steps.push(Step::Setgid { gid });
+        }
+        if let Some(uid) = cmd.uid {
+            plan.steps.push(Step::Setuid { uid });
+        }
+        if let Some(sig) = cmd.pdeathsig {
+            let parent = parent::getpid();
+            plan.steps.push(Step::ParentDeathSignal { signal: sig.number(), parent });
+        }
+        if cmd.no_new_privs {
+            plan.steps.push(Step::NoNewPrivs);
+        }
+        Ok(plan)
+    }
+
+    /// Turn stdio and fd maps into dup steps that survive swaps and cycles, then the
+    /// close_range steps around the fds the child keeps.
+    fn plan_fds(&mut self, cmd: &Command) -> Result<()> {
+        let mut maps: Vec<(RawFd, RawFd)> = Vec::new();
+        let mut null: Option<RawFd> = None;
+        let mut stdout_src: Option<RawFd> = None;
+        for (target, spec) in cmd.stdio.iter().enumerate() {
+            let target = target as RawFd;
+            let src = match spec {
+                None | Some(Stdio::Inherit) => {
+                    if target == 1 {
+                        stdout_src = Some(1);
+                    }
+                    continue;
+                }
+                Some(Stdio::Null) => match null {
+                    Some(fd) => fd,
+                    None => {
+                        let fd =
+                            parent::dev_null().map_err(|e| os_err("open", "\"/dev/null\"", e))?;
+                        let raw = fd.as_raw_fd();
+                        self.child_ends.push(fd);
+                        null = Some(raw);
+                        raw
+                    }
+                },
+                Some(Stdio::Pipe) => {
+                    let (r, w) = parent::pipe().map_err(|e| os_err("pipe2", "", e))?;
+                    let (mine, theirs) = if target == 0 { (w, r) } else { (r, w) };
+                    let raw = theirs.as_raw_fd();
+                    self.parent_pipes[target as usize] = Some(mine);
+                    self.child_ends.push(theirs);
+                    raw
+                }
+                Some(Stdio::File(f)) => f.as_raw_fd(),
+                Some(Stdio::Owned(f)) => f.as_raw_fd(),
+                Some(Stdio::Fd(fd)) => {
+                    if *fd < 0 {
+                        return Err(Error::invalid(
+                            "dup2",
+                            format!("fd {fd} -> {target}"),
+                            "negative fd",
+                        ));
+                    }
+                    *fd
+                }
+                Some(Stdio::Stdout) => {
+                    if target != 2 {
+                        return Err(Error::invalid(
+                            "dup2",
+                            "stdout",
+                            "Stdio::Stdout is only for stderr",
+                        ));
+                    }
+                    match stdout_src {
+                        Some(fd) => fd,
+                        None => continue,
+                    }
+                }
+            };
+            if target == 1 {
+                stdout_src = Some(src);
+            }
+            maps.push((target, src));
+        }
+        for &(target, src) in &cmd.fds {
+            if target < 0 || src < 0 {
+                return Err(Error::invalid("dup2", format!("fd {src} -> {target}"), "negative fd"));
+            }
+            maps.retain(|(t, _)| *t != target);
+            maps.push((target, src));
+        }
+        let targets: HashSet<RawFd> = maps.iter().map(|(t, _)| *t).collect();
+        self.max_target = targets.iter().copied().max().unwrap_or(2).max(2);
+        let above = self.max_target + 1;
+        // A source that is also some map's target would be overwritten before it is read:
+        // move it out of the way first.
+        let mut from: Vec<FdRef> = Vec::with_capacity(maps.len());
+        for &(target, src) in &maps {
+            if src != target && targets.contains(&src) {
+                let slot = self.scratch;
+                self.scratch += 1;
+                self.steps.push(Step::DupAway { fd: src, above, slot, target });
+                from.push(FdRef::Slot { index: slot, fd: src });
+            } else {
+                from.push(FdRef::Fd(src));
+            }
+        }
+        for (&(target, src), from) in maps.iter().zip(from) {
+            if src == target {
+                self.steps.push(Step::ClearCloexec { fd: target });
+            } else {
+                self.steps.push(Step::Dup2 { from, to: target });
+            }
+        }
+        if cmd.close_other_fds {
+            let keep: BTreeSet<u32> =
+                targets.iter().filter(|&&t| t > 2).map(|&t| t as u32).collect();
+            let mut first = 3u32;
+            for k in keep {
+                if k > first {
+                    self.steps.push(Step::CloseRange { first, last: k - 1 });
+                }
+                first = k + 1;
+            }
+            self.steps.push(Step::CloseRange { first, last: u32::MAX });
+        }
+        Ok(())
+    }
+}
+
+fn build_exec(cmd: &Command) -> Result<Exec> {
+    let program = cmd.program.clone();
+    if program.is_empty() {
+        return Err(Error::os("execve", "\"\"", libc::ENOENT));
+    }
+    let mut argv = Vec::with_capacity(cmd.args.len() + 1);
+    argv.push(cstring("argument", cmd.arg0.as_deref().unwrap_or(&program))?);
+    for a in &cmd.args {
+        argv.push(cstring("argument", a)?);
+    }
+    let (envp, path) = build_env(cmd)?;
+    let prog_bytes = program.as_bytes();
+    let (candidates, searched) = if prog_bytes.contains(&b'/') {
+        (vec![cstring("execve", &program)?], None)
+    } else {
+        let path = path.unwrap_or_else(|| OsString::from(DEFAULT_PATH));
+        let mut cands = Vec::new();
+        for dir in path.as_bytes().split(|&b| b == b':') {
+            let mut full = Vec::with_capacity(dir.len() + 1 + prog_bytes.len());
+            if !dir.is_empty() {
+                full.extend_from_slice(dir);
+                if !dir.ends_with(b"/") {
+                    full.push(b'/');
+                }
+            }
+            full.extend_from_slice(prog_bytes);
+            cands.push(cstring("execve", OsStr::from_bytes(&full))?);
+        }
+        (cands, Some(path))
+    };
+    Ok(Exec {
+        program,
+        searched,
+        candidates: CStrArray::new(candidates),
+        argv: CStrArray::new(argv),
+        envp,
+    })
+}
+
+fn build_env(cmd: &Command) -> Result<(Envp, Option<OsString>)> {
+    if !cmd.env_clear && cmd.env.is_empty() {
+        return Ok((Envp::Inherit, std::env::var_os("PATH")));
+    }
+    let mut vars: Vec<(OsString, OsString)> =
+        if cmd.env_clear { Vec::new() } else { std::env::vars_os().collect() };
+    for (k, v) in &cmd.env {
+        let kb = k.as_bytes();
+        if kb.is_empty() || kb.contains(&b'=') {
+            return Err(Error::invalid(
+                "environment",
+                quoted(k),
+                "a variable name must be non-empty and have no '='",
+            ));
+        }
+        vars.retain(|(name, _)| name != k);
+        if let Some(v) = v {
+            vars.push((k.clone(), v.clone()));
+        }
+    }
+    let path = vars.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
+    let mut strings = Vec::with_capacity(vars.len());
+    for (k, v) in vars {
+        let mut kv = k.into_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        let display = OsString::from_vec(kv.clone());
+        strings.push(
+            CString::new(kv).map_err(|_| {
+                Error::invalid("environment", quoted(&display), "contains a NUL byte")
+            })?,
+        );
+    }
+    Ok((Envp::Owned(CStrArray::new(strings)), path))
+}

@@ -1,0 +1,411 @@
+//! The child: replays a [`Plan`]'s steps with raw system calls, then `execve`s.
+//!
+//! Runs between clone and execve, so everything here obeys the rules in `sys/mod.rs`: raw
+//! syscalls, no allocation, no panics, only memory prepared by the parent.
+
+use core::ffi::c_char;
+use core::ptr;
+use core::sync::atomic::{compiler_fence, Ordering};
+
+use super::raw::{check, sc};
+use crate::spawn::command::Hook;
+use crate::spawn::plan::{FdRef, Step};
+
+/// What the child leaves for the parent. Written only by the child, read by the parent once
+/// the child has exec'd or exited (vfork: the parent thread sleeps until then; fork: through a
+/// shared page). `step` is the index of the step being run; `STEP_EXEC` means execve was
+/// reached. `errno == 0` with `step == STEP_EXEC` means success.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Report {
+    pub step: i32,
+    pub errno: i32,
+    /// Extra detail: the PATH candidate that decided an exec failure.
+    pub detail: i32,
+}
+
+pub(crate) const STEP_EXEC: i32 = -2;
+pub(crate) const STEP_PRE_EXEC: i32 = -3;
+pub(crate) const STEP_SIGNALS: i32 = -4;
+pub(crate) const STEP_NONE: i32 = -1;
+
+/// Everything the child reads, prepared by the parent before the clone.
+pub(crate) struct ChildCtx<'a> {
+    pub steps: &'a [Step],
+    pub candidates: &'a [*const c_char],
+    pub argv: *const *const c_char,
+    pub envp: *const *const c_char,
+    /// The mask installed just before execve (bit N-1 = signal N).
+    pub sigmask: u64,
+    /// Reset every handled signal to SIG_DFL by hand (clone without CLONE_CLEAR_SIGHAND, fork).
+    pub reset_handlers: bool,
+    pub report: *mut Report,
+    /// Slots for fds moved out of the way by `DupAway`.
+    pub scratch: *mut i32,
+    pub scratch_len: usize,
+    /// The caller's hook (fork-exec only). Runs after every step, before the mask is restored.
+    pub pre_exec: Option<*mut [Hook]>,
+    /// fork-exec only: the close-on-exec pipe that carries the [`Report`] to the parent.
+    /// Never closed by a close_range step.
+    pub notify_fd: i32,
+}
+
+/// The kernel's `struct sigaction` (x86_64 and aarch64 share this layout).
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+const SIG_DFL: usize = 0;
+const SIG_IGN: usize = 1;
+const NSIG: i32 = 64;
+
+#[inline(always)]
+fn report(ctx: &ChildCtx<'_>, step: i32, errno: i32, detail: i32) {
+    // SAFETY: `report` points to the parent's Report, alive for the whole spawn; the parent
+    // reads it only after the child has exec'd or exited. Volatile: the compiler must not
+    // drop or reorder the write across the execve/exit system calls.
+    unsafe { ptr::write_volatile(ctx.report, Report { step, errno, detail }) };
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// Exit the child. `exit_group` because the child is a process of its own.
+fn exit(code: i32) -> ! {
+    loop {
+        // SAFETY: exit_group takes an int and does not return.
+        unsafe { sc!(libc::SYS_exit_group, code) };
+    }
+}
+
+/// The child's entry point: run every step, exec, and on failure record it and exit 127.
+///
+/// # Safety
+/// `ctx` points to a live [`ChildCtx`] whose pointers are valid (rule 2 of `sys/mod.rs`).
+pub(crate) unsafe extern "C" fn child_main(ctx: *const ChildCtx<'_>) -> ! {
+    // SAFETY: the parent keeps `ctx` alive until the child has exec'd or exited.
+    let ctx = unsafe { &*ctx };
+    match run(ctx) {
+        Ok(()) => {}
+        Err((step, errno, detail)) => {
+            report(ctx, step, errno, detail);
+            if ctx.notify_fd >= 0 {
+                let r = Report { step, errno, detail };
+                // SAFETY: writes the 12 bytes of `r` to the notify pipe (fork-exec only).
+                unsafe {
+                    sc!(
+                        libc::SYS_write,
+                        ctx.notify_fd,
+                        &r as *const Report,
+                        core::mem::size_of::<Report>()
+                    )
+                };
+            }
+        }
+    }
+    exit(127)
+}
+
+type Fail = (i32, i32, i32);
+
+fn run(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
+    if ctx.reset_handlers {
+        report(ctx, STEP_SIGNALS, 0, 0);
+        reset_handled_signals().map_err(|e| (STEP_SIGNALS, e, 0))?;
+    }
+    for (i, step) in ctx.steps.iter().enumerate() {
+        let i = i as i32;
+        report(ctx, i, 0, 0);
+        run_step(ctx, step).map_err(|e| (i, e, 0))?;
+    }
+    if let Some(hooks) = ctx.pre_exec {
+        report(ctx, STEP_PRE_EXEC, 0, 0);
+        // SAFETY: only the fork-exec strategy sets hooks; they run in a real fork() child,
+        // where the caller promised (by the unsafe `pre_exec`) that they are fork-safe.
+        for hook in unsafe { (*hooks).iter_mut() } {
+            if let Err(e) = hook() {
+                return Err((STEP_PRE_EXEC, e.raw_os_error().unwrap_or(libc::EINVAL), 0));
+            }
+        }
+    }
+    report(ctx, STEP_EXEC, 0, 0);
+    set_sigmask(ctx.sigmask).map_err(|e| (STEP_SIGNALS, e, 0))?;
+    exec(ctx)
+}
+
+fn sigaction_get(sig: i32) -> Result<KernelSigaction, i32> {
+    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: rt_sigaction reads no new action (NULL) and writes the old one into `old`.
+    check(unsafe { sc!(libc::SYS_rt_sigaction, sig, 0, &mut old as *mut KernelSigaction, 8) })?;
+    Ok(old)
+}
+
+fn sigaction_default(sig: i32) -> Result<(), i32> {
+    let new = KernelSigaction { handler: SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: `new` is a valid kernel sigaction; no old action is requested.
+    check(unsafe { sc!(libc::SYS_rt_sigaction, sig, &new as *const KernelSigaction, 0, 8) })?;
+    Ok(())
+}
+
+fn reset_handled_signals() -> Result<(), i32> {
+    let mut sig = 1;
+    while sig <= NSIG {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            let old = sigaction_get(sig)?;
+            if old.handler != SIG_DFL && old.handler != SIG_IGN {
+                sigaction_default(sig)?;
+            }
+        }
+        sig += 1;
+    }
+    Ok(())
+}
+
+fn set_sigmask(mask: u64) -> Result<(), i32> {
+    // SAFETY: `mask` is an 8-byte kernel sigset; no old mask is requested.
+    check(unsafe { sc!(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &mask as *const u64, 0, 8) })?;
+    Ok(())
+}
+
+fn slot(ctx: &ChildCtx<'_>, index: usize) -> *mut i32 {
+    if index < ctx.scratch_len {
+        // SAFETY: in bounds of the parent's scratch array (checked just above).
+        unsafe { ctx.scratch.add(index) }
+    } else {
+        ptr::null_mut()
+    }
+}
+
+fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
+    // SAFETY: every system call in this match gets plain integers or
+    // pointers into the Plan, which the parent keeps alive and unchanged during the spawn.
+    let ret = unsafe {
+        match step {
+            Step::SignalDefault { set } => {
+                let mut sig = 1;
+                while sig <= NSIG {
+                    if set & (1u64 << (sig - 1)) != 0 {
+                        sigaction_default(sig)?;
+                    }
+                    sig += 1;
+                }
+                0
+            }
+            Step::Setsid => sc!(libc::SYS_setsid),
+            Step::Setpgid { pgid } => sc!(libc::SYS_setpgid, 0, *pgid),
+            Step::DupAway { fd, above, slot: index, .. } => {
+                let new = check(sc!(libc::SYS_fcntl, *fd, libc::F_DUPFD_CLOEXEC, *above))?;
+                let p = slot(ctx, *index);
+                if p.is_null() {
+                    return Err(libc::EINVAL);
+                }
+                ptr::write_volatile(p, new as i32);
+                0
+            }
+            Step::Dup2 { from, to } => {
+                let src = match from {
+                    FdRef::Fd(fd) => *fd,
+                    FdRef::Slot { index, .. } => {
+                        let p = slot(ctx, *index);
+                        if p.is_null() {
+                            return Err(libc::EINVAL);
+                        }
+                        ptr::read_volatile(p)
+                    }
+                };
+                sc!(libc::SYS_dup3, src, *to, 0)
+            }
+            Step::ClearCloexec { fd } => sc!(libc::SYS_fcntl, *fd, libc::F_SETFD, 0),
+            Step::CloseRange { first, last } => close_around(ctx.notify_fd, *first, *last)?,
+            Step::Umask { mask } => sc!(libc::SYS_umask, *mask),
+            Step::Setrlimit { resource, soft, hard } => {
+                let lim = [*soft, *hard];
+                sc!(libc::SYS_prlimit64, 0, resource.raw(), lim.as_ptr(), 0)
+            }
+            Step::Nice { value } => sc!(libc::SYS_setpriority, libc::PRIO_PROCESS, 0, *value),
+            Step::Affinity { mask, .. } => {
+                sc!(libc::SYS_sched_setaffinity, 0, mask.len() * 8, mask.as_ptr())
+            }
+            Step::Chdir { path } => sc!(libc::SYS_chdir, path.as_ptr()),
+            Step::Setgroups { groups, ignore_eperm } => {
+                let r = sc!(libc::SYS_setgroups, groups.len(), groups.as_ptr());
+                if *ignore_eperm && r == -(libc::EPERM as isize) {
+                    0
+                } else {
+                    r
+                }
+            }
+            Step::Setgid { gid } => sc!(libc::SYS_setresgid, *gid, *gid, *gid),
+            Step::Setuid { uid } => sc!(libc::SYS_setresuid, *uid, *uid, *uid),
+            Step::ParentDeathSignal { signal, parent } => {
+                check(sc!(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, *signal, 0, 0, 0))?;
+                // The parent may have died before the prctl: then no signal would ever come.
+                if sc!(libc::SYS_getppid) != *parent as isize {
+                    let me = sc!(libc::SYS_getpid);
+                    sc!(libc::SYS_kill, me, *signal)
+                } else {
+                    0
+                }
+            }
+            Step::NoNewPrivs => sc!(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+        }
+    };
+    check(ret).map(|_| ())
+}
+
+/// Close `first..=last` except `keep` (the fork-exec notify pipe, when there is one).
+fn close_around(keep: i32, first: u32, last: u32) -> Result<isize, i32> {
+    if keep >= 0 && (keep as u32) >= first && (keep as u32) <= last {
+        let keep = keep as u32;
+        if keep > first {
+            close_range(first, keep - 1)?;
+        }
+        if keep < last {
+            close_range(keep + 1, last)?;
+        }
+        Ok(0)
+    } else {
+        close_range(first, last)
+    }
+}
+
+/// `close_range(2)` (Linux 5.9); where the kernel lacks it, walk /proc/self/fd with
+/// getdents64, and where /proc is missing, close every fd up to RLIMIT_NOFILE.
+fn close_range(first: u32, last: u32) -> Result<isize, i32> {
+    // SAFETY: close_range takes integers only.
+    let r = unsafe { sc!(libc::SYS_close_range, first, last, 0) };
+    match check(r) {
+        Ok(_) => Ok(0),
+        Err(libc::ENOSYS) | Err(libc::EPERM) => close_range_fallback(first, last).map(|_| 0),
+        Err(e) => Err(e),
+    }
+}
+
+/// The fallback of [`close_range`], public to the crate so tests can drive it directly.
+pub(crate) fn close_range_fallback(first: u32, last: u32) -> Result<(), i32> {
+    const PROC_FD: &[u8] = b"/proc/self/fd\0";
+    // SAFETY: PROC_FD is NUL-terminated; openat returns a new fd or an error.
+    let dir = unsafe {
+        sc!(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            PROC_FD.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC
+        )
+    };
+    let dir = match check(dir) {
+        Ok(fd) => fd as u32,
+        Err(_) => return close_brute_force(first, last),
+    };
+    // Entries are read in fd order (a /proc/self/fd position is fd + 2), so closing while
+    // reading skips nothing.
+    let mut buf = [0u64; 512]; // 4 KiB, 8-aligned for linux_dirent64
+    loop {
+        // SAFETY: `buf` is writable for its full length.
+        let n = unsafe { sc!(libc::SYS_getdents64, dir, buf.as_mut_ptr(), 4096) };
+        let n = match check(n) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                // SAFETY: closing our own directory fd.
+                unsafe { sc!(libc::SYS_close, dir) };
+                return Err(e);
+            }
+        };
+        let base = buf.as_ptr() as *const u8;
+        let mut off = 0usize;
+        while off + 19 < n {
+            // SAFETY: linux_dirent64 = { u64 ino, i64 off, u16 reclen, u8 type, name[] };
+            // the kernel wrote `n` bytes of whole records, and `off` stays below `n`.
+            let (reclen, fd) = unsafe {
+                let rec = base.add(off);
+                let reclen = ptr::read_unaligned(rec.add(16) as *const u16) as usize;
+                (reclen, parse_fd(rec.add(19)))
+            };
+            if let Some(fd) = fd {
+                if fd >= first && fd <= last && fd != dir {
+                    // SAFETY: close takes an integer.
+                    unsafe { sc!(libc::SYS_close, fd) };
+                }
+            }
+            if reclen == 0 {
+                break;
+            }
+            off = off.wrapping_add(reclen);
+        }
+    }
+    // SAFETY: closing our own directory fd.
+    unsafe { sc!(libc::SYS_close, dir) };
+    Ok(())
+}
+
+/// Parse a NUL-terminated decimal name; `None` for "." and "..".
+///
+/// # Safety
+/// `p` points to a NUL-terminated string.
+unsafe fn parse_fd(p: *const u8) -> Option<u32> {
+    let mut v: u32 = 0;
+    let mut i = 0;
+    loop {
+        // SAFETY: reading up to and including the terminating NUL.
+        let c = unsafe { *p.add(i) };
+        if c == 0 {
+            return if i == 0 { None } else { Some(v) };
+        }
+        if !c.is_ascii_digit() || i > 10 {
+            return None;
+        }
+        v = v.wrapping_mul(10).wrapping_add((c - b'0') as u32);
+        i += 1;
+    }
+}
+
+fn close_brute_force(first: u32, last: u32) -> Result<(), i32> {
+    let mut lim = [0u64; 2];
+    // SAFETY: prlimit64 writes two u64 into `lim`.
+    let r = unsafe { sc!(libc::SYS_prlimit64, 0, libc::RLIMIT_NOFILE, 0, lim.as_mut_ptr()) };
+    check(r)?;
+    let end = lim[0].min(last as u64 + 1).min(1 << 20) as u32;
+    let mut fd = first;
+    while fd < end {
+        // SAFETY: close takes an integer.
+        unsafe { sc!(libc::SYS_close, fd) };
+        fd += 1;
+    }
+    Ok(())
+}
+
+/// Try each PATH candidate in order with execvp's rules: on ENOENT, ENOTDIR, ESTALE, ENODEV
+/// and ETIMEDOUT go on to the next; on EACCES remember it and go on; on anything else stop.
+/// If all fail, report EACCES when one was seen, else the last error.
+fn exec(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
+    let mut last = libc::ENOENT;
+    let mut last_i = 0i32;
+    let mut eacces: Option<i32> = None;
+    for (i, cand) in ctx.candidates.iter().enumerate() {
+        // SAFETY: candidate, argv and envp are NUL-terminated strings and NULL-terminated
+        // arrays owned by the Plan.
+        let r = unsafe { sc!(libc::SYS_execve, *cand, ctx.argv, ctx.envp) };
+        let e = match check(r) {
+            Ok(_) => return Ok(()), // unreachable: execve does not return on success
+            Err(e) => e,
+        };
+        last = e;
+        last_i = i as i32;
+        match e {
+            libc::EACCES => {
+                if eacces.is_none() {
+                    eacces = Some(i as i32);
+                }
+            }
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            _ => return Err((STEP_EXEC, e, i as i32)),
+        }
+    }
+    match eacces {
+        Some(i) => Err((STEP_EXEC, libc::EACCES, i)),
+        None => Err((STEP_EXEC, last, last_i)),
+    }
+}

@@ -1,0 +1,198 @@
+//! The clone trampoline: start a `CLONE_VM | CLONE_VFORK` child on a stack of its own.
+//!
+//! `clone3(2)` is tried first (it takes `CLONE_CLEAR_SIGHAND` and, later, `CLONE_INTO_CGROUP`
+//! and namespace flags); when it is refused with ENOSYS, EPERM or EINVAL (old kernels,
+//! seccomp filters that predate it, sandboxes that deny it: rust-lang/rust#89522) the engine
+//! falls back to `clone(2)` and remembers that for the life of the process.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use super::child::{child_main, ChildCtx};
+use super::raw::check;
+use super::stack::Stack;
+
+/// `CLONE_CLEAR_SIGHAND` (Linux 5.5): reset handled signals to SIG_DFL in the child.
+pub(crate) const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
+
+/// The kernel's `struct clone_args` (clone3(2)), version 2 (88 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const UNKNOWN: u8 = 0;
+const CLONE3_OK: u8 = 1;
+const CLONE3_REFUSED: u8 = 2;
+static CLONE3: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Force the `clone(2)` path (tests, and callers that know clone3 is filtered).
+pub(crate) fn disable_clone3() {
+    CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
+}
+
+/// Whether the last spawns used clone3 (for diagnostics and `spawnkit bench`).
+pub(crate) fn clone3_in_use() -> bool {
+    CLONE3.load(Ordering::Relaxed) != CLONE3_REFUSED
+}
+
+/// The result of a successful clone: the child's pid and its pidfd.
+pub(crate) struct Cloned {
+    pub pid: i32,
+    pub pidfd: i32,
+}
+
+/// Start the child and return once it has exec'd or exited (CLONE_VFORK).
+///
+/// `ctx.reset_handlers` is set here to match the syscall used: clone3 clears handlers with
+/// `CLONE_CLEAR_SIGHAND`; clone(2) leaves it to the child.
+///
+/// # Safety
+/// All signals must be blocked in the calling thread, and `ctx` must satisfy the child's
+/// rules (sys/mod.rs): every pointer valid until this returns.
+pub(crate) unsafe fn clone_vfork(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
+    let base = libc::CLONE_VM as u64 | libc::CLONE_VFORK as u64 | libc::CLONE_PIDFD as u64;
+    if CLONE3.load(Ordering::Relaxed) != CLONE3_REFUSED {
+        ctx.reset_handlers = false;
+        let mut pidfd: i32 = -1;
+        let args = CloneArgs {
+            flags: base | CLONE_CLEAR_SIGHAND,
+            pidfd: &mut pidfd as *mut i32 as u64,
+            exit_signal: libc::SIGCHLD as u64,
+            stack: stack.base() as u64,
+            stack_size: stack.size() as u64,
+            ..Default::default()
+        };
+        // SAFETY: `args` is a valid clone_args; the child starts on `stack` and runs
+        // `child_main(ctx)`, which never returns (caller's contract).
+        let r = unsafe {
+            trampoline(
+                libc::SYS_clone3,
+                &args as *const CloneArgs as usize,
+                core::mem::size_of::<CloneArgs>(),
+                0,
+                0,
+                0,
+                ctx,
+            )
+        };
+        match check(r) {
+            Ok(pid) => {
+                CLONE3.store(CLONE3_OK, Ordering::Relaxed);
+                return Ok(Cloned { pid: pid as i32, pidfd });
+            }
+            Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG))
+                if CLONE3.load(Ordering::Relaxed) == UNKNOWN || e == libc::ENOSYS =>
+            {
+                CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    ctx.reset_handlers = true;
+    let mut pidfd: i32 = -1;
+    let flags = base | libc::SIGCHLD as u64;
+    // SAFETY: clone(2) with CLONE_PIDFD stores the pidfd through `parent_tid`; the child
+    // starts on the top of `stack` and runs `child_main(ctx)`, which never returns.
+    let r = unsafe {
+        trampoline(
+            libc::SYS_clone,
+            flags as usize,
+            stack.top() as usize,
+            &mut pidfd as *mut i32 as usize,
+            0,
+            0,
+            ctx,
+        )
+    };
+    let pid = check(r)?;
+    Ok(Cloned { pid: pid as i32, pidfd })
+}
+
+/// Issue clone/clone3; in the child (return value 0, now on the new stack) call
+/// `child_main(ctx)`, which never returns. Returns the raw result in the parent.
+///
+/// # Safety
+/// The arguments must describe a clone onto a fresh stack; `ctx` must outlive the child's
+/// use of it (guaranteed by CLONE_VFORK).
+#[cfg(target_arch = "x86_64")]
+unsafe fn trampoline(
+    nr: i64,
+    a1: usize,
+    a2: usize,
+    a3: usize,
+    a4: usize,
+    a5: usize,
+    ctx: &ChildCtx<'_>,
+) -> isize {
+    let entry = child_main as unsafe extern "C" fn(*const ChildCtx<'_>) -> ! as usize;
+    let ret: isize;
+    // SAFETY: in the parent the syscall returns like any other (rax, rcx, r11 clobbered).
+    // In the child rsp is already the new stack's top (16-byte aligned); clear rbp so
+    // backtraces end here, pass ctx in rdi, and call the entry, which never returns.
+    unsafe {
+        asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a1, in("rsi") a2, in("rdx") a3, in("r10") a4, in("r8") a5,
+            in("r12") ctx as *const ChildCtx<'_> as usize,
+            in("r13") entry,
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack)
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "aarch64")]
+unsafe fn trampoline(
+    nr: i64,
+    a1: usize,
+    a2: usize,
+    a3: usize,
+    a4: usize,
+    a5: usize,
+    ctx: &ChildCtx<'_>,
+) -> isize {
+    let entry = child_main as unsafe extern "C" fn(*const ChildCtx<'_>) -> ! as usize;
+    let ret: isize;
+    // SAFETY: as on x86_64: the parent gets x0; the child, already on the new stack (sp
+    // 16-aligned), clears the frame pointer and branches to the entry with ctx in x0.
+    unsafe {
+        asm!(
+            "svc 0",
+            "cbnz x0, 2f",
+            "mov x29, xzr",
+            "mov x30, xzr",
+            "mov x0, x9",
+            "blr x10",
+            "brk #0",
+            "2:",
+            in("x8") nr,
+            inlateout("x0") a1 as isize => ret,
+            in("x1") a2, in("x2") a3, in("x3") a4, in("x4") a5,
+            in("x9") ctx as *const ChildCtx<'_> as usize,
+            in("x10") entry,
+            options(nostack)
+        );
+    }
+    ret
+}

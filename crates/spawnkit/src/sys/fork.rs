@@ -1,0 +1,91 @@
+//! The fork-exec strategy: a real `fork()`, then the same steps as the vfork child, then
+//! the caller's `pre_exec` hooks. The child's [`Report`] travels over a close-on-exec pipe:
+//! EOF without a report means execve succeeded.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use super::child::{child_main, Report, STEP_EXEC, STEP_NONE};
+use super::{context, last_errno, pidfd, Outcome, SignalsBlocked};
+use crate::spawn::command::Hook;
+use crate::spawn::plan::Plan;
+
+fn cloexec_pipe_above(min: i32) -> Result<(OwnedFd, OwnedFd), i32> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: both fds are new and ours.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // Move the write end above every fd the child's map writes, so no dup2 step can
+    // overwrite it.
+    // SAFETY: F_DUPFD_CLOEXEC on an open fd returns a new fd or -1.
+    let high = unsafe { libc::fcntl(fds[1], libc::F_DUPFD_CLOEXEC, min) };
+    if high < 0 {
+        return Err(last_errno());
+    }
+    drop(w);
+    // SAFETY: `high` is new and ours.
+    Ok((r, unsafe { OwnedFd::from_raw_fd(high) }))
+}
+
+/// Spawn with fork(). Returns the failing syscall and errno if no child started.
+pub(crate) fn spawn_fork_exec(
+    plan: &Plan,
+    hooks: &mut [Hook],
+) -> Result<Outcome, (&'static str, i32)> {
+    let (rd, wr) = cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?;
+    let mut report = Report { step: STEP_NONE, errno: 0, detail: 0 };
+    let mut scratch = vec![-1i32; plan.scratch];
+    let hooks = if hooks.is_empty() { None } else { Some(hooks as *mut [Hook]) };
+    let mut ctx = context(plan, &mut report, &mut scratch, hooks);
+    {
+        use std::os::fd::AsRawFd;
+        ctx.notify_fd = wr.as_raw_fd();
+    }
+    let blocked = SignalsBlocked::new();
+    // SAFETY: fork has no preconditions; the child only runs `child_main`, which obeys the
+    // child rules (plus the caller's hooks, covered by the unsafe `pre_exec` contract).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: `ctx` is valid in the child's copy of memory.
+        unsafe { child_main(&ctx) }
+    }
+    let fork_errno = last_errno();
+    drop(blocked);
+    drop(wr);
+    if pid < 0 {
+        return Err(("fork", fork_errno));
+    }
+    let pidfd = match pidfd::open(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            // Without a pidfd the child cannot be handed out: kill and reap it.
+            // SAFETY: `pid` is our own unreaped child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Err(("pidfd_open", e));
+        }
+    };
+    let mut got = Report::default();
+    let size = std::mem::size_of::<Report>();
+    let n = loop {
+        // SAFETY: reads at most `size` bytes into `got`.
+        let n = unsafe {
+            libc::read(
+                std::os::fd::AsRawFd::as_raw_fd(&rd),
+                &mut got as *mut Report as *mut libc::c_void,
+                size,
+            )
+        };
+        if n < 0 && last_errno() == libc::EINTR {
+            continue;
+        }
+        break n;
+    };
+    let report =
+        if n == size as isize { got } else { Report { step: STEP_EXEC, errno: 0, detail: 0 } };
+    Ok(Outcome { pid, pidfd, report })
+}

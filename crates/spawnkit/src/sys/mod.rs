@@ -1,0 +1,143 @@
+//! Everything `unsafe` in spawnkit lives in this module tree.
+//!
+//! # The rules of the child (read this before touching `child.rs`)
+//!
+//! The default strategy starts the child with `clone(CLONE_VM | CLONE_VFORK)`: the child runs
+//! in the parent's address space, on a stack of its own, while the calling thread sleeps until
+//! the child calls `execve` or exits. Every other thread of the parent keeps running. The code
+//! between clone and execve therefore obeys these rules, and nothing outside [`child`] runs
+//! there:
+//!
+//! 1. **Raw system calls only** ([`raw`]): no libc function. libc wrappers write `errno` (a
+//!    thread-local shared with the sleeping parent thread), may take locks another parent
+//!    thread holds (malloc, stdio, the dynamic loader), and glibc's `setuid` family even
+//!    broadcasts to the parent's threads.
+//! 2. **No allocation and no freeing.** Everything the child reads was allocated before the
+//!    clone by [`crate::spawn::Plan`]; the child only borrows it. It writes to exactly two
+//!    places: the [`child::Report`] and the scratch slots of the same context, both owned by the
+//!    parent's frame.
+//! 3. **No panics, no unwinding, no Rust std.** The child's code uses no indexing that can
+//!    panic, only `get` and iterators, and wrapping arithmetic.
+//! 4. **Signals are blocked** in the parent thread around the clone (all 64, including glibc's
+//!    internal ones), so no handler of the parent can run on the child's stack. The child
+//!    resets handled signals to `SIG_DFL` (`CLONE_CLEAR_SIGHAND`, or by hand on the `clone`
+//!    fallback) and installs the requested mask only just before `execve`.
+//! 5. **Its own stack**: an `mmap`'d region with a `PROT_NONE` guard page below it, so the
+//!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
+//!
+//! The `fork-exec` strategy replays the same steps in a real `fork()` child; the rules hold
+//! there too, except for the user's `pre_exec` hook, which is documented as `unsafe`.
+//!
+//! Every `unsafe` block below carries a `// SAFETY:` comment pointing back to these rules.
+
+pub(crate) mod child;
+pub(crate) mod clone;
+pub(crate) mod fork;
+pub(crate) mod parent;
+pub(crate) mod pidfd;
+pub(crate) mod posix;
+pub(crate) mod raw;
+pub(crate) mod stack;
+
+/// `errno` of the calling thread after a failed libc call (parent side only).
+pub(crate) fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+use std::ffi::c_char;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use crate::spawn::command::Hook;
+use crate::spawn::plan::{Envp, Plan};
+use child::{ChildCtx, Report, STEP_NONE};
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// A started child and what it left in its [`Report`]: success when
+/// `report.step == STEP_EXEC && report.errno == 0`.
+pub(crate) struct Outcome {
+    pub pid: i32,
+    pub pidfd: OwnedFd,
+    pub report: Report,
+}
+
+/// All 64 signals blocked in this thread (glibc's internal ones included, which
+/// `pthread_sigmask` would filter out) until dropped.
+pub(crate) struct SignalsBlocked(u64);
+
+impl SignalsBlocked {
+    pub(crate) fn new() -> SignalsBlocked {
+        let all: u64 = !0;
+        let mut old: u64 = 0;
+        // SAFETY: rt_sigprocmask reads `all` and writes the old mask into `old` (8 bytes each).
+        unsafe {
+            raw::sc!(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &all as *const u64,
+                &mut old as *mut u64,
+                8
+            )
+        };
+        SignalsBlocked(old)
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new`.
+        unsafe {
+            raw::sc!(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &self.0 as *const u64, 0, 8)
+        };
+    }
+}
+
+/// The context the child reads, pointing into `plan`, `report` and `scratch`.
+fn context<'a>(
+    plan: &'a Plan,
+    report: &'a mut Report,
+    scratch: &'a mut [i32],
+    pre_exec: Option<*mut [Hook]>,
+) -> ChildCtx<'a> {
+    let envp = match &plan.exec.envp {
+        // SAFETY: reading the `environ` pointer itself (not what it points to).
+        Envp::Inherit => unsafe { environ },
+        Envp::Owned(arr) => arr.as_ptr(),
+    };
+    let cands = plan.exec.candidates.as_ptr();
+    let n = plan.exec.candidates.strings().len();
+    ChildCtx {
+        steps: &plan.steps,
+        // SAFETY: the pointer array has `n` string pointers followed by a NULL.
+        candidates: unsafe { std::slice::from_raw_parts(cands, n) },
+        argv: plan.exec.argv.as_ptr(),
+        envp,
+        sigmask: plan.sigmask,
+        reset_handlers: true,
+        report: report as *mut Report,
+        scratch: scratch.as_mut_ptr(),
+        scratch_len: scratch.len(),
+        notify_fd: -1,
+        pre_exec,
+    }
+}
+
+/// Spawn with clone(CLONE_VM|CLONE_VFORK). Returns the clone's errno if no child started.
+pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i32)> {
+    let mut report = Report { step: STEP_NONE, errno: 0, detail: 0 };
+    let mut scratch = vec![-1i32; plan.scratch];
+    let mut ctx = context(plan, &mut report, &mut scratch, None);
+    let cloned = stack::with_stack(|stack| {
+        let _blocked = SignalsBlocked::new();
+        // SAFETY: signals are blocked; `ctx` points into `plan`, `report` and `scratch`,
+        // which outlive the clone (CLONE_VFORK returns only after execve or exit).
+        unsafe { clone::clone_vfork(&mut ctx, stack) }
+    })
+    .map_err(|e| ("mmap", e))?
+    .map_err(|e| ("clone", e))?;
+    // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(cloned.pidfd) };
+    Ok(Outcome { pid: cloned.pid, pidfd, report })
+}

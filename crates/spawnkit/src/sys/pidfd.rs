@@ -1,0 +1,85 @@
+//! pidfds: open, signal, wait, poll (pidfd_open(2), pidfd_send_signal(2), waitid(2) with
+//! P_PIDFD, poll(2)). Parent side only; plain libc calls are fine here.
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use super::last_errno;
+
+const P_PIDFD: libc::idtype_t = 3;
+
+/// pidfd_open(pid, 0).
+pub(crate) fn open(pid: i32) -> Result<OwnedFd, i32> {
+    // SAFETY: pidfd_open takes integers and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: the fd was just created.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// pidfd_send_signal(pidfd, sig, NULL, 0).
+pub(crate) fn send_signal(pidfd: BorrowedFd<'_>, sig: i32) -> Result<(), i32> {
+    // SAFETY: NULL siginfo is allowed; the pidfd is borrowed and open.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<u8>(),
+            0,
+        )
+    };
+    if r < 0 {
+        Err(last_errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// How a child ended, as waitid reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    Exited(i32),
+    Signaled { signal: i32, core: bool },
+}
+
+/// waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]): `Ok(None)` when `nohang` and still running.
+pub(crate) fn wait(pidfd: BorrowedFd<'_>, nohang: bool) -> Result<Option<Ended>, i32> {
+    let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        // SAFETY: zeroed siginfo_t is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes into `info`; the pidfd is open.
+        let r = unsafe { libc::waitid(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, flags) };
+        if r < 0 {
+            let e = last_errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        // SAFETY: waitid filled a SIGCHLD siginfo (or left it zeroed with WNOHANG).
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        if pid == 0 {
+            return Ok(None);
+        }
+        return Ok(Some(match info.si_code {
+            libc::CLD_EXITED => Ended::Exited(status),
+            libc::CLD_DUMPED => Ended::Signaled { signal: status, core: true },
+            _ => Ended::Signaled { signal: status, core: false },
+        }));
+    }
+}
+
+/// poll(2) one fd for `events`; `timeout_ms < 0` waits forever. Returns the revents (0 on
+/// timeout). EINTR is returned to the caller, which knows the remaining time.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i32> {
+    // SAFETY: `fds` is a valid array of pollfd for its length.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        Err(last_errno())
+    } else {
+        Ok(r as usize)
+    }
+}

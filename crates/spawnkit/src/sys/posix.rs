@@ -1,0 +1,240 @@
+//! The posix-spawn strategy: glibc's `posix_spawn`/`posix_spawnp`, for comparison and as a
+//! fallback. Steps it cannot express are refused with an Unsupported error naming them.
+
+use std::ffi::{c_char, CString};
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+use super::{environ, pidfd};
+use crate::error::{quoted, Error, ErrorKind, Result};
+use crate::spawn::plan::{Envp, FdRef, Plan, Step};
+
+/// glibc's POSIX_SPAWN_SETSID (2.26).
+const POSIX_SPAWN_SETSID: libc::c_short = 0x80;
+
+extern "C" {
+    fn posix_spawn_file_actions_addchdir_np(
+        actions: *mut libc::posix_spawn_file_actions_t,
+        path: *const c_char,
+    ) -> libc::c_int;
+    fn posix_spawn_file_actions_addclosefrom_np(
+        actions: *mut libc::posix_spawn_file_actions_t,
+        from: libc::c_int,
+    ) -> libc::c_int;
+}
+
+struct Attrs {
+    attr: libc::posix_spawnattr_t,
+    actions: libc::posix_spawn_file_actions_t,
+}
+
+impl Drop for Attrs {
+    fn drop(&mut self) {
+        // SAFETY: both were initialised in `prepare`.
+        unsafe {
+            libc::posix_spawnattr_destroy(&mut self.attr);
+            libc::posix_spawn_file_actions_destroy(&mut self.actions);
+        }
+    }
+}
+
+fn check(what: &'static str, r: libc::c_int) -> Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(Error::os(what, "", r))
+    }
+}
+
+fn sigset(bits: u64) -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set; sigaddset adds valid signal numbers.
+    unsafe {
+        let mut set = MaybeUninit::<libc::sigset_t>::zeroed().assume_init();
+        libc::sigemptyset(&mut set);
+        for sig in 1..=64 {
+            if bits & (1u64 << (sig - 1)) != 0 {
+                libc::sigaddset(&mut set, sig);
+            }
+        }
+        set
+    }
+}
+
+fn unsupported(step: &Step) -> Error {
+    let (name, _) = step.describe();
+    Error::unsupported(
+        "posix_spawn",
+        format!("the posix-spawn strategy cannot do {name} ({step}); use clone-vfork or fork-exec"),
+    )
+}
+
+fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
+    // SAFETY: zeroed storage is initialised right below by the *_init calls.
+    let mut a: Box<Attrs> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+    // SAFETY: initialising owned storage.
+    unsafe {
+        check("posix_spawnattr_init", libc::posix_spawnattr_init(&mut a.attr))?;
+        check(
+            "posix_spawn_file_actions_init",
+            libc::posix_spawn_file_actions_init(&mut a.actions),
+        )?;
+    }
+    let mut flags: libc::c_short = libc::POSIX_SPAWN_SETSIGMASK as libc::c_short;
+    let mask = sigset(plan.sigmask);
+    // SAFETY: `a` is initialised; the set is a valid sigset_t.
+    unsafe {
+        check("posix_spawnattr_setsigmask", libc::posix_spawnattr_setsigmask(&mut a.attr, &mask))?
+    };
+    let mut slots: Vec<i32> = Vec::new();
+    let closes_all =
+        plan.steps.iter().any(|s| matches!(s, Step::CloseRange { last: u32::MAX, .. }));
+    for step in &plan.steps {
+        // SAFETY: (all calls below) `a` is initialised; paths are NUL-terminated strings owned
+        // by the plan, which outlives the spawn.
+        unsafe {
+            match step {
+                Step::SignalDefault { set } => {
+                    let s = sigset(*set);
+                    check(
+                        "posix_spawnattr_setsigdefault",
+                        libc::posix_spawnattr_setsigdefault(&mut a.attr, &s),
+                    )?;
+                    flags |= libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
+                }
+                Step::Setsid => flags |= POSIX_SPAWN_SETSID,
+                Step::Setpgid { pgid } => {
+                    check(
+                        "posix_spawnattr_setpgroup",
+                        libc::posix_spawnattr_setpgroup(&mut a.attr, *pgid),
+                    )?;
+                    flags |= libc::POSIX_SPAWN_SETPGROUP as libc::c_short;
+                }
+                Step::DupAway { fd, above, slot, .. } if closes_all => {
+                    // No F_DUPFD in posix_spawn: use a fixed number above every target; the
+                    // final closefrom removes it.
+                    let tmp = above + *slot as i32;
+                    if slots.len() <= *slot {
+                        slots.resize(*slot + 1, -1);
+                    }
+                    slots[*slot] = tmp;
+                    check(
+                        "posix_spawn_file_actions_adddup2",
+                        libc::posix_spawn_file_actions_adddup2(&mut a.actions, *fd, tmp),
+                    )?;
+                }
+                Step::Dup2 { from, to } => {
+                    let src = match from {
+                        FdRef::Fd(fd) => *fd,
+                        FdRef::Slot { index, .. } => slots.get(*index).copied().unwrap_or(-1),
+                    };
+                    check(
+                        "posix_spawn_file_actions_adddup2",
+                        libc::posix_spawn_file_actions_adddup2(&mut a.actions, src, *to),
+                    )?;
+                }
+                // glibc >= 2.29 clears FD_CLOEXEC for dup2(fd, fd) file actions.
+                Step::ClearCloexec { fd } => check(
+                    "posix_spawn_file_actions_adddup2",
+                    libc::posix_spawn_file_actions_adddup2(&mut a.actions, *fd, *fd),
+                )?,
+                Step::CloseRange { first, last: u32::MAX } => check(
+                    "posix_spawn_file_actions_addclosefrom_np",
+                    posix_spawn_file_actions_addclosefrom_np(&mut a.actions, *first as i32),
+                )?,
+                Step::CloseRange { first, last } if last - first < 1024 => {
+                    for fd in *first..=*last {
+                        check(
+                            "posix_spawn_file_actions_addclose",
+                            libc::posix_spawn_file_actions_addclose(&mut a.actions, fd as i32),
+                        )?;
+                    }
+                }
+                Step::Chdir { path } => check(
+                    "posix_spawn_file_actions_addchdir_np",
+                    posix_spawn_file_actions_addchdir_np(&mut a.actions, path.as_ptr()),
+                )?,
+                other => return Err(unsupported(other)),
+            }
+        }
+    }
+    // SAFETY: `a` is initialised.
+    unsafe {
+        check("posix_spawnattr_setflags", libc::posix_spawnattr_setflags(&mut a.attr, flags))?
+    };
+    Ok(a)
+}
+
+/// Spawn with posix_spawn(p). glibc reaps a child that failed to exec, so a failure here
+/// leaves no child behind.
+pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
+    let a = prepare(plan)?;
+    let envp = match &plan.exec.envp {
+        // SAFETY: reading the `environ` pointer.
+        Envp::Inherit => unsafe { environ },
+        Envp::Owned(arr) => arr.as_ptr(),
+    };
+    let argv = plan.exec.argv.as_ptr() as *const *mut c_char;
+    let envp = envp as *const *mut c_char;
+    let program = plan.exec.program.as_bytes();
+    let parent_path = std::env::var_os("PATH");
+    let mut pid: libc::pid_t = 0;
+    let use_spawnp = plan.exec.searched.is_some() && plan.exec.searched == parent_path;
+    let r = if use_spawnp {
+        let prog = CString::new(program)
+            .map_err(|_| Error::invalid("execve", quoted(&plan.exec.program), "NUL"))?;
+        // SAFETY: all pointers are valid, NUL/NULL-terminated, and outlive the call.
+        unsafe { libc::posix_spawnp(&mut pid, prog.as_ptr(), &a.actions, &a.attr, argv, envp) }
+    } else {
+        // Walk the candidates with execvp's rules, one posix_spawn each.
+        let mut last = libc::ENOENT;
+        let mut eacces = false;
+        let mut result = libc::ENOENT;
+        for cand in plan.exec.candidates.strings() {
+            // SAFETY: as above.
+            let r = unsafe {
+                libc::posix_spawn(&mut pid, cand.as_ptr(), &a.actions, &a.attr, argv, envp)
+            };
+            result = r;
+            match r {
+                0 => break,
+                libc::EACCES => eacces = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => break,
+            }
+            last = r;
+        }
+        if result != 0 && eacces && result == last {
+            libc::EACCES
+        } else {
+            result
+        }
+    };
+    if r != 0 {
+        let err = if r == libc::ENOENT {
+            match &plan.exec.searched {
+                Some(path) => Error::os("posix_spawn", quoted(&plan.exec.program), r)
+                    .with_kind(ErrorKind::NotFound)
+                    .with_reason(format!(
+                        "not found in PATH ({}) (posix_spawn reports a failed file action the same way)",
+                        path.to_string_lossy()
+                    )),
+                None => Error::os("posix_spawn", quoted(&plan.exec.program), r).with_kind(ErrorKind::NotFound),
+            }
+        } else {
+            Error::os("posix_spawn", quoted(&plan.exec.program), r)
+        };
+        return Err(err.in_child());
+    }
+    match pidfd::open(pid) {
+        Ok(fd) => Ok((pid, fd)),
+        Err(e) => {
+            // SAFETY: our own unreaped child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            Err(Error::os("pidfd_open", pid.to_string(), e))
+        }
+    }
+}
