@@ -1,0 +1,946 @@
+//! `spawnkit run`: every option of a [`Command`] as a flag; spawn the program, forward the
+//! usual termination signals to it, wait, and exit with its status.
+//!
+//! Exit codes follow env(1) and the shells: the program's own code, 128+N when signal N
+//! killed it, 127 when it was not found, 126 when it could not be executed, 125 when spawnkit
+//! itself failed (a bad option, a file it could not open, a setup step such as chdir).
+//!
+//! The flow, in order:
+//! 1. check that the fds named by `--keep-fd`/`--fd` are open here (before spawnkit opens
+//!    any fd of its own, which could otherwise take their number);
+//! 2. resolve user and group names (getpwnam_r/getgrnam_r) and build the [`Command`];
+//! 3. open the `--stdin`/`--stdout`/`--stderr` files (not in a dry run);
+//! 4. block the forwarded signals in spawnkit and open a signalfd for them (the library
+//!    installs the child's own mask, empty by default, just before execve);
+//! 5. spawn, then poll(2) the signalfd and the child's pidfd until the child exits.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use clap::builder::{OsStringValueParser, PossibleValuesParser, TypedValueParser};
+use spawnkit::{
+    Child, Command, ExitStatus, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY,
+};
+
+/// The exit code for a failure of spawnkit itself (env(1)'s convention).
+const SETUP_FAILED: i32 = 125;
+
+const AFTER_HELP: &str = "\
+Examples:
+  spawnkit run -- make -j4
+  spawnkit run --cwd /srv/app --env-clear --env PATH=/usr/bin:/bin -- ./server
+  spawnkit run --rlimit nofile=1024:4096 --rlimit core=0 --nice 10 --cpus 0-3,6 -- ./job
+  spawnkit run --uid nobody --gid nogroup --groups '' --no-new-privs --umask 077 -- id
+  spawnkit run --setsid --pdeathsig TERM -- ./worker    (the worker dies with spawnkit)
+  spawnkit run --stdin in.txt --stdout out.log --stderr-to-stdout -- sort
+  spawnkit run --keep-fd 3 --fd 4=7 -- ./tool 3<input 7>output
+  spawnkit run --sigmask INT,QUIT -- ./daemon            (starts with INT, QUIT blocked)
+  spawnkit run --dry-run --rlimit nofile=64 -- ls        (print the steps, spawn nothing)
+
+Exit status:
+  The program's exit code, or 128+N when signal N killed it. 127: the program was not
+  found; 126: it was found but could not be executed; 125: spawnkit itself failed (a bad
+  option, a file it could not open, a setup step such as chdir or setrlimit).
+
+Signals:
+  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to spawnkit are forwarded to
+  the program. A terminal's Ctrl-C or Ctrl-\\ already reaches a program in spawnkit's process
+  group, so signals sent by the kernel are forwarded only with --setsid or --pgid.";
+
+/// Options of `spawnkit run`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    after_help = AFTER_HELP,
+    override_usage = "spawnkit run [OPTIONS] [--] <PROGRAM> [ARGS]..."
+)]
+pub struct RunArgs {
+    /// Working directory of the program.
+    #[arg(long, value_name = "DIR", help_heading = "Environment")]
+    pub cwd: Option<PathBuf>,
+
+    /// Set an environment variable (repeatable; applied after --env-clear and --unset).
+    #[arg(
+        long,
+        value_name = "NAME=VALUE",
+        help_heading = "Environment",
+        value_parser = OsStringValueParser::new().try_map(parse_env_pair)
+    )]
+    pub env: Vec<(OsString, OsString)>,
+
+    /// Start from an empty environment (variables from --env are still set).
+    #[arg(long, help_heading = "Environment")]
+    pub env_clear: bool,
+
+    /// Remove a variable from the environment (repeatable).
+    #[arg(long, value_name = "NAME", help_heading = "Environment")]
+    pub unset: Vec<OsString>,
+
+    /// argv[0] as the program sees it (default: PROGRAM as given).
+    #[arg(long, value_name = "NAME", help_heading = "Environment")]
+    pub arg0: Option<OsString>,
+
+    /// Set a resource limit; with only SOFT, the hard limit is the same (repeatable).
+    /// NAME: nofile, NOFILE or RLIMIT_NOFILE...; values: numbers, unlimited, infinity.
+    #[arg(
+        long,
+        value_name = "NAME=SOFT[:HARD]",
+        help_heading = "Process",
+        value_parser = parse_rlimit
+    )]
+    pub rlimit: Vec<(Resource, u64, u64)>,
+
+    /// Add N to the niceness, like nice(1) (clamped to -20..=19).
+    #[arg(long, value_name = "N", help_heading = "Process", allow_negative_numbers = true)]
+    pub nice: Option<i32>,
+
+    /// Run only on these CPUs: 0,2 and ranges 0-3.
+    #[arg(long, value_name = "LIST", help_heading = "Process", value_parser = parse_cpu_list)]
+    pub cpus: Option<CpuList>,
+
+    /// Start a new session (setsid): no controlling terminal, a process group of its own.
+    #[arg(long, help_heading = "Process")]
+    pub setsid: bool,
+
+    /// Put the program in process group N; 0 makes a new group led by the program.
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Process",
+        value_parser = clap::value_parser!(i32).range(0..)
+    )]
+    pub pgid: Option<i32>,
+
+    /// The program's umask, in octal (e.g. 077).
+    #[arg(long, value_name = "OCTAL", help_heading = "Process", value_parser = parse_umask)]
+    pub umask: Option<u32>,
+
+    /// Signal the program gets when spawnkit dies (PR_SET_PDEATHSIG): TERM, SIGTERM or 15.
+    #[arg(long, value_name = "SIG", help_heading = "Process", value_parser = parse_signal)]
+    pub pdeathsig: Option<Signal>,
+
+    /// Set no_new_privs: execve can never grant privileges (setuid bits, file capabilities).
+    #[arg(long, help_heading = "Process")]
+    pub no_new_privs: bool,
+
+    /// Run as this user (name or number). Does not change the group: add --gid.
+    #[arg(long, value_name = "USER|UID", help_heading = "Credentials", value_parser = parse_id)]
+    pub uid: Option<Id>,
+
+    /// Run with this group (name or number).
+    #[arg(long, value_name = "GROUP|GID", help_heading = "Credentials", value_parser = parse_id)]
+    pub gid: Option<Id>,
+
+    /// Supplementary groups, names or numbers, comma-separated; '' drops them all.
+    /// Default: kept, or dropped when --uid is given (when permitted).
+    #[arg(long, value_name = "LIST", help_heading = "Credentials", value_parser = parse_id_list)]
+    pub groups: Option<IdList>,
+
+    /// Keep spawnkit's fd N open in the program as fd N (repeatable).
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "File descriptors",
+        value_parser = clap::value_parser!(i32).range(0..)
+    )]
+    pub keep_fd: Vec<RawFd>,
+
+    /// Make the program's fd CHILD a copy of spawnkit's fd PARENT (repeatable).
+    #[arg(
+        long,
+        value_name = "CHILD=PARENT",
+        help_heading = "File descriptors",
+        value_parser = parse_fd_map
+    )]
+    pub fd: Vec<(RawFd, RawFd)>,
+
+    /// Keep every inherited fd (default: close all but 0, 1, 2 and the mapped ones).
+    #[arg(long, help_heading = "File descriptors")]
+    pub no_close_fds: bool,
+
+    /// Read stdin from FILE ('-': inherit).
+    #[arg(long, value_name = "FILE", help_heading = "Standard streams")]
+    pub stdin: Option<PathBuf>,
+
+    /// Write stdout to FILE, created or truncated ('-': inherit).
+    #[arg(long, value_name = "FILE", help_heading = "Standard streams")]
+    pub stdout: Option<PathBuf>,
+
+    /// Append stdout to FILE, created if needed.
+    #[arg(long, value_name = "FILE", help_heading = "Standard streams", conflicts_with = "stdout")]
+    pub stdout_append: Option<PathBuf>,
+
+    /// Write stderr to FILE, created or truncated ('-': inherit).
+    #[arg(long, value_name = "FILE", help_heading = "Standard streams")]
+    pub stderr: Option<PathBuf>,
+
+    /// Append stderr to FILE, created if needed.
+    #[arg(long, value_name = "FILE", help_heading = "Standard streams", conflicts_with = "stderr")]
+    pub stderr_append: Option<PathBuf>,
+
+    /// Send stderr where stdout goes (2>&1).
+    #[arg(
+        long,
+        help_heading = "Standard streams",
+        conflicts_with_all = ["stderr", "stderr_append"]
+    )]
+    pub stderr_to_stdout: bool,
+
+    /// Signals blocked when the program starts: INT,TERM,10 (default: none).
+    #[arg(long, value_name = "LIST", help_heading = "Signals", value_parser = parse_signal_list)]
+    pub sigmask: Option<SigSet>,
+
+    /// Do not reset SIGPIPE and SIGXFSZ to their default action in the program. (spawnkit,
+    /// a Rust program, ignores SIGPIPE itself, so the program then starts with it ignored.)
+    #[arg(long, help_heading = "Signals")]
+    pub no_restore_signals: bool,
+
+    /// How to start the program.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "clone-vfork",
+        help_heading = "Spawning",
+        value_parser = PossibleValuesParser::new(Strategy::ALL.map(Strategy::name))
+            .try_map(|s| s.parse::<Strategy>())
+    )]
+    pub strategy: Strategy,
+
+    /// Print the steps the program's setup would run, and exit without spawning.
+    #[arg(long, help_heading = "Spawning")]
+    pub dry_run: bool,
+
+    /// The program (looked up in PATH when it has no '/') and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
+    pub command: Vec<OsString>,
+}
+
+/// A list of CPU numbers, sorted, without duplicates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+/// A user or group, by number or by name (resolved in spawnkit before the spawn).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Id {
+    Num(u32),
+    Name(String),
+}
+
+/// A comma-separated list of groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdList(pub Vec<Id>);
+
+// ---------------------------------------------------------------------------------------
+// Parsing helpers (pure; clap calls them and names the flag and value on error).
+// ---------------------------------------------------------------------------------------
+
+/// `NAME=VALUE` (VALUE may be empty or contain '=').
+pub fn parse_env_pair(s: OsString) -> Result<(OsString, OsString), String> {
+    let bytes = s.as_bytes();
+    match bytes.iter().position(|&b| b == b'=') {
+        Some(0) => Err("the variable name is empty".into()),
+        Some(i) => Ok((
+            OsString::from_vec(bytes[..i].to_vec()),
+            OsString::from_vec(bytes[i + 1..].to_vec()),
+        )),
+        None => Err("expected NAME=VALUE".into()),
+    }
+}
+
+/// A limit value: a number, `unlimited` or `infinity`.
+pub fn parse_limit_value(s: &str) -> Result<u64, String> {
+    if s.eq_ignore_ascii_case("unlimited") || s.eq_ignore_ascii_case("infinity") {
+        return Ok(RLIM_INFINITY);
+    }
+    s.parse::<u64>()
+        .map_err(|_| format!("{s:?} is not a limit (a number, 'unlimited' or 'infinity')"))
+}
+
+/// `NAME=SOFT[:HARD]`: with only SOFT, the hard limit is the same.
+pub fn parse_rlimit(spec: &str) -> Result<(Resource, u64, u64), String> {
+    let (name, values) =
+        spec.split_once('=').ok_or("expected NAME=SOFT[:HARD], for example nofile=1024:4096")?;
+    let resource: Resource = name.parse().map_err(|_| {
+        let known: Vec<String> =
+            Resource::ALL.iter().map(|r| r.name().to_ascii_lowercase()).collect();
+        format!("unknown resource {name:?} (known: {})", known.join(", "))
+    })?;
+    let (soft, hard) = match values.split_once(':') {
+        Some((soft, hard)) => (parse_limit_value(soft)?, parse_limit_value(hard)?),
+        None => {
+            let v = parse_limit_value(values)?;
+            (v, v)
+        }
+    };
+    if soft > hard {
+        return Err(format!("the soft limit {soft} is above the hard limit {hard}"));
+    }
+    Ok((resource, soft, hard))
+}
+
+/// The highest CPU number the kernel interface accepts here (8192 CPUs).
+const MAX_CPU: usize = 8191;
+
+/// `0,2` and ranges `0-3`, combined: `0-3,8,10-11`.
+pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
+    let number = |t: &str| -> Result<usize, String> {
+        let n: usize = t.trim().parse().map_err(|_| format!("{t:?} is not a CPU number"))?;
+        if n > MAX_CPU {
+            return Err(format!("CPU {n} is out of range (0..={MAX_CPU})"));
+        }
+        Ok(n)
+    };
+    if s.trim().is_empty() {
+        return Err("empty CPU list".into());
+    }
+    let mut cpus = Vec::new();
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (number(a)?, number(b)?);
+                if a > b {
+                    return Err(format!("the range {part:?} is reversed"));
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(number(part)?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(CpuList(cpus))
+}
+
+/// A non-negative fd number.
+fn parse_fd_number(s: &str) -> Result<RawFd, String> {
+    match s.trim().parse::<RawFd>() {
+        Ok(fd) if fd >= 0 => Ok(fd),
+        _ => Err(format!("{s:?} is not a file descriptor number")),
+    }
+}
+
+/// `CHILD=PARENT`: the child's fd CHILD is a copy of spawnkit's fd PARENT.
+pub fn parse_fd_map(s: &str) -> Result<(RawFd, RawFd), String> {
+    let (child, parent) = s.split_once('=').ok_or("expected CHILD=PARENT, for example 3=7")?;
+    Ok((parse_fd_number(child)?, parse_fd_number(parent)?))
+}
+
+/// An octal mode 0..=0777: `077`, `0027`, `0o22`.
+pub fn parse_umask(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err(format!("{s:?} is not an octal mode (like 022 or 077)"));
+    }
+    match u32::from_str_radix(digits, 8) {
+        Ok(mask) if mask <= 0o777 => Ok(mask),
+        _ => Err(format!("{s:?} is out of range (000..=777)")),
+    }
+}
+
+/// A signal: `TERM`, `SIGTERM` or `15`.
+pub fn parse_signal(s: &str) -> Result<Signal, String> {
+    s.trim().parse::<Signal>().map_err(|_| {
+        format!("{s:?} is not a signal (a name like TERM or SIGTERM, or a number 1..=64)")
+    })
+}
+
+/// A comma-separated signal list, `INT,TERM,10`; empty for none. SIGKILL and SIGSTOP cannot
+/// be blocked, so they are refused.
+pub fn parse_signal_list(s: &str) -> Result<SigSet, String> {
+    let mut set = SigSet::empty();
+    if s.trim().is_empty() {
+        return Ok(set);
+    }
+    for part in s.split(',') {
+        let sig = parse_signal(part)?;
+        if sig == Signal::KILL || sig.number() == libc::SIGSTOP {
+            return Err(format!("{sig} cannot be blocked"));
+        }
+        set = set.with(sig);
+    }
+    Ok(set)
+}
+
+/// A user or group: digits are a number, anything else a name.
+pub fn parse_id(s: &str) -> Result<Id, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty user or group".into());
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse::<u32>().map(Id::Num).map_err(|_| format!("{s} is out of range"));
+    }
+    Ok(Id::Name(s.to_string()))
+}
+
+/// Comma-separated users or groups; the empty string is the empty list.
+pub fn parse_id_list(s: &str) -> Result<IdList, String> {
+    if s.trim().is_empty() {
+        return Ok(IdList(Vec::new()));
+    }
+    s.split(',').map(parse_id).collect::<Result<Vec<_>, _>>().map(IdList)
+}
+
+/// Whether a signal spawnkit received should go on to the child. A signal the kernel sent
+/// (si_code SI_KERNEL: a terminal's Ctrl-C, Ctrl-\, hangup) went to the whole foreground
+/// process group, which includes the child unless it has a session or group of its own.
+pub fn should_forward(si_code: i32, child_has_own_group: bool) -> bool {
+    child_has_own_group || si_code != libc::SI_KERNEL
+}
+
+// ---------------------------------------------------------------------------------------
+// Failures of spawnkit itself.
+// ---------------------------------------------------------------------------------------
+
+/// A failure, printed as `spawnkit: MESSAGE`, with the exit code to use.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    code: i32,
+}
+
+impl Failure {
+    fn setup(message: impl Into<String>) -> Failure {
+        Failure { message: message.into(), code: SETUP_FAILED }
+    }
+}
+
+impl From<spawnkit::Error> for Failure {
+    fn from(e: spawnkit::Error) -> Failure {
+        Failure { message: e.to_string(), code: e.exit_code() }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn quoted(p: impl AsRef<OsStr>) -> String {
+    format!("{:?}", p.as_ref().to_string_lossy())
+}
+
+// ---------------------------------------------------------------------------------------
+// The subcommand.
+// ---------------------------------------------------------------------------------------
+
+/// Run `spawnkit run`; returns the exit code.
+pub fn main(args: &RunArgs) -> i32 {
+    match run(args) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("spawnkit: {f}");
+            f.code
+        }
+    }
+}
+
+fn run(args: &RunArgs) -> Result<i32, Failure> {
+    check_parent_fds(args)?;
+    let mut cmd = build_command(args)?;
+    let opened = open_stdio(args, &mut cmd)?;
+    if args.dry_run {
+        let plan = cmd.plan()?;
+        for line in &opened {
+            println!("{line} (in spawnkit; not done in a dry run)");
+        }
+        println!("{plan}");
+        return Ok(0);
+    }
+    let signals =
+        ForwardedSignals::block().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
+    let mut child = cmd.spawn()?;
+    let status = wait_forwarding(&mut child, &signals, child_has_own_group(args))?;
+    Ok(status.shell_code())
+}
+
+/// The fds `--keep-fd` and `--fd` hand over must be open in spawnkit now, before it opens any
+/// of its own (a signalfd, a file) that could take a missing number.
+fn check_parent_fds(args: &RunArgs) -> Result<(), Failure> {
+    let keep = args.keep_fd.iter().map(|&fd| ("--keep-fd", fd.to_string(), fd));
+    let maps = args.fd.iter().map(|&(c, p)| ("--fd", format!("{c}={p}"), p));
+    for (flag, value, fd) in keep.chain(maps) {
+        // SAFETY: F_GETFD takes an integer fd and no memory argument.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            let e = io::Error::last_os_error();
+            return Err(Failure::setup(format!(
+                "{flag} {value}: fd {fd} is not open in spawnkit ({e})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every option except the standard streams.
+fn build_command(args: &RunArgs) -> Result<Command, Failure> {
+    let (program, rest) =
+        args.command.split_first().ok_or_else(|| Failure::setup("no program given"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(rest).strategy(args.strategy);
+    if let Some(arg0) = &args.arg0 {
+        cmd.arg0(arg0);
+    }
+    if let Some(dir) = &args.cwd {
+        cmd.current_dir(dir);
+    }
+    // env(1)'s order: clear, then unset, then set.
+    if args.env_clear {
+        cmd.env_clear();
+    }
+    for key in &args.unset {
+        cmd.env_remove(key);
+    }
+    for (key, value) in &args.env {
+        cmd.env(key, value);
+    }
+    for &(resource, soft, hard) in &args.rlimit {
+        cmd.rlimit(resource, soft, hard);
+    }
+    if let Some(n) = args.nice {
+        cmd.nice(n);
+    }
+    if let Some(CpuList(cpus)) = &args.cpus {
+        cmd.cpu_affinity(cpus.iter().copied());
+    }
+    cmd.setsid(args.setsid);
+    if let Some(pgid) = args.pgid {
+        cmd.process_group(pgid);
+    }
+    if let Some(mask) = args.umask {
+        cmd.umask(mask);
+    }
+    if let Some(sig) = args.pdeathsig {
+        cmd.parent_death_signal(sig);
+    }
+    cmd.no_new_privs(args.no_new_privs);
+    if let Some(uid) = &args.uid {
+        cmd.uid(resolve("--uid", uid, lookup_user)?);
+    }
+    if let Some(gid) = &args.gid {
+        cmd.gid(resolve("--gid", gid, lookup_group)?);
+    }
+    if let Some(IdList(groups)) = &args.groups {
+        let gids = groups
+            .iter()
+            .map(|g| resolve("--groups", g, lookup_group))
+            .collect::<Result<Vec<_>, _>>()?;
+        cmd.groups(gids);
+    }
+    for &fd in &args.keep_fd {
+        cmd.keep_fd(fd);
+    }
+    for &(child, parent) in &args.fd {
+        cmd.fd(child, parent);
+    }
+    cmd.close_other_fds(!args.no_close_fds);
+    if let Some(mask) = args.sigmask {
+        cmd.signal_mask(mask);
+    }
+    cmd.restore_signals(!args.no_restore_signals);
+    Ok(cmd)
+}
+
+/// How a `--stdin`/`--stdout`/`--stderr` file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenMode {
+    Read,
+    Truncate,
+    Append,
+}
+
+impl OpenMode {
+    fn flags(self) -> &'static str {
+        match self {
+            OpenMode::Read => "O_RDONLY",
+            OpenMode::Truncate => "O_WRONLY|O_CREAT|O_TRUNC 0666",
+            OpenMode::Append => "O_WRONLY|O_CREAT|O_APPEND 0666",
+        }
+    }
+
+    fn open(self, path: &Path) -> io::Result<File> {
+        match self {
+            OpenMode::Read => File::open(path),
+            OpenMode::Truncate => {
+                OpenOptions::new().write(true).create(true).truncate(true).open(path)
+            }
+            OpenMode::Append => OpenOptions::new().append(true).create(true).open(path),
+        }
+    }
+}
+
+/// Open the stdio files and hand them to `cmd`; returns one line per file opened, as the dry
+/// run prints them. In a dry run nothing is opened (no file is created or truncated):
+/// /dev/null stands in so the plan shows the dup2 steps.
+fn open_stdio(args: &RunArgs, cmd: &mut Command) -> Result<Vec<String>, Failure> {
+    let pick = |trunc: &Option<PathBuf>, append: &Option<PathBuf>, trunc_flag, append_flag| match (
+        trunc, append,
+    ) {
+        (Some(p), _) => Some((p.clone(), OpenMode::Truncate, trunc_flag)),
+        (None, Some(p)) => Some((p.clone(), OpenMode::Append, append_flag)),
+        (None, None) => None,
+    };
+    let specs = [
+        args.stdin.clone().map(|p| (p, OpenMode::Read, "--stdin")),
+        pick(&args.stdout, &args.stdout_append, "--stdout", "--stdout-append"),
+        pick(&args.stderr, &args.stderr_append, "--stderr", "--stderr-append"),
+    ];
+    let mut lines = Vec::new();
+    for (target, spec) in specs.into_iter().enumerate() {
+        let Some((path, mode, flag)) = spec else { continue };
+        if path.as_os_str() == "-" {
+            continue;
+        }
+        let file = if args.dry_run { File::open("/dev/null") } else { mode.open(&path) }
+            .map_err(|e| Failure::setup(format!("open {} ({flag}): {e}", quoted(&path))))?;
+        lines.push(format!(
+            "open {} {} -> fd {} for fd {target}",
+            quoted(&path),
+            mode.flags(),
+            file.as_raw_fd()
+        ));
+        match target {
+            0 => cmd.stdin(file),
+            1 => cmd.stdout(file),
+            _ => cmd.stderr(file),
+        };
+    }
+    if args.stderr_to_stdout {
+        cmd.stderr(Stdio::Stdout);
+    }
+    Ok(lines)
+}
+
+// ---------------------------------------------------------------------------------------
+// Users and groups (getpwnam_r/getgrnam_r in spawnkit, never in the child).
+// ---------------------------------------------------------------------------------------
+
+fn resolve(
+    flag: &str,
+    id: &Id,
+    lookup: fn(&str) -> io::Result<Option<u32>>,
+) -> Result<u32, Failure> {
+    let what = if flag == "--uid" { "user" } else { "group" };
+    match id {
+        Id::Num(n) => Ok(*n),
+        Id::Name(name) => match lookup(name) {
+            Ok(Some(n)) => Ok(n),
+            Ok(None) => Err(Failure::setup(format!("{flag} {}: no such {what}", quoted(name)))),
+            Err(e) => {
+                Err(Failure::setup(format!("{flag} {}: {what} lookup failed: {e}", quoted(name))))
+            }
+        },
+    }
+}
+
+/// Call a getpwnam_r-style function with a buffer that grows on ERANGE. `call` gets the
+/// buffer and returns (the function's return value, whether an entry was found).
+fn with_growing_buffer(
+    mut call: impl FnMut(&mut [u8]) -> (libc::c_int, Option<u32>),
+) -> io::Result<Option<u32>> {
+    let mut size = 1024;
+    loop {
+        let mut buf = vec![0u8; size];
+        match call(&mut buf) {
+            (0, found) => return Ok(found),
+            (libc::ERANGE, _) if size < (1 << 22) => size *= 4,
+            // "Not found" comes back as one of these from some NSS modules.
+            (libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM, _) => return Ok(None),
+            (e, _) => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+fn lookup_user(name: &str) -> io::Result<Option<u32>> {
+    let Ok(cname) = std::ffi::CString::new(name) else { return Ok(None) };
+    with_growing_buffer(|buf| {
+        let mut pw = MaybeUninit::<libc::passwd>::zeroed();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: a NUL-terminated name, a passwd to fill,
+        // a buffer of `buf.len()` bytes for its strings, and the result pointer.
+        let r = unsafe {
+            libc::getpwnam_r(
+                cname.as_ptr(),
+                pw.as_mut_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        // SAFETY: when `result` is not NULL it points to `pw`, filled by getpwnam_r.
+        let found = (!result.is_null()).then(|| unsafe { (*result).pw_uid });
+        (r, found)
+    })
+}
+
+fn lookup_group(name: &str) -> io::Result<Option<u32>> {
+    let Ok(cname) = std::ffi::CString::new(name) else { return Ok(None) };
+    with_growing_buffer(|buf| {
+        let mut gr = MaybeUninit::<libc::group>::zeroed();
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: as in `lookup_user`, for getgrnam_r.
+        let r = unsafe {
+            libc::getgrnam_r(
+                cname.as_ptr(),
+                gr.as_mut_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        // SAFETY: when `result` is not NULL it points to `gr`, filled by getgrnam_r.
+        let found = (!result.is_null()).then(|| unsafe { (*result).gr_gid });
+        (r, found)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Signal forwarding: blocked signals, a signalfd, and poll(2) with the child's pidfd.
+// ---------------------------------------------------------------------------------------
+
+/// The signals spawnkit passes on to the child.
+const FORWARDED: [libc::c_int; 6] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
+
+fn child_has_own_group(args: &RunArgs) -> bool {
+    // SAFETY: getpgrp has no arguments and cannot fail.
+    let ours = unsafe { libc::getpgrp() };
+    args.setsid || args.pgid.is_some_and(|pgid| pgid != ours)
+}
+
+/// The [`FORWARDED`] signals, blocked in spawnkit and read from a signalfd.
+struct ForwardedSignals {
+    fd: OwnedFd,
+}
+
+impl ForwardedSignals {
+    /// Block the signals (spawnkit has one thread, so the process mask is this thread's) and
+    /// open a non-blocking signalfd for them. The child does not inherit the mask: the
+    /// library installs the child's own mask (empty unless --sigmask) before execve.
+    fn block() -> io::Result<ForwardedSignals> {
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: sigemptyset initialises the set; sigaddset adds valid signal numbers to it.
+        let set = unsafe {
+            libc::sigemptyset(set.as_mut_ptr());
+            for sig in FORWARDED {
+                libc::sigaddset(set.as_mut_ptr(), sig);
+            }
+            set.assume_init()
+        };
+        // SAFETY: `set` is an initialised sigset_t; the old mask is not requested.
+        let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        // SAFETY: -1 asks for a new signalfd; `set` is valid for the call.
+        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the fd was just created and is owned by nobody else.
+        Ok(ForwardedSignals { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Every pending signal: (signal number, si_code).
+    fn read_pending(&self) -> io::Result<Vec<(i32, i32)>> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: signalfd_siginfo is plain integers; all zeroes is a valid value.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: `info` is writable for `size` bytes; the fd is open.
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    size,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(out),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            if n as usize != size {
+                return Ok(out);
+            }
+            out.push((info.ssi_signo as i32, info.ssi_code));
+        }
+    }
+}
+
+/// Wait for the child, forwarding signals to it meanwhile.
+fn wait_forwarding(
+    child: &mut Child,
+    signals: &ForwardedSignals,
+    own_group: bool,
+) -> Result<ExitStatus, Failure> {
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: signals.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: child.pidfd().as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Failure::setup(format!("poll: {e}")));
+        }
+        if fds[0].revents != 0 {
+            let pending =
+                signals.read_pending().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
+            for (signo, code) in pending {
+                if !should_forward(code, own_group) {
+                    continue;
+                }
+                let Ok(sig) = Signal::new(signo) else { continue };
+                if let Err(e) = child.send_signal(sig) {
+                    eprintln!("spawnkit: {e}");
+                }
+            }
+        }
+        if fds[1].revents != 0 {
+            return Ok(child.wait()?);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_pairs() {
+        let p = |s: &str| parse_env_pair(OsString::from(s));
+        assert_eq!(p("A=1"), Ok(("A".into(), "1".into())));
+        assert_eq!(p("A="), Ok(("A".into(), "".into())));
+        assert_eq!(p("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(p("=1").unwrap_err().contains("empty"));
+        assert!(p("A").unwrap_err().contains("NAME=VALUE"));
+        let raw = OsString::from_vec(b"K=\xff".to_vec());
+        assert_eq!(parse_env_pair(raw), Ok(("K".into(), OsString::from_vec(vec![0xff]))));
+    }
+
+    #[test]
+    fn rlimit_specs() {
+        assert_eq!(parse_rlimit("nofile=64"), Ok((Resource::Nofile, 64, 64)));
+        assert_eq!(parse_rlimit("NOFILE=64:128"), Ok((Resource::Nofile, 64, 128)));
+        assert_eq!(parse_rlimit("RLIMIT_CORE=0:unlimited"), Ok((Resource::Core, 0, RLIM_INFINITY)));
+        assert_eq!(parse_rlimit("as=infinity"), Ok((Resource::As, RLIM_INFINITY, RLIM_INFINITY)));
+        assert_eq!(parse_rlimit("stack=UNLIMITED:Infinity").map(|r| r.1), Ok(RLIM_INFINITY));
+        assert!(parse_rlimit("bogus=1").unwrap_err().contains("unknown resource \"bogus\""));
+        assert!(parse_rlimit("nofile").unwrap_err().contains("NAME=SOFT[:HARD]"));
+        assert!(parse_rlimit("nofile=x").unwrap_err().contains("\"x\" is not a limit"));
+        assert!(parse_rlimit("nofile=1:").unwrap_err().contains("\"\" is not a limit"));
+        assert!(parse_rlimit("nofile=-1").is_err());
+        assert!(parse_rlimit("nofile=10:5").unwrap_err().contains("above the hard limit"));
+        assert!(parse_rlimit("nofile=unlimited:5").is_err());
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0"), Ok(CpuList(vec![0])));
+        assert_eq!(parse_cpu_list("0,1"), Ok(CpuList(vec![0, 1])));
+        assert_eq!(parse_cpu_list("0-3"), Ok(CpuList(vec![0, 1, 2, 3])));
+        assert_eq!(parse_cpu_list("8,0-2,1"), Ok(CpuList(vec![0, 1, 2, 8])));
+        assert_eq!(parse_cpu_list("2-2"), Ok(CpuList(vec![2])));
+        assert_eq!(parse_cpu_list(" 1 , 3 "), Ok(CpuList(vec![1, 3])));
+        assert!(parse_cpu_list("").unwrap_err().contains("empty"));
+        assert!(parse_cpu_list("3-1").unwrap_err().contains("reversed"));
+        assert!(parse_cpu_list("a").unwrap_err().contains("not a CPU number"));
+        assert!(parse_cpu_list("0,").is_err());
+        assert!(parse_cpu_list("-1").is_err());
+        assert!(parse_cpu_list("0-100000000").unwrap_err().contains("out of range"));
+    }
+
+    #[test]
+    fn fd_maps() {
+        assert_eq!(parse_fd_map("3=7"), Ok((3, 7)));
+        assert_eq!(parse_fd_map("0=9"), Ok((0, 9)));
+        assert!(parse_fd_map("3").unwrap_err().contains("CHILD=PARENT"));
+        assert!(parse_fd_map("3=-1").unwrap_err().contains("\"-1\""));
+        assert!(parse_fd_map("x=1").is_err());
+        assert!(parse_fd_map("1=").is_err());
+    }
+
+    #[test]
+    fn umasks() {
+        assert_eq!(parse_umask("077"), Ok(0o77));
+        assert_eq!(parse_umask("0027"), Ok(0o27));
+        assert_eq!(parse_umask("22"), Ok(0o22));
+        assert_eq!(parse_umask("0"), Ok(0));
+        assert_eq!(parse_umask("777"), Ok(0o777));
+        assert_eq!(parse_umask("0o022"), Ok(0o22));
+        assert!(parse_umask("8").unwrap_err().contains("not an octal mode"));
+        assert!(parse_umask("").is_err());
+        assert!(parse_umask("1000").unwrap_err().contains("out of range"));
+        assert!(parse_umask("99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("TERM"), Ok(Signal::TERM));
+        assert_eq!(parse_signal("SIGTERM"), Ok(Signal::TERM));
+        assert_eq!(parse_signal("term"), Ok(Signal::TERM));
+        assert_eq!(parse_signal("15"), Ok(Signal::TERM));
+        assert!(parse_signal("FOO").unwrap_err().contains("\"FOO\" is not a signal"));
+        assert!(parse_signal("0").is_err());
+        assert!(parse_signal("65").is_err());
+    }
+
+    #[test]
+    fn signal_lists() {
+        assert_eq!(parse_signal_list(""), Ok(SigSet::empty()));
+        let set = parse_signal_list("INT,SIGTERM,10").unwrap();
+        assert_eq!(set.bits(), (1 << 1) | (1 << 14) | (1 << 9));
+        assert!(parse_signal_list("INT,NOPE").unwrap_err().contains("\"NOPE\""));
+        assert!(parse_signal_list("KILL").unwrap_err().contains("cannot be blocked"));
+        assert!(parse_signal_list("STOP").unwrap_err().contains("cannot be blocked"));
+        assert!(parse_signal_list("INT,").is_err());
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(parse_id("0"), Ok(Id::Num(0)));
+        assert_eq!(parse_id("65534"), Ok(Id::Num(65534)));
+        assert_eq!(parse_id("nobody"), Ok(Id::Name("nobody".into())));
+        assert!(parse_id("").is_err());
+        assert!(parse_id("99999999999").unwrap_err().contains("out of range"));
+        assert_eq!(parse_id_list(""), Ok(IdList(vec![])));
+        assert_eq!(
+            parse_id_list("1,adm,3"),
+            Ok(IdList(vec![Id::Num(1), Id::Name("adm".into()), Id::Num(3)]))
+        );
+        assert!(parse_id_list("1,,2").is_err());
+    }
+
+    #[test]
+    fn forwarding_rule() {
+        // kill(2) from another process: SI_USER; forwarded whatever the group.
+        assert!(should_forward(libc::SI_USER, false));
+        assert!(should_forward(libc::SI_USER, true));
+        assert!(should_forward(libc::SI_QUEUE, false));
+        // A terminal's Ctrl-C: already delivered to a child in our group.
+        assert!(!should_forward(libc::SI_KERNEL, false));
+        assert!(should_forward(libc::SI_KERNEL, true));
+    }
+
+    #[test]
+    fn user_lookup() {
+        assert_eq!(lookup_user("root").unwrap(), Some(0));
+        assert_eq!(lookup_group("root").unwrap(), Some(0));
+        assert_eq!(lookup_user("no-such-user-spawnkit").unwrap(), None);
+        assert_eq!(lookup_group("no-such-group-spawnkit").unwrap(), None);
+    }
+}
