@@ -122,6 +122,8 @@ pub struct Child {
     pub stderr: Option<File>,
     status: Option<ExitStatus>,
     kill_on_drop: bool,
+    /// Handed over with [`into_pidfd`](Child::into_pidfd): Drop leaves the child alone.
+    detached: bool,
     comm: Comm,
 }
 
@@ -172,6 +174,7 @@ impl Child {
             stderr: stderr.map(File::from),
             status: None,
             kill_on_drop,
+            detached: false,
             comm: Comm::default(),
         }
     }
@@ -327,6 +330,18 @@ impl Child {
         }
     }
 
+    /// Give up the handle without reaping: the caller takes over the child, its pid and a
+    /// pidfd for it (a duplicate; the pipes are closed). Dropping the returned fd without
+    /// reaping leaves a zombie until this process exits: that is now the caller's business.
+    pub fn into_pidfd(mut self) -> Result<(u32, OwnedFd)> {
+        let fd = self
+            .pidfd
+            .try_clone()
+            .map_err(|e| Error::os("dup", "pidfd", e.raw_os_error().unwrap_or(libc::EIO)))?;
+        self.detached = true;
+        Ok((self.pid as u32, fd))
+    }
+
     fn write_input(&mut self) -> Result<()> {
         let Some(stdin) = self.stdin.as_mut() else { return Ok(()) };
         let rest = &self.comm.input[self.comm.written..];
@@ -383,18 +398,11 @@ impl Child {
             )),
         }
     }
-
-    /// Give up the handle without reaping: the caller takes over the pid and pidfd.
-    pub fn into_pidfd(mut self) -> (u32, OwnedFd) {
-        self.status = Some(ExitStatus::Exited(0)); // nothing left for Drop to do
-        let fd = self.pidfd.try_clone().expect("dup of a pidfd");
-        (self.pid as u32, fd)
-    }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if self.status.is_some() {
+        if self.status.is_some() || self.detached {
             return;
         }
         if let Ok(Some(_)) = self.try_wait() {

@@ -131,13 +131,6 @@ impl fmt::Display for Step {
     }
 }
 
-/// The environment the child gets.
-pub(crate) enum Envp {
-    /// The parent's `environ`, as it is at the clone (no copy).
-    Inherit,
-    Owned(CStrArray),
-}
-
 /// What to execve: the candidates in PATH order, argv and envp.
 pub(crate) struct Exec {
     pub(crate) program: OsString,
@@ -145,7 +138,10 @@ pub(crate) struct Exec {
     pub(crate) searched: Option<OsString>,
     pub(crate) candidates: CStrArray,
     pub(crate) argv: CStrArray,
-    pub(crate) envp: Envp,
+    /// Always a copy, even when the environment is inherited unchanged: another thread's
+    /// setenv may free the live `environ` array while the child is in execve (EFAULT).
+    /// `std::env::vars_os` copies under std's environment lock.
+    pub(crate) envp: CStrArray,
 }
 
 /// A [`Command`] compiled for one spawn: the steps, the exec candidates, and the fds made
@@ -266,8 +262,11 @@ impl Plan {
         if cmd.restore_signals {
             sig_default = sig_default.with(Signal::PIPE).with(Signal::XFSZ);
         }
-        if sig_default.bits() != 0 {
-            plan.steps.push(Step::SignalDefault { set: sig_default.bits() });
+        // SIGKILL and SIGSTOP always have their default action (sigaction refuses them).
+        let unchangeable = (1u64 << (libc::SIGKILL - 1)) | (1u64 << (libc::SIGSTOP - 1));
+        let set = sig_default.bits() & !unchangeable;
+        if set != 0 {
+            plan.steps.push(Step::SignalDefault { set });
         }
         if cmd.setsid {
             plan.steps.push(Step::Setsid);
@@ -346,16 +345,11 @@ impl Plan {
     fn plan_fds(&mut self, cmd: &Command) -> Result<()> {
         let mut maps: Vec<(RawFd, RawFd)> = Vec::new();
         let mut null: Option<RawFd> = None;
-        let mut stdout_src: Option<RawFd> = None;
+        let mut stderr_to_stdout = false;
         for (target, spec) in cmd.stdio.iter().enumerate() {
             let target = target as RawFd;
             let src = match spec {
-                None | Some(Stdio::Inherit) => {
-                    if target == 1 {
-                        stdout_src = Some(1);
-                    }
-                    continue;
-                }
+                None | Some(Stdio::Inherit) => continue,
                 Some(Stdio::Null) => match null {
                     Some(fd) => fd,
                     None => {
@@ -395,15 +389,11 @@ impl Plan {
                             "Stdio::Stdout is only for stderr",
                         ));
                     }
-                    match stdout_src {
-                        Some(fd) => fd,
-                        None => continue,
-                    }
+                    // Resolved below, once the fd maps (which may move fd 1) are applied.
+                    stderr_to_stdout = true;
+                    continue;
                 }
             };
-            if target == 1 {
-                stdout_src = Some(src);
-            }
             maps.push((target, src));
         }
         for &(target, src) in &cmd.fds {
@@ -412,6 +402,11 @@ impl Plan {
             }
             maps.retain(|(t, _)| *t != target);
             maps.push((target, src));
+        }
+        if stderr_to_stdout && !cmd.fds.iter().any(|(t, _)| *t == 2) {
+            // 2>&1: whatever the child's fd 1 will be (the parent's fd 1 if inherited).
+            let src = maps.iter().find(|(t, _)| *t == 1).map_or(1, |(_, s)| *s);
+            maps.push((2, src));
         }
         let targets: HashSet<RawFd> = maps.iter().map(|(t, _)| *t).collect();
         self.max_target = targets.iter().copied().max().unwrap_or(2).max(2);
@@ -491,10 +486,7 @@ fn build_exec(cmd: &Command) -> Result<Exec> {
     })
 }
 
-fn build_env(cmd: &Command) -> Result<(Envp, Option<OsString>)> {
-    if !cmd.env_clear && cmd.env.is_empty() {
-        return Ok((Envp::Inherit, std::env::var_os("PATH")));
-    }
+fn build_env(cmd: &Command) -> Result<(CStrArray, Option<OsString>)> {
     let mut vars: Vec<(OsString, OsString)> =
         if cmd.env_clear { Vec::new() } else { std::env::vars_os().collect() };
     for (k, v) in &cmd.env {
@@ -524,5 +516,5 @@ fn build_env(cmd: &Command) -> Result<(Envp, Option<OsString>)> {
             })?,
         );
     }
-    Ok((Envp::Owned(CStrArray::new(strings)), path))
+    Ok((CStrArray::new(strings), path))
 }

@@ -1,7 +1,15 @@
 //! The child: replays a [`Plan`]'s steps with raw system calls, then `execve`s.
 //!
 //! Runs between clone and execve, so everything here obeys the rules in `sys/mod.rs`: raw
-//! syscalls, no allocation, no panics, only memory prepared by the parent.
+//! syscalls, no allocation, no panics, only memory prepared by the parent. The lints below
+//! keep panic paths (indexing, overflow checks of debug builds, unwrap) out of this file.
+#![deny(
+    clippy::arithmetic_side_effects,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use core::ffi::c_char;
 use core::ptr;
@@ -12,9 +20,10 @@ use crate::spawn::command::Hook;
 use crate::spawn::plan::{FdRef, Step};
 
 /// What the child leaves for the parent. Written only by the child, read by the parent once
-/// the child has exec'd or exited (vfork: the parent thread sleeps until then; fork: through a
-/// shared page). `step` is the index of the step being run; `STEP_EXEC` means execve was
-/// reached. `errno == 0` with `step == STEP_EXEC` means success.
+/// the child has exec'd or exited (vfork: the parent thread sleeps until then; fork: in a
+/// MAP_SHARED page, read after EOF on the notify pipe). `step` is the index of the step being
+/// run; `STEP_EXEC` means execve was reached. `errno == 0` with `step == STEP_EXEC` means
+/// success.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Report {
@@ -45,8 +54,8 @@ pub(crate) struct ChildCtx<'a> {
     pub scratch_len: usize,
     /// The caller's hook (fork-exec only). Runs after every step, before the mask is restored.
     pub pre_exec: Option<*mut [Hook]>,
-    /// fork-exec only: the close-on-exec pipe that carries the [`Report`] to the parent.
-    /// Never closed by a close_range step.
+    /// fork-exec only: the close-on-exec pipe whose EOF tells the parent the child has
+    /// exec'd or exited. Never closed by a close_range step.
     pub notify_fd: i32,
 }
 
@@ -89,21 +98,7 @@ pub(crate) unsafe extern "C" fn child_main(ctx: *const ChildCtx<'_>) -> ! {
     let ctx = unsafe { &*ctx };
     match run(ctx) {
         Ok(()) => {}
-        Err((step, errno, detail)) => {
-            report(ctx, step, errno, detail);
-            if ctx.notify_fd >= 0 {
-                let r = Report { step, errno, detail };
-                // SAFETY: writes the 12 bytes of `r` to the notify pipe (fork-exec only).
-                unsafe {
-                    sc!(
-                        libc::SYS_write,
-                        ctx.notify_fd,
-                        &r as *const Report,
-                        core::mem::size_of::<Report>()
-                    )
-                };
-            }
-        }
+        Err((step, errno, detail)) => report(ctx, step, errno, detail),
     }
     exit(127)
 }
@@ -125,8 +120,13 @@ fn run(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
         // SAFETY: only the fork-exec strategy sets hooks; they run in a real fork() child,
         // where the caller promised (by the unsafe `pre_exec`) that they are fork-safe.
         for hook in unsafe { (*hooks).iter_mut() } {
-            if let Err(e) = hook() {
-                return Err((STEP_PRE_EXEC, e.raw_os_error().unwrap_or(libc::EINVAL), 0));
+            // A panicking hook must not unwind out of the forked child: report it as EINVAL.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *hook)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    return Err((STEP_PRE_EXEC, e.raw_os_error().unwrap_or(libc::EINVAL), 0))
+                }
+                Err(_) => return Err((STEP_PRE_EXEC, libc::EINVAL, 0)),
             }
         }
     }
@@ -158,7 +158,7 @@ fn reset_handled_signals() -> Result<(), i32> {
                 sigaction_default(sig)?;
             }
         }
-        sig += 1;
+        sig = sig.wrapping_add(1);
     }
     Ok(())
 }
@@ -186,10 +186,10 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
             Step::SignalDefault { set } => {
                 let mut sig = 1;
                 while sig <= NSIG {
-                    if set & (1u64 << (sig - 1)) != 0 {
+                    if set & 1u64.wrapping_shl(sig.wrapping_sub(1) as u32) != 0 {
                         sigaction_default(sig)?;
                     }
-                    sig += 1;
+                    sig = sig.wrapping_add(1);
                 }
                 0
             }
@@ -226,12 +226,12 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
             }
             Step::Nice { value } => sc!(libc::SYS_setpriority, libc::PRIO_PROCESS, 0, *value),
             Step::Affinity { mask, .. } => {
-                sc!(libc::SYS_sched_setaffinity, 0, mask.len() * 8, mask.as_ptr())
+                sc!(libc::SYS_sched_setaffinity, 0, mask.len().wrapping_mul(8), mask.as_ptr())
             }
             Step::Chdir { path } => sc!(libc::SYS_chdir, path.as_ptr()),
             Step::Setgroups { groups, ignore_eperm } => {
                 let r = sc!(libc::SYS_setgroups, groups.len(), groups.as_ptr());
-                if *ignore_eperm && r == -(libc::EPERM as isize) {
+                if *ignore_eperm && r == (libc::EPERM as isize).wrapping_neg() {
                     0
                 } else {
                     r
@@ -260,10 +260,10 @@ fn close_around(keep: i32, first: u32, last: u32) -> Result<isize, i32> {
     if keep >= 0 && (keep as u32) >= first && (keep as u32) <= last {
         let keep = keep as u32;
         if keep > first {
-            close_range(first, keep - 1)?;
+            close_range(first, keep.wrapping_sub(1))?;
         }
         if keep < last {
-            close_range(keep + 1, last)?;
+            close_range(keep.wrapping_add(1), last)?;
         }
         Ok(0)
     } else {
@@ -301,7 +301,8 @@ pub(crate) fn close_range_fallback(first: u32, last: u32) -> Result<(), i32> {
     };
     // Entries are read in fd order (a /proc/self/fd position is fd + 2), so closing while
     // reading skips nothing.
-    let mut buf = [0u64; 512]; // 4 KiB, 8-aligned for linux_dirent64
+    // 4 KiB, 8-aligned for linux_dirent64; left uninitialised (no memset: the kernel fills it).
+    let mut buf = core::mem::MaybeUninit::<[u64; 512]>::uninit();
     loop {
         // SAFETY: `buf` is writable for its full length.
         let n = unsafe { sc!(libc::SYS_getdents64, dir, buf.as_mut_ptr(), 4096) };
@@ -316,7 +317,7 @@ pub(crate) fn close_range_fallback(first: u32, last: u32) -> Result<(), i32> {
         };
         let base = buf.as_ptr() as *const u8;
         let mut off = 0usize;
-        while off + 19 < n {
+        while off.wrapping_add(19) < n {
             // SAFETY: linux_dirent64 = { u64 ino, i64 off, u16 reclen, u8 type, name[] };
             // the kernel wrote `n` bytes of whole records, and `off` stays below `n`.
             let (reclen, fd) = unsafe {
@@ -357,8 +358,8 @@ unsafe fn parse_fd(p: *const u8) -> Option<u32> {
         if !c.is_ascii_digit() || i > 10 {
             return None;
         }
-        v = v.wrapping_mul(10).wrapping_add((c - b'0') as u32);
-        i += 1;
+        v = v.wrapping_mul(10).wrapping_add(c.wrapping_sub(b'0') as u32);
+        i = i.wrapping_add(1);
     }
 }
 
@@ -367,12 +368,13 @@ fn close_brute_force(first: u32, last: u32) -> Result<(), i32> {
     // SAFETY: prlimit64 writes two u64 into `lim`.
     let r = unsafe { sc!(libc::SYS_prlimit64, 0, libc::RLIMIT_NOFILE, 0, lim.as_mut_ptr()) };
     check(r)?;
-    let end = lim[0].min(last as u64 + 1).min(1 << 20) as u32;
+    // The hard limit: fds opened before the soft limit was lowered may sit above it.
+    let end = lim[1].min((last as u64).wrapping_add(1)).min(1 << 20) as u32;
     let mut fd = first;
     while fd < end {
         // SAFETY: close takes an integer.
         unsafe { sc!(libc::SYS_close, fd) };
-        fd += 1;
+        fd = fd.wrapping_add(1);
     }
     Ok(())
 }
@@ -407,5 +409,62 @@ fn exec(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
     match eacces {
         Some(i) => Err((STEP_EXEC, libc::EACCES, i)),
         None => Err((STEP_EXEC, last, last_i)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_open(fd: i32) -> bool {
+        // SAFETY: F_GETFD on an fd number has no memory arguments.
+        unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    }
+
+    /// The /proc/self/fd walk that replaces close_range on kernels before 5.9, run in a
+    /// forked child so the test process's own fds are untouched.
+    #[test]
+    fn close_range_fallback_closes_exactly_the_range() {
+        // SAFETY: the child only makes system calls and exits with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let mut code = 0;
+            for fd in 100..110 {
+                // SAFETY: dup2 of stdin-or-/dev/null onto a free number.
+                let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+                // SAFETY: as above.
+                if null < 0 || unsafe { libc::dup2(null, fd) } != fd {
+                    code = 10;
+                }
+            }
+            if close_range_fallback(102, 105).is_err() {
+                code = 11;
+            }
+            for fd in 100..110 {
+                let want = !(102..=105).contains(&fd);
+                if is_open(fd) != want {
+                    code = 20 + (fd - 100);
+                }
+            }
+            // SAFETY: leave the forked child without running the test harness's atexit.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "fd check failed (code = 20 + fd - 100)");
+    }
+
+    #[test]
+    fn parse_fd_names() {
+        // SAFETY: NUL-terminated literals.
+        unsafe {
+            assert_eq!(parse_fd(c"17".as_ptr().cast()), Some(17));
+            assert_eq!(parse_fd(c".".as_ptr().cast()), None);
+            assert_eq!(parse_fd(c"..".as_ptr().cast()), None);
+            assert_eq!(parse_fd(c"".as_ptr().cast()), None);
+        }
     }
 }

@@ -62,49 +62,73 @@ pub(crate) struct Cloned {
 /// All signals must be blocked in the calling thread, and `ctx` must satisfy the child's
 /// rules (sys/mod.rs): every pointer valid until this returns.
 pub(crate) unsafe fn clone_vfork(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
-    let base = libc::CLONE_VM as u64 | libc::CLONE_VFORK as u64 | libc::CLONE_PIDFD as u64;
-    if CLONE3.load(Ordering::Relaxed) != CLONE3_REFUSED {
-        ctx.reset_handlers = false;
-        let mut pidfd: i32 = -1;
-        let args = CloneArgs {
-            flags: base | CLONE_CLEAR_SIGHAND,
-            pidfd: &mut pidfd as *mut i32 as u64,
-            exit_signal: libc::SIGCHLD as u64,
-            stack: stack.base() as u64,
-            stack_size: stack.size() as u64,
-            ..Default::default()
-        };
-        // SAFETY: `args` is a valid clone_args; the child starts on `stack` and runs
-        // `child_main(ctx)`, which never returns (caller's contract).
-        let r = unsafe {
-            trampoline(
-                libc::SYS_clone3,
-                &args as *const CloneArgs as usize,
-                core::mem::size_of::<CloneArgs>(),
-                0,
-                0,
-                0,
-                ctx,
-            )
-        };
-        match check(r) {
-            Ok(pid) => {
-                CLONE3.store(CLONE3_OK, Ordering::Relaxed);
-                return Ok(Cloned { pid: pid as i32, pidfd });
-            }
-            Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG))
-                if CLONE3.load(Ordering::Relaxed) == UNKNOWN || e == libc::ENOSYS =>
-            {
-                CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
-            }
-            Err(e) => return Err(e),
-        }
+    if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
+        // SAFETY: the caller's contract.
+        return unsafe { clone_legacy(ctx, stack) };
     }
+    // SAFETY: the caller's contract.
+    match unsafe { clone3(ctx, stack) } {
+        Ok(c) => {
+            CLONE3.store(CLONE3_OK, Ordering::Relaxed);
+            Ok(c)
+        }
+        // Refused (old kernel, seccomp filter, sandbox): try clone(2), and remember that only
+        // if clone(2) then works, so a genuine clone3 error is still reported as such.
+        Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)) => {
+            // SAFETY: the caller's contract.
+            match unsafe { clone_legacy(ctx, stack) } {
+                Ok(c) => {
+                    CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
+                    Ok(c)
+                }
+                Err(legacy) => Err(if e == libc::ENOSYS { legacy } else { e }),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+const BASE_FLAGS: u64 = libc::CLONE_VM as u64 | libc::CLONE_VFORK as u64 | libc::CLONE_PIDFD as u64;
+
+/// # Safety
+/// As for [`clone_vfork`].
+unsafe fn clone3(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
+    ctx.reset_handlers = false;
+    let mut pidfd: i32 = -1;
+    let args = CloneArgs {
+        flags: BASE_FLAGS | CLONE_CLEAR_SIGHAND,
+        pidfd: &mut pidfd as *mut i32 as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.base() as u64,
+        stack_size: stack.size() as u64,
+        ..Default::default()
+    };
+    // SAFETY: `args` is a valid clone_args; the child starts on `stack` and runs
+    // `child_main(ctx)`, which never returns (caller's contract).
+    let r = unsafe {
+        trampoline(
+            libc::SYS_clone3,
+            &args as *const CloneArgs as usize,
+            core::mem::size_of::<CloneArgs>(),
+            0,
+            0,
+            0,
+            ctx,
+        )
+    };
+    let pid = check(r)? as i32;
+    Ok(Cloned { pid, pidfd })
+}
+
+/// # Safety
+/// As for [`clone_vfork`].
+unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
     ctx.reset_handlers = true;
     let mut pidfd: i32 = -1;
-    let flags = base | libc::SIGCHLD as u64;
-    // SAFETY: clone(2) with CLONE_PIDFD stores the pidfd through `parent_tid`; the child
-    // starts on the top of `stack` and runs `child_main(ctx)`, which never returns.
+    let flags = BASE_FLAGS | libc::SIGCHLD as u64;
+    // SAFETY: clone(2) with CLONE_PIDFD stores the pidfd through `parent_tid` (the third
+    // argument on x86_64 and aarch64); the child starts on the top of `stack` and runs
+    // `child_main(ctx)`, which never returns.
     let r = unsafe {
         trampoline(
             libc::SYS_clone,
@@ -116,8 +140,18 @@ pub(crate) unsafe fn clone_vfork(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Resul
             ctx,
         )
     };
-    let pid = check(r)?;
-    Ok(Cloned { pid: pid as i32, pidfd })
+    let pid = check(r)? as i32;
+    if pidfd < 0 {
+        // A kernel before 5.2 ignores CLONE_PIDFD: without a pidfd the child cannot be handed
+        // out safely. It has exec'd or exited by now; stop and reap it.
+        // SAFETY: `pid` is our own unreaped child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, core::ptr::null_mut(), libc::__WALL);
+        }
+        return Err(libc::ENOSYS);
+    }
+    Ok(Cloned { pid, pidfd })
 }
 
 /// Issue clone/clone3; in the child (return value 0, now on the new stack) call

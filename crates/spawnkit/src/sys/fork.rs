@@ -2,9 +2,9 @@
 //! the caller's `pre_exec` hooks. The child's [`Report`] travels over a close-on-exec pipe:
 //! EOF without a report means execve succeeded.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::child::{child_main, Report, STEP_EXEC, STEP_NONE};
+use super::child::{child_main, Report, STEP_NONE};
 use super::{context, last_errno, pidfd, Outcome, SignalsBlocked};
 use crate::spawn::command::Hook;
 use crate::spawn::plan::Plan;
@@ -29,20 +29,58 @@ fn cloexec_pipe_above(min: i32) -> Result<(OwnedFd, OwnedFd), i32> {
     Ok((r, unsafe { OwnedFd::from_raw_fd(high) }))
 }
 
+/// A MAP_SHARED anonymous page holding the [`Report`], so the parent sees the step a forked
+/// child was in even when it died there.
+struct SharedReport(*mut Report);
+
+impl SharedReport {
+    fn new() -> Result<SharedReport, i32> {
+        // SAFETY: a fresh anonymous shared mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(last_errno());
+        }
+        let p = p as *mut Report;
+        // SAFETY: the page is writable and large enough for a Report.
+        unsafe { p.write(Report { step: STEP_NONE, errno: 0, detail: 0 }) };
+        Ok(SharedReport(p))
+    }
+
+    fn read(&self) -> Report {
+        // SAFETY: the page lives until drop; volatile because the child wrote it.
+        unsafe { self.0.read_volatile() }
+    }
+}
+
+impl Drop for SharedReport {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped by `new`.
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, 4096) };
+    }
+}
+
 /// Spawn with fork(). Returns the failing syscall and errno if no child started.
 pub(crate) fn spawn_fork_exec(
     plan: &Plan,
     hooks: &mut [Hook],
 ) -> Result<Outcome, (&'static str, i32)> {
     let (rd, wr) = cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?;
-    let mut report = Report { step: STEP_NONE, errno: 0, detail: 0 };
+    let shared = SharedReport::new().map_err(|e| ("mmap", e))?;
+    let mut unused = Report::default();
     let mut scratch = vec![-1i32; plan.scratch];
     let hooks = if hooks.is_empty() { None } else { Some(hooks as *mut [Hook]) };
-    let mut ctx = context(plan, &mut report, &mut scratch, hooks);
-    {
-        use std::os::fd::AsRawFd;
-        ctx.notify_fd = wr.as_raw_fd();
-    }
+    let mut ctx = context(plan, &mut unused, &mut scratch, hooks);
+    ctx.report = shared.0;
+    ctx.notify_fd = wr.as_raw_fd();
     let blocked = SignalsBlocked::new();
     // SAFETY: fork has no preconditions; the child only runs `child_main`, which obeys the
     // child rules (plus the caller's hooks, covered by the unsafe `pre_exec` contract).
@@ -57,35 +95,31 @@ pub(crate) fn spawn_fork_exec(
     if pid < 0 {
         return Err(("fork", fork_errno));
     }
+    // EOF once the child has exec'd (close-on-exec) or exited.
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reads at most one byte into `byte`.
+        let n = unsafe { libc::read(rd.as_raw_fd(), &mut byte as *mut u8 as *mut libc::c_void, 1) };
+        if n < 0 && last_errno() == libc::EINTR {
+            continue;
+        }
+        break;
+    }
+    let report = shared.read();
     let pidfd = match pidfd::open(pid) {
         Ok(fd) => fd,
         Err(e) => {
-            // Without a pidfd the child cannot be handed out: kill and reap it.
-            // SAFETY: `pid` is our own unreaped child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            // Without a pidfd the child cannot be handed out: stop and reap it. ESRCH means it
+            // was reaped elsewhere already (SIGCHLD ignored) and its pid must not be signalled.
+            if e != libc::ESRCH {
+                // SAFETY: `pid` is our own unreaped child.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
             }
             return Err(("pidfd_open", e));
         }
     };
-    let mut got = Report::default();
-    let size = std::mem::size_of::<Report>();
-    let n = loop {
-        // SAFETY: reads at most `size` bytes into `got`.
-        let n = unsafe {
-            libc::read(
-                std::os::fd::AsRawFd::as_raw_fd(&rd),
-                &mut got as *mut Report as *mut libc::c_void,
-                size,
-            )
-        };
-        if n < 0 && last_errno() == libc::EINTR {
-            continue;
-        }
-        break n;
-    };
-    let report =
-        if n == size as isize { got } else { Report { step: STEP_EXEC, errno: 0, detail: 0 } };
     Ok(Outcome { pid, pidfd, report })
 }

@@ -44,16 +44,11 @@ pub(crate) fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
-use std::ffi::c_char;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use crate::spawn::command::Hook;
-use crate::spawn::plan::{Envp, Plan};
+use crate::spawn::plan::Plan;
 use child::{ChildCtx, Report, STEP_NONE};
-
-extern "C" {
-    static environ: *const *const c_char;
-}
 
 /// A started child and what it left in its [`Report`]: success when
 /// `report.step == STEP_EXEC && report.errno == 0`.
@@ -101,11 +96,7 @@ fn context<'a>(
     scratch: &'a mut [i32],
     pre_exec: Option<*mut [Hook]>,
 ) -> ChildCtx<'a> {
-    let envp = match &plan.exec.envp {
-        // SAFETY: reading the `environ` pointer itself (not what it points to).
-        Envp::Inherit => unsafe { environ },
-        Envp::Owned(arr) => arr.as_ptr(),
-    };
+    let envp = plan.exec.envp.as_ptr();
     let cands = plan.exec.candidates.as_ptr();
     let n = plan.exec.candidates.strings().len();
     ChildCtx {

@@ -6,9 +6,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 
-use super::{environ, pidfd};
+use super::pidfd;
 use crate::error::{quoted, Error, ErrorKind, Result};
-use crate::spawn::plan::{Envp, FdRef, Plan, Step};
+use crate::spawn::plan::{FdRef, Plan, Step};
 
 /// glibc's POSIX_SPAWN_SETSID (2.26).
 const POSIX_SPAWN_SETSID: libc::c_short = 0x80;
@@ -87,6 +87,21 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
         check("posix_spawnattr_setsigmask", libc::posix_spawnattr_setsigmask(&mut a.attr, &mask))?
     };
     let mut slots: Vec<i32> = Vec::new();
+    // posix_spawn has no F_DUPFD: temporaries get fixed numbers above every fd any step reads
+    // or writes, so they cannot overwrite a source.
+    let tmp_base = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Dup2 { from: FdRef::Fd(fd), .. }
+            | Step::DupAway { fd, .. }
+            | Step::ClearCloexec { fd } => Some(*fd),
+            _ => None,
+        })
+        .chain([plan.max_target])
+        .max()
+        .unwrap_or(2)
+        + 1;
     let closes_all =
         plan.steps.iter().any(|s| matches!(s, Step::CloseRange { last: u32::MAX, .. }));
     for step in &plan.steps {
@@ -110,10 +125,9 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
                     )?;
                     flags |= libc::POSIX_SPAWN_SETPGROUP as libc::c_short;
                 }
-                Step::DupAway { fd, above, slot, .. } if closes_all => {
-                    // No F_DUPFD in posix_spawn: use a fixed number above every target; the
-                    // final closefrom removes it.
-                    let tmp = above + *slot as i32;
+                Step::DupAway { fd, slot, .. } if closes_all => {
+                    // The final closefrom removes the temporary.
+                    let tmp = tmp_base + *slot as i32;
                     if slots.len() <= *slot {
                         slots.resize(*slot + 1, -1);
                     }
@@ -169,11 +183,7 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
 /// leaves no child behind.
 pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
     let a = prepare(plan)?;
-    let envp = match &plan.exec.envp {
-        // SAFETY: reading the `environ` pointer.
-        Envp::Inherit => unsafe { environ },
-        Envp::Owned(arr) => arr.as_ptr(),
-    };
+    let envp = plan.exec.envp.as_ptr();
     let argv = plan.exec.argv.as_ptr() as *const *mut c_char;
     let envp = envp as *const *mut c_char;
     let program = plan.exec.program.as_bytes();
@@ -228,6 +238,10 @@ pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
     }
     match pidfd::open(pid) {
         Ok(fd) => Ok((pid, fd)),
+        // Reaped already (SIGCHLD ignored, or a waitpid(-1) elsewhere): the pid may belong to
+        // another process by now, so it must not be signalled.
+        Err(libc::ESRCH) => Err(Error::os("pidfd_open", pid.to_string(), libc::ESRCH)
+            .with_reason("the child ran and was reaped elsewhere (SIGCHLD ignored?)")),
         Err(e) => {
             // SAFETY: our own unreaped child.
             unsafe {
