@@ -489,13 +489,17 @@ fn program_not_executable_is_126() {
 
 #[test]
 fn bad_cwd_is_125_with_the_step_named() {
-    // posix-spawn cannot tell a failed chdir from a missing program (glibc reports ENOENT
-    // for both), so only the strategies that report the step are checked here.
     for strategy in FULL {
         run_probe(strategy, &["--cwd", "/nope"], &[])
             .code(125)
             .stderr_is("spawnkit: chdir \"/nope\": No such file or directory (os error 2)\n");
     }
+    // glibc reports ENOENT for a failed chdir and a missing program alike; spawnkit checks
+    // the directory in the parent to name the step, and says so.
+    run_probe("posix-spawn", &["--cwd", "/nope"], &[]).code(125).stderr_is(
+        "spawnkit: chdir \"/nope\": No such file or directory (os error 2) \
+         (posix_spawn failed; the directory fails in the parent too)\n",
+    );
 }
 
 // ---------------------------------------------------------------------------------------

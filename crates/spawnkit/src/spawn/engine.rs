@@ -81,9 +81,9 @@ fn exec_error(plan: &Plan, r: Report) -> Error {
     }
     let subject = exec
         .candidates
-        .strings()
-        .get(r.detail as usize)
-        .map(|c| quoted(OsStr::from_bytes(c.as_bytes())))
+        .iter()
+        .nth(r.detail as usize)
+        .map(|c| quoted(OsStr::from_bytes(c)))
         .unwrap_or_else(|| quoted(&exec.program));
     Error::os("execve", subject, r.errno)
 }

@@ -165,8 +165,8 @@ impl fmt::Debug for Plan {
         f.debug_struct("Plan")
             .field("strategy", &self.strategy)
             .field("steps", &self.steps)
-            .field("candidates", &self.exec.candidates.strings())
-            .field("argv", &self.exec.argv.strings())
+            .field("candidates", &self.candidates())
+            .field("argv", &self.argv())
             .finish_non_exhaustive()
     }
 }
@@ -179,30 +179,16 @@ impl fmt::Display for Plan {
             writeln!(f, "{step}")?;
         }
         writeln!(f, "sigprocmask SETMASK {:#x}", self.sigmask)?;
-        let cands: Vec<String> = self
-            .exec
-            .candidates
-            .strings()
-            .iter()
-            .map(|c| quoted(OsStr::from_bytes(c.as_bytes())))
-            .collect();
-        let argv: Vec<String> = self
-            .exec
-            .argv
-            .strings()
-            .iter()
-            .map(|c| quoted(OsStr::from_bytes(c.as_bytes())))
-            .collect();
+        let show = |arr: &CStrArray| -> Vec<String> {
+            arr.iter().map(|c| quoted(OsStr::from_bytes(c))).collect()
+        };
+        let (cands, argv) = (show(&self.exec.candidates), show(&self.exec.argv));
         write!(f, "execve {} argv [{}]", cands.join(" | "), argv.join(", "))
     }
 }
 
 /// The PATH used when the child's environment has none (glibc's and CPython's default).
 pub const DEFAULT_PATH: &str = "/bin:/usr/bin";
-
-fn cstring(what: &'static str, s: &OsStr) -> Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| Error::invalid(what, quoted(s), "contains a NUL byte"))
-}
 
 fn os_err(step: &'static str, subject: &str, errno: i32) -> Error {
     Error::os(step, subject, errno)
@@ -216,17 +202,12 @@ impl Plan {
 
     /// The paths execve will try, in order.
     pub fn candidates(&self) -> Vec<OsString> {
-        self.exec
-            .candidates
-            .strings()
-            .iter()
-            .map(|c| OsString::from_vec(c.as_bytes().to_vec()))
-            .collect()
+        self.exec.candidates.iter().map(|c| OsString::from_vec(c.to_vec())).collect()
     }
 
     /// argv as the child gets it.
     pub fn argv(&self) -> Vec<OsString> {
-        self.exec.argv.strings().iter().map(|c| OsString::from_vec(c.as_bytes().to_vec())).collect()
+        self.exec.argv.iter().map(|c| OsString::from_vec(c.to_vec())).collect()
     }
 
     /// The strategy the plan is for.
@@ -313,7 +294,9 @@ impl Plan {
             plan.steps.push(Step::Affinity { mask, cpus: list });
         }
         if let Some(dir) = &cmd.cwd {
-            plan.steps.push(Step::Chdir { path: cstring("chdir", dir.as_os_str())? });
+            let path = CString::new(dir.as_os_str().as_bytes())
+                .map_err(|_| nul_error("chdir", dir.as_os_str()))?;
+            plan.steps.push(Step::Chdir { path });
         }
         match (&cmd.groups, cmd.uid) {
             (Some(groups), _) => {
@@ -447,43 +430,42 @@ impl Plan {
     }
 }
 
+fn nul_error(what: &'static str, s: &OsStr) -> Error {
+    Error::invalid(what, quoted(s), "contains a NUL byte")
+}
+
 fn build_exec(cmd: &Command) -> Result<Exec> {
     let program = cmd.program.clone();
     if program.is_empty() {
         return Err(Error::os("execve", "\"\"", libc::ENOENT));
     }
-    let mut argv = Vec::with_capacity(cmd.args.len() + 1);
-    argv.push(cstring("argument", cmd.arg0.as_deref().unwrap_or(&program))?);
-    for a in &cmd.args {
-        argv.push(cstring("argument", a)?);
+    let arg0 = cmd.arg0.as_deref().unwrap_or(&program);
+    let bytes = cmd.args.iter().map(|a| a.len() + 1).sum::<usize>() + arg0.len() + 1;
+    let mut argv = CStrArray::with_capacity(cmd.args.len() + 1, bytes);
+    for a in std::iter::once(arg0).chain(cmd.args.iter().map(OsString::as_os_str)) {
+        argv.push(&[a.as_bytes()]).map_err(|_| nul_error("argument", a))?;
     }
     let (envp, path) = build_env(cmd)?;
-    let prog_bytes = program.as_bytes();
-    let (candidates, searched) = if prog_bytes.contains(&b'/') {
-        (vec![cstring("execve", &program)?], None)
+    let prog = program.as_bytes();
+    let (candidates, searched) = if prog.contains(&b'/') {
+        let mut one = CStrArray::with_capacity(1, prog.len() + 1);
+        one.push(&[prog]).map_err(|_| nul_error("execve", &program))?;
+        (one, None)
     } else {
         let path = path.unwrap_or_else(|| OsString::from(DEFAULT_PATH));
-        let mut cands = Vec::new();
-        for dir in path.as_bytes().split(|&b| b == b':') {
-            let mut full = Vec::with_capacity(dir.len() + 1 + prog_bytes.len());
-            if !dir.is_empty() {
-                full.extend_from_slice(dir);
-                if !dir.ends_with(b"/") {
-                    full.push(b'/');
-                }
-            }
-            full.extend_from_slice(prog_bytes);
-            cands.push(cstring("execve", OsStr::from_bytes(&full))?);
+        let dirs = path.as_bytes().split(|&b| b == b':');
+        let mut cands = CStrArray::with_capacity(
+            dirs.clone().count(),
+            path.len() + dirs.clone().count() * (prog.len() + 2),
+        );
+        for dir in dirs {
+            // An empty entry means the current directory: the bare name, resolved after chdir.
+            let sep: &[u8] = if dir.is_empty() || dir.ends_with(b"/") { b"" } else { b"/" };
+            cands.push(&[dir, sep, prog]).map_err(|_| nul_error("execve", &program))?;
         }
         (cands, Some(path))
     };
-    Ok(Exec {
-        program,
-        searched,
-        candidates: CStrArray::new(candidates),
-        argv: CStrArray::new(argv),
-        envp,
-    })
+    Ok(Exec { program, searched, candidates: candidates.finish(), argv: argv.finish(), envp })
 }
 
 fn build_env(cmd: &Command) -> Result<(CStrArray, Option<OsString>)> {
@@ -504,17 +486,15 @@ fn build_env(cmd: &Command) -> Result<(CStrArray, Option<OsString>)> {
         }
     }
     let path = vars.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
-    let mut strings = Vec::with_capacity(vars.len());
-    for (k, v) in vars {
-        let mut kv = k.into_vec();
-        kv.push(b'=');
-        kv.extend_from_slice(v.as_bytes());
-        let display = OsString::from_vec(kv.clone());
-        strings.push(
-            CString::new(kv).map_err(|_| {
-                Error::invalid("environment", quoted(&display), "contains a NUL byte")
-            })?,
-        );
+    let bytes = vars.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let mut envp = CStrArray::with_capacity(vars.len(), bytes);
+    for (k, v) in &vars {
+        envp.push(&[k.as_bytes(), b"=", v.as_bytes()]).map_err(|_| {
+            let mut shown = k.clone();
+            shown.push("=");
+            shown.push(v);
+            nul_error("environment", &shown)
+        })?;
     }
-    Ok((CStrArray::new(strings), path))
+    Ok((envp.finish(), path))
 }

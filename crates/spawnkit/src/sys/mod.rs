@@ -98,7 +98,7 @@ fn context<'a>(
 ) -> ChildCtx<'a> {
     let envp = plan.exec.envp.as_ptr();
     let cands = plan.exec.candidates.as_ptr();
-    let n = plan.exec.candidates.strings().len();
+    let n = plan.exec.candidates.len();
     ChildCtx {
         steps: &plan.steps,
         // SAFETY: the pointer array has `n` string pointers followed by a NULL.

@@ -1,6 +1,6 @@
 //! Small parent-side wrappers (libc is fine here: this runs in the parent, not the child).
 
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::last_errno;
@@ -54,30 +54,72 @@ pub(crate) fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
-/// A NULL-terminated array of C strings (argv, envp) and the strings it points into.
+/// A NULL-terminated array of C strings (argv, envp, PATH candidates), packed: all strings
+/// in one buffer, so building one costs two allocations however many strings it has.
+#[derive(Default)]
 pub(crate) struct CStrArray {
-    strings: Vec<CString>,
+    buf: Vec<u8>,
+    /// Where each string starts in `buf`.
+    starts: Vec<usize>,
+    /// Pointers into `buf`, then NULL; made by `finish`.
     ptrs: Vec<*const c_char>,
 }
 
-// SAFETY: the pointers point into `strings`, owned by the same value and never mutated; the
-// heap buffers of the CStrings do not move when the array moves between threads.
+// SAFETY: the pointers point into `buf`, owned by the same value and not changed after
+// `finish`; a Vec's heap buffer does not move when the Vec moves between threads.
 unsafe impl Send for CStrArray {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for CStrArray {}
 
 impl CStrArray {
-    pub(crate) fn new(strings: Vec<CString>) -> CStrArray {
-        let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
-        ptrs.push(std::ptr::null());
-        CStrArray { strings, ptrs }
+    pub(crate) fn with_capacity(strings: usize, bytes: usize) -> CStrArray {
+        CStrArray {
+            buf: Vec::with_capacity(bytes),
+            starts: Vec::with_capacity(strings),
+            ptrs: Vec::new(),
+        }
+    }
+
+    /// Append the concatenation of `parts` as one string; `Err(())` if it contains a NUL.
+    pub(crate) fn push(&mut self, parts: &[&[u8]]) -> Result<(), ()> {
+        if parts.iter().any(|p| p.contains(&0)) {
+            return Err(());
+        }
+        self.starts.push(self.buf.len());
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.buf.push(0);
+        Ok(())
+    }
+
+    /// Make the pointer array (after the last `push`).
+    pub(crate) fn finish(mut self) -> CStrArray {
+        let base = self.buf.as_ptr();
+        // SAFETY: every start is an offset inside `buf`, which is not changed from here on.
+        self.ptrs = self.starts.iter().map(|&o| unsafe { base.add(o) } as *const c_char).collect();
+        self.ptrs.push(std::ptr::null());
+        self
     }
 
     pub(crate) fn as_ptr(&self) -> *const *const c_char {
         self.ptrs.as_ptr()
     }
 
-    pub(crate) fn strings(&self) -> &[CString] {
-        &self.strings
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The strings, without their NULs.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let ends =
+            self.starts.iter().skip(1).map(|&e| e - 1).chain([self.buf.len().saturating_sub(1)]);
+        self.starts.iter().zip(ends).map(move |(&s, e)| &self.buf[s..e])
+    }
+
+    /// The `i`-th string as a C string.
+    pub(crate) fn get(&self, i: usize) -> Option<&CStr> {
+        let start = *self.starts.get(i)?;
+        CStr::from_bytes_until_nul(&self.buf[start..]).ok()
     }
 }

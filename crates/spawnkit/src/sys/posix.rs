@@ -47,19 +47,22 @@ fn check(what: &'static str, r: libc::c_int) -> Result<()> {
     }
 }
 
+/// A glibc sigset_t holding exactly `bits` (bit N-1 = signal N). Written word by word:
+/// `sigaddset` refuses glibc's internal signals 32 and 33, which must be in the SETSIGDEF set
+/// or glibc leaves them ignored in the child.
 fn sigset(bits: u64) -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the set; sigaddset adds valid signal numbers.
+    // SAFETY: sigset_t is plain integer words; all-zero is the empty set, and on Linux its
+    // first 64-bit word holds signals 1..=64, bit N-1 for signal N.
     unsafe {
         let mut set = MaybeUninit::<libc::sigset_t>::zeroed().assume_init();
-        libc::sigemptyset(&mut set);
-        for sig in 1..=64 {
-            if bits & (1u64 << (sig - 1)) != 0 {
-                libc::sigaddset(&mut set, sig);
-            }
-        }
+        (&mut set as *mut libc::sigset_t as *mut u64).write(bits);
         set
     }
 }
+
+/// glibc's internal signals (SIGCANCEL, SIGSETXID): posix_spawn marks them ignored in the
+/// child unless they are in the SETSIGDEF set. The other strategies leave them at SIG_DFL.
+const GLIBC_INTERNAL: u64 = (1 << 31) | (1 << 32);
 
 fn unsupported(step: &Step) -> Error {
     let (name, _) = step.describe();
@@ -80,7 +83,25 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
             libc::posix_spawn_file_actions_init(&mut a.actions),
         )?;
     }
-    let mut flags: libc::c_short = libc::POSIX_SPAWN_SETSIGMASK as libc::c_short;
+    let mut flags: libc::c_short =
+        (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short;
+    let sig_default = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::SignalDefault { set } => Some(*set),
+            _ => None,
+        })
+        .fold(GLIBC_INTERNAL, |a, b| a | b);
+    let sd = sigset(sig_default);
+    // SAFETY: `a` is initialised; the set is a valid sigset_t.
+    unsafe {
+        check(
+            "posix_spawnattr_setsigdefault",
+            libc::posix_spawnattr_setsigdefault(&mut a.attr, &sd),
+        )?
+    };
+
     let mask = sigset(plan.sigmask);
     // SAFETY: `a` is initialised; the set is a valid sigset_t.
     unsafe {
@@ -109,14 +130,7 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
         // by the plan, which outlives the spawn.
         unsafe {
             match step {
-                Step::SignalDefault { set } => {
-                    let s = sigset(*set);
-                    check(
-                        "posix_spawnattr_setsigdefault",
-                        libc::posix_spawnattr_setsigdefault(&mut a.attr, &s),
-                    )?;
-                    flags |= libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
-                }
+                Step::SignalDefault { .. } => {} // in the SETSIGDEF set above
                 Step::Setsid => flags |= POSIX_SPAWN_SETSID,
                 Step::Setpgid { pgid } => {
                     check(
@@ -200,7 +214,8 @@ pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
         let mut last = libc::ENOENT;
         let mut eacces = false;
         let mut result = libc::ENOENT;
-        for cand in plan.exec.candidates.strings() {
+        for i in 0..plan.exec.candidates.len() {
+            let Some(cand) = plan.exec.candidates.get(i) else { break };
             // SAFETY: as above.
             let r = unsafe {
                 libc::posix_spawn(&mut pid, cand.as_ptr(), &a.actions, &a.attr, argv, envp)
@@ -221,20 +236,7 @@ pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
         }
     };
     if r != 0 {
-        let err = if r == libc::ENOENT {
-            match &plan.exec.searched {
-                Some(path) => Error::os("posix_spawn", quoted(&plan.exec.program), r)
-                    .with_kind(ErrorKind::NotFound)
-                    .with_reason(format!(
-                        "not found in PATH ({}) (posix_spawn reports a failed file action the same way)",
-                        path.to_string_lossy()
-                    )),
-                None => Error::os("posix_spawn", quoted(&plan.exec.program), r).with_kind(ErrorKind::NotFound),
-            }
-        } else {
-            Error::os("posix_spawn", quoted(&plan.exec.program), r)
-        };
-        return Err(err.in_child());
+        return Err(posix_error(plan, r).in_child());
     }
     match pidfd::open(pid) {
         Ok(fd) => Ok((pid, fd)),
@@ -250,5 +252,35 @@ pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
             }
             Err(Error::os("pidfd_open", pid.to_string(), e))
         }
+    }
+}
+
+/// posix_spawn returns one errno for the whole launch. Name the likeliest step: a chdir whose
+/// directory fails in the parent too, else the program.
+fn posix_error(plan: &Plan, errno: i32) -> Error {
+    let chdir = plan.steps.iter().find_map(|s| match s {
+        Step::Chdir { path } => Some(path),
+        _ => None,
+    });
+    if let Some(path) = chdir {
+        if matches!(errno, libc::ENOENT | libc::ENOTDIR | libc::EACCES | libc::ELOOP) {
+            // SAFETY: NUL-terminated path; access has no other memory arguments.
+            if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
+                let e = super::last_errno();
+                let (name, subject) = Step::Chdir { path: path.clone() }.describe();
+                return Error::os(name, subject, e).with_reason(format!(
+                    "{} (posix_spawn failed; the directory fails in the parent too)",
+                    std::io::Error::from_raw_os_error(e)
+                ));
+            }
+        }
+    }
+    let err = Error::os("posix_spawn", quoted(&plan.exec.program), errno);
+    match (&plan.exec.searched, errno) {
+        (Some(path), libc::ENOENT) => err
+            .with_kind(ErrorKind::NotFound)
+            .with_reason(format!("not found in PATH ({})", path.to_string_lossy())),
+        (None, libc::ENOENT) => err.with_kind(ErrorKind::NotFound),
+        _ => err,
     }
 }
