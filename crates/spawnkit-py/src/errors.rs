@@ -1,0 +1,100 @@
+//! Engine errors to Python exceptions.
+//!
+//! For `spawnkit.subprocess` the rules are CPython's (`Popen._execute_child`): a failed
+//! `execve` is `OSError(errno, strerror, executable)` (so `FileNotFoundError` with `filename`
+//! set to the program as given), a failure before the exec step (chdir, setsid, credentials,
+//! dup2...) is `OSError(errno, strerror, cwd)`, an exception in `preexec_fn` is
+//! `SubprocessError("Exception occurred in preexec_fn.")`; `OSError(...)` picks the subclass
+//! from the errno, as `raise OSError(2, ...)` does in Python.
+
+use pyo3::exceptions::{PyChildProcessError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use spawnkit::{Error, ErrorKind};
+
+/// The file names CPython puts on a spawn error: the executable as given and the cwd as given
+/// (either may be `None`).
+pub(crate) struct Names<'a, 'py> {
+    pub executable: &'a Bound<'py, PyAny>,
+    pub cwd: &'a Bound<'py, PyAny>,
+}
+
+static SUBPROCESS_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn subprocess_error(py: Python<'_>, msg: String) -> PyErr {
+    let ty = SUBPROCESS_ERROR.get_or_try_init(py, || -> PyResult<Py<PyType>> {
+        Ok(py.import("subprocess")?.getattr("SubprocessError")?.cast_into::<PyType>()?.unbind())
+    });
+    match ty {
+        Ok(ty) => PyErr::from_type(ty.bind(py).clone(), msg),
+        Err(e) => e,
+    }
+}
+
+/// `os.strerror(errno)`: the C library's message without Rust's " (os error N)".
+pub(crate) fn strerror(errno: i32) -> String {
+    let s = std::io::Error::from_raw_os_error(errno).to_string();
+    match s.rfind(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// `OSError(errno, strerror(errno))` (an `OSError` subclass chosen by the errno).
+pub(crate) fn os_error(errno: i32) -> PyErr {
+    PyOSError::new_err((errno, strerror(errno)))
+}
+
+/// The exception for a failed spawn. `compat`: CPython's `subprocess` rules; otherwise the
+/// native API's: the engine's message as `strerror`, `filename` for exec and chdir failures,
+/// and `step` / `in_child` attributes saying which step failed where.
+pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, compat: bool) -> PyErr {
+    if e.step() == "pre_exec" {
+        return subprocess_error(py, "Exception occurred in preexec_fn.".into());
+    }
+    let err = match (e.kind(), e.raw_os_error()) {
+        (ErrorKind::InvalidInput | ErrorKind::Unsupported, _) => {
+            return PyValueError::new_err(e.to_string())
+        }
+        (ErrorKind::Timeout, _) => return PyOSError::new_err(e.to_string()),
+        (_, None) if compat => {
+            // The child died before exec without a report (killed while setting up).
+            return subprocess_error(py, e.to_string());
+        }
+        (_, None) => PyChildProcessError::new_err(e.to_string()),
+        // A parent-side failure (pipe, clone, /dev/null): like os.pipe() or fork failing.
+        (_, Some(errno)) if compat && !e.is_in_child() => os_error(errno),
+        (_, Some(errno)) if compat => {
+            // CPython: errors up to and including the credential changes are reported with
+            // the cwd ("noexec"), errors from the exec step on with the executable.
+            let filename = match e.step() {
+                "execve" | "sigprocmask" => names.executable,
+                _ => names.cwd,
+            };
+            PyOSError::new_err((errno, strerror(errno), filename.clone().unbind()))
+        }
+        (_, Some(errno)) => {
+            let msg = e.to_string();
+            let msg = match msg.rfind(" (os error ") {
+                Some(i) => msg[..i].to_string(),
+                None => msg,
+            };
+            let filename = match e.step() {
+                "execve" => Some(names.executable),
+                "chdir" => Some(names.cwd),
+                _ => None,
+            };
+            match filename {
+                Some(f) => PyOSError::new_err((errno, msg, f.clone().unbind())),
+                None => PyOSError::new_err((errno, msg)),
+            }
+        }
+    };
+    if !compat {
+        let value = err.value(py);
+        let _ = value.setattr("step", e.step());
+        let _ = value.setattr("in_child", e.is_in_child());
+    }
+    err
+}

@@ -1,0 +1,37 @@
+//! `spawnkit._native`: the PyO3 glue between the spawn engine and the Python package.
+//!
+//! Glue only: it turns Python values into a [`spawnkit::Command`], releases the GIL around the
+//! spawn and every blocking wait, and maps engine errors to the exceptions CPython's
+//! `subprocess` raises in the same situation. Everything a user sees (the `subprocess`-compatible
+//! `Popen`, the `Command` builder) is Python, in `python/spawnkit/`.
+
+mod child;
+mod convert;
+mod errors;
+mod spawn;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<child::Child>()?;
+    m.add_function(wrap_pyfunction!(spawn::spawn, m)?)?;
+    m.add_function(wrap_pyfunction!(spawn::plan, m)?)?;
+    m.add_function(wrap_pyfunction!(reap_orphans, m)?)?;
+    m.add_function(wrap_pyfunction!(uses_clone3, m)?)?;
+    m.add("STRATEGIES", spawnkit::Strategy::ALL.map(|s| s.name()).to_vec())?;
+    m.add("RLIM_INFINITY", spawnkit::RLIM_INFINITY)?;
+    Ok(())
+}
+
+/// Reap children whose handle was dropped while they ran; returns how many still run.
+#[pyfunction]
+fn reap_orphans(py: Python<'_>) -> usize {
+    py.detach(spawnkit::reap_orphans)
+}
+
+/// Whether the clone-vfork strategy uses clone3 in this process (false after a fallback).
+#[pyfunction]
+fn uses_clone3() -> bool {
+    spawnkit::uses_clone3()
+}

@@ -1,0 +1,257 @@
+"""A drop-in for the standard :mod:`subprocess` module, built on the spawnkit engine.
+
+Replace ``import subprocess`` with ``from spawnkit import subprocess``: the same functions,
+classes, arguments, return values and exceptions, with the child started by spawnkit
+(``clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD)``, raw system calls in the child) and waited for,
+polled and signalled through its pidfd.
+
+How it is made, so that it agrees with the standard module by construction:
+
+* the exceptions, ``CompletedProcess``, ``list2cmdline`` and the constants *are* the standard
+  module's objects (``except subprocess.CalledProcessError`` catches ours and theirs);
+* :class:`Popen` subclasses the standard ``subprocess.Popen``: argument checking, pipes and
+  text wrappers (``bufsize``, ``encoding``, ``errors``, universal newlines), ``communicate``
+  (partial output on timeout, retry), the context manager and the ``ResourceWarning`` for an
+  unwaited child are CPython's own code; spawnkit replaces how the child is started
+  (``_execute_child``), waited for (``_wait``, ``_internal_poll``) and signalled
+  (``send_signal``);
+* ``run``, ``call``, ``check_call``, ``check_output``, ``getoutput`` and ``getstatusoutput``
+  are the standard module's functions re-bound to this module, so they create our ``Popen``.
+"""
+
+import errno as _errno
+import os as _os
+import subprocess as _std
+import sys as _sys
+import types as _types
+import warnings as _warnings
+from time import monotonic as _time
+
+from . import _native
+
+__all__ = list(_std.__all__)
+
+# The standard module's own objects: one exception hierarchy for both modules.
+from subprocess import (  # noqa: E402
+    DEVNULL,
+    PIPE,
+    STDOUT,
+    CalledProcessError,
+    CompletedProcess,
+    SubprocessError,
+    TimeoutExpired,
+    list2cmdline,
+)
+
+_mswindows = False
+_spawn = _native.spawn
+
+
+class Popen(_std.Popen):
+    """``subprocess.Popen``, with the child started by spawnkit and held by a pidfd.
+
+    Every argument of the standard ``Popen`` is accepted with the same meaning. ``preexec_fn``
+    makes spawnkit use its fork-exec strategy (Python code cannot run in a vfork child); the
+    hook runs in the forked child as in CPython.
+    """
+
+    # The engine's handle (a pidfd); None before the spawn and once the child is reaped.
+    _child = None
+    # Extras of the native API (spawnkit.Command); None for plain subprocess use.
+    _sk_options = None
+
+    @property
+    def pidfd(self):
+        """The child's pidfd (readable once it exits), or None once it has been reaped.
+
+        Owned by the Popen object: do not close it."""
+        child = self._child
+        return None if child is None else child.pidfd
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds,
+                       pass_fds, cwd, env,
+                       startupinfo, creationflags, shell,
+                       p2cread, p2cwrite,
+                       c2pread, c2pwrite,
+                       errread, errwrite,
+                       restore_signals,
+                       gid, gids, uid, umask,
+                       start_new_session, process_group=-1):
+        """Start the child with the spawnkit engine (CPython's argument rules)."""
+        if isinstance(args, (str, bytes)):
+            args = [args]
+        elif isinstance(args, _os.PathLike):
+            if shell:
+                raise TypeError('path-like args is not allowed when '
+                                'shell is true')
+            args = [args]
+        else:
+            args = list(args)
+
+        if shell:
+            args = ["/bin/sh", "-c"] + args
+            if executable:
+                args[0] = executable
+
+        if executable is None:
+            executable = args[0]
+
+        _sys.audit("subprocess.Popen", executable, args, cwd, env)
+
+        options = self._sk_options
+        if options is None and uid is not None and gids is None and _os.geteuid() == 0:
+            # CPython leaves the supplementary groups alone when only `user` is given; the
+            # engine drops them with the uid unless told which to keep.
+            gids = _os.getgroups()
+        try:
+            self._child = child = _spawn(
+                executable, args, env, cwd,
+                None if p2cread == -1 else p2cread,
+                None if c2pwrite == -1 else c2pwrite,
+                None if errwrite == -1 else errwrite,
+                close_fds, pass_fds, restore_signals, start_new_session,
+                process_group, uid, gid, gids, umask, preexec_fn,
+                options, options is None)
+            self.pid = child.pid
+            self._child_created = True
+        finally:
+            # The child's ends of the pipes and /dev/null, as CPython closes them.
+            self._close_pipe_fds(p2cread, p2cwrite,
+                                 c2pread, c2pwrite,
+                                 errread, errwrite)
+
+    def _internal_poll(self, _deadstate=None, _ECHILD=_errno.ECHILD, **_ignored):
+        """Reap the child if it has exited (waitid on the pidfd, WNOHANG).
+
+        Called by ``__del__`` and the standard module's ``_cleanup``: it may use nothing
+        outside its local scope."""
+        if self.returncode is None:
+            if not self._waitpid_lock.acquire(False):
+                # Something else is busy waiting. We know nothing yet.
+                return None
+            try:
+                if self.returncode is not None:
+                    return self.returncode  # Another thread waited.
+                child = self._child
+                if child is not None:
+                    rc = child.try_wait()
+                    if rc is not None:
+                        self.returncode = rc
+                        self._child = None
+            except OSError as e:
+                if _deadstate is not None:
+                    self.returncode = _deadstate
+                elif e.errno == _ECHILD:
+                    # SIGCHLD ignored, or someone else reaped it: no status (as CPython).
+                    self.returncode = 0
+            finally:
+                self._waitpid_lock.release()
+        return self.returncode
+
+    def _wait(self, timeout):
+        """Wait on the pidfd (GIL released) instead of CPython's waitpid/sleep loop."""
+        if self.returncode is not None:
+            return self.returncode
+        lock = self._waitpid_lock
+        if timeout is None:
+            with lock:
+                if self.returncode is None:
+                    self._reaped(self._child, None)
+            return self.returncode
+        endtime = _time() + timeout
+        acquired = lock.acquire(True, timeout) if timeout > 0 else lock.acquire(False)
+        if acquired:
+            try:
+                if self.returncode is None:
+                    self._reaped(self._child, max(endtime - _time(), 0.0))
+            finally:
+                lock.release()
+        if self.returncode is None:
+            raise TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def _reaped(self, child, timeout):
+        """Wait for `child` (at most `timeout` s); set returncode once it is reaped.
+        Callers hold _waitpid_lock."""
+        if child is None:
+            return
+        try:
+            rc = child.wait() if timeout is None else child.wait_timeout(timeout)
+        except ChildProcessError:
+            rc = 0  # Reaped elsewhere (SIGCHLD ignored): no status, as CPython.
+        if rc is not None:
+            self.returncode = rc
+            self._child = None  # closes the pidfd
+
+    def send_signal(self, sig):
+        """Send a signal to the process, through its pidfd (never a recycled pid)."""
+        # Like CPython: poll first, and do nothing once the child is known to be gone.
+        self.poll()
+        if self.returncode is not None:
+            return
+        child = self._child  # a reference keeps the pidfd open while we use it
+        if child is not None:
+            child.send_signal(sig)
+
+    def __del__(self, _maxsize=_sys.maxsize, _warn=_warnings.warn):
+        options = self._sk_options
+        if (options is not None and options.kill_on_drop and self._child_created
+                and self.returncode is None):
+            child = self._child
+            if child is not None:
+                try:
+                    child.send_signal(9)
+                    self.returncode = child.wait()
+                    self._child = None
+                except OSError:
+                    pass
+        super().__del__(_maxsize, _warn)
+
+
+def _rebind(name):
+    """The standard module's function `name`, with this module's globals (so it creates our
+    Popen and raises the same exceptions): exactly the same code as in the standard library."""
+    std = getattr(_std, name)
+    f = _types.FunctionType(std.__code__, globals(), name, std.__defaults__, std.__closure__)
+    f.__kwdefaults__ = std.__kwdefaults__
+    f.__doc__ = std.__doc__
+    f.__qualname__ = std.__qualname__
+    f.__module__ = __name__
+    f.__wrapped__ = std
+    return f
+
+
+call = _rebind("call")
+check_call = _rebind("check_call")
+check_output = _rebind("check_output")
+run = _rebind("run")
+getstatusoutput = _rebind("getstatusoutput")
+getoutput = _rebind("getoutput")
+
+_REBOUND = (call, check_call, check_output, run, getstatusoutput, getoutput)
+
+
+def _check_rebound():
+    """Every global name the re-bound functions use must exist here or in builtins."""
+    import builtins
+
+    missing = sorted(
+        {n for f in _REBOUND for n in f.__code__.co_names
+         if n not in globals() and not hasattr(builtins, n)
+         and n in _std.__dict__ and not isinstance(_std.__dict__[n], _types.ModuleType)}
+    )
+    for name in missing:
+        globals()[name] = getattr(_std, name)
+
+
+_check_rebound()
+
+
+def __getattr__(name):
+    # Anything else the standard module has (private helpers such as
+    # _args_from_interpreter_flags, _USE_VFORK...) is the standard module's.
+    try:
+        return getattr(_std, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
