@@ -1,0 +1,50 @@
+//! Builds what `spawnkit bench` needs from the repository's bench/ folder:
+//! - `tinychild`: the tiny static child of the latency method (no libc, three raw system
+//!   calls), compiled with the C compiler the `cc` crate picks for the target and embedded in
+//!   the binary (`include_bytes!` from OUT_DIR);
+//! - `baselines.c`: fork+exec, vfork+exec, posix_spawnp, system(), popen(), as a static
+//!   library linked into the binary.
+//!
+//! Nothing is downloaded: gcc (or whatever `CC` names) builds both.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir"));
+    let bench = manifest.join("../../bench");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let tiny_src = bench.join("tinychild.c");
+    let baselines = bench.join("baselines.c");
+    println!("cargo:rerun-if-changed={}", tiny_src.display());
+    println!("cargo:rerun-if-changed={}", baselines.display());
+
+    cc::Build::new()
+        .file(&baselines)
+        .opt_level(2)
+        .warnings(true)
+        .extra_warnings(true)
+        .compile("spawnkit_bench_baselines");
+
+    let compiler = cc::Build::new().get_compiler();
+    let tiny = out.join("tinychild");
+    let status = Command::new(compiler.path())
+        .args([
+            "-static",
+            "-nostdlib",
+            "-nostartfiles",
+            "-O2",
+            "-fno-stack-protector",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-pie",
+            "-no-pie",
+            "-Wl,--build-id=none",
+            "-s",
+            "-o",
+        ])
+        .arg(&tiny)
+        .arg(&tiny_src)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", compiler.path().display()));
+    assert!(status.success(), "building {} failed: {status}", tiny_src.display());
+}

@@ -1,0 +1,406 @@
+//! `spawnkit bench`: the field's three published spawn benchmarks, reproduced, with spawnkit
+//! beside the alternatives in one run.
+//!
+//! 1. **latency** ([`latency`], Josh Triplett, LPC 2022): spawn → the child's own
+//!    CLOCK_MONOTONIC, from a small parent, 1 GiB allocated, and 1 GiB touched;
+//! 2. **throughput** ([`throughput`], Gregory P. Smith, CPython PR #99309): processes per
+//!    second with at most N alive;
+//! 3. **cpu** ([`cpu`], the popen_noshell benchmarks): user + system CPU per spawn, without and
+//!    with stdout captured, relative to vfork+exec.
+//!
+//! Every row starts the same tiny static child (bench/tinychild.c, embedded) by the same bare
+//! name, found through the same PATH whose first entry is the directory it was written to; the
+//! C baselines (bench/baselines.c) are built by build.rs. Only [`rows::Row::spawn`] differs
+//! between rows; rows are interleaved so noise on a shared machine hits them alike.
+
+mod cpu;
+mod latency;
+mod plot;
+mod python;
+mod report;
+mod rows;
+mod sys;
+mod throughput;
+
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use latency::Size;
+
+/// The tiny child, built by build.rs.
+const TINYCHILD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tinychild"));
+/// Its file name in the temporary directory put first in PATH.
+const TINY_NAME: &str = "spawnkit-tinychild";
+
+/// Which method(s) to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// Spawn-to-running time (min and median), three parent sizes.
+    Latency,
+    /// Processes per second with at most N alive.
+    Throughput,
+    /// User + system CPU per spawn, without and with stdout captured.
+    Cpu,
+    /// All three.
+    All,
+}
+
+/// Options of `spawnkit bench`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "\
+Examples:
+  spawnkit bench                          (all methods, --quick: about a minute)
+  spawnkit bench latency --full           (the published 2000 runs per row and parent size)
+  spawnkit bench all --full --json bench.json --plot docs/bench")]
+pub struct BenchArgs {
+    /// Which method to run.
+    #[arg(value_enum, default_value_t = Method::All)]
+    pub method: Method,
+    /// Spawns per row and parent size (latency) and per row and mode (cpu)
+    /// [default: 300 with --quick, 2000 with --full].
+    #[arg(long, value_name = "N")]
+    pub runs: Option<usize>,
+    /// Small sizes that still cover every row (the default).
+    #[arg(long, conflicts_with = "full")]
+    pub quick: bool,
+    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (several minutes).
+    #[arg(long)]
+    pub full: bool,
+    /// Throughput: the process totals [default: 32,128,384 with --quick,
+    /// 32,128,384,1024,2048 with --full].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pub totals: Option<Vec<usize>>,
+    /// Throughput: iterations per total [default: 3 with --quick, 5 with --full].
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<usize>,
+    /// Throughput: most processes alive at once [default: 2 × cores + 1].
+    #[arg(long, value_name = "N")]
+    pub active: Option<usize>,
+    /// Write every row, the machine and the ratios as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write PNG and SVG charts into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Python for the subprocess rows [default: .venv/bin/python if found, else python3].
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Skip the Python rows.
+    #[arg(long)]
+    pub no_python: bool,
+}
+
+/// The sizes of one run, from --quick/--full and the explicit flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub preset: &'static str,
+    pub runs: usize,
+    /// Latency runs of the fork rows from a parent with 1 GiB touched (~40 ms each).
+    pub fork_touched_runs: usize,
+    pub totals: Vec<usize>,
+    pub iterations: usize,
+    pub active: usize,
+    pub cpu_spawns: usize,
+}
+
+impl Config {
+    fn from_args(a: &BenchArgs) -> Result<Config, String> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (preset, runs, cap, totals, iterations) = if a.full {
+            ("full", 2000, 2000, vec![32, 128, 384, 1024, 2048], 5)
+        } else {
+            ("quick", 300, 50, vec![32, 128, 384], 3)
+        };
+        let runs = a.runs.unwrap_or(runs);
+        let c = Config {
+            preset,
+            runs,
+            fork_touched_runs: runs.min(cap),
+            totals: a.totals.clone().unwrap_or(totals),
+            iterations: a.iterations.unwrap_or(iterations),
+            active: a.active.unwrap_or(2 * cores + 1),
+            cpu_spawns: runs,
+        };
+        if c.runs == 0 || c.iterations == 0 || c.active == 0 || c.totals.contains(&0) {
+            return Err("--runs, --iterations, --active and --totals must be at least 1".into());
+        }
+        Ok(c)
+    }
+}
+
+/// The progress bar on stderr (hidden when stderr is not a terminal).
+pub struct Progress(ProgressBar);
+
+impl Progress {
+    fn new(len: u64) -> Progress {
+        let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {elapsed_precise} [{bar:32}] {pos}/{len} spawns  {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        Progress(pb)
+    }
+
+    pub fn phase(&self, what: &str) {
+        self.0.set_message(what.to_string());
+    }
+
+    pub fn inc(&self, n: u64) {
+        self.0.inc(n);
+    }
+}
+
+/// The machine the numbers come from.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub date: String,
+    pub kernel: String,
+    pub cpu: String,
+    pub cores: usize,
+    pub glibc: String,
+}
+
+fn machine() -> Machine {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+    let glibc = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }
+        .to_string_lossy()
+        .into_owned();
+    Machine {
+        date: utc_now(),
+        kernel,
+        cpu,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        glibc,
+    }
+}
+
+/// Now, as `YYYY-MM-DDTHH:MM:SSZ`.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// The temporary directory holding the tiny child, first in PATH; removed on drop.
+struct ChildDir(PathBuf);
+
+impl ChildDir {
+    fn create() -> Result<ChildDir, String> {
+        let dir = std::env::temp_dir().join(format!("spawnkit-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let d = ChildDir(dir);
+        let tiny = d.0.join(TINY_NAME);
+        std::fs::write(&tiny, TINYCHILD).map_err(|e| format!("{}: {e}", tiny.display()))?;
+        std::fs::set_permissions(&tiny, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", tiny.display()))?;
+        // Every row (execvp, posix_spawnp, sh, spawnkit, Python) searches this PATH; the child
+        // is found at the first entry. Set while this process has no other thread.
+        let old = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+        let mut path = d.0.clone().into_os_string();
+        path.push(":");
+        path.push(old);
+        std::env::set_var("PATH", path);
+        Ok(d)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ChildDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Everything one run measured; what is not run stays empty.
+pub struct Results {
+    pub machine: Machine,
+    pub config: Config,
+    pub latency: Vec<latency::LatencyRow>,
+    pub latency_sizes: Vec<Size>,
+    pub throughput: Vec<throughput::ThroughputRow>,
+    pub cpu: Vec<cpu::CpuRow>,
+    pub notes: Vec<String>,
+    pub python: Option<python::PythonInfo>,
+    pub seconds: f64,
+}
+
+fn planned_spawns(c: &Config, m: Method) -> u64 {
+    let mut n = 0;
+    if matches!(m, Method::Latency | Method::All) {
+        for size in latency::SIZES {
+            for row in rows::ALL {
+                n += latency::runs_for(row, size, c.runs, c.fork_touched_runs);
+            }
+        }
+    }
+    if matches!(m, Method::Throughput | Method::All) {
+        let concurrent = rows::ALL.iter().filter(|r| r.concurrent()).count();
+        n += c.totals.iter().sum::<usize>() * c.iterations * concurrent;
+    }
+    if matches!(m, Method::Cpu | Method::All) {
+        let cells: usize = rows::ALL
+            .iter()
+            .map(|&r| usize::from(cpu::applies(r, false)) + usize::from(cpu::applies(r, true)))
+            .sum();
+        n += c.cpu_spawns * cells;
+    }
+    n as u64
+}
+
+fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
+    let started = Instant::now();
+    let dir = ChildDir::create()?;
+    let prog = CString::new(TINY_NAME).map_err(|e| e.to_string())?;
+    let null = sys::dev_null()?;
+    let mut res = Results {
+        machine: machine(),
+        latency: Vec::new(),
+        latency_sizes: Vec::new(),
+        throughput: Vec::new(),
+        cpu: Vec::new(),
+        notes: Vec::new(),
+        python: None,
+        seconds: 0.0,
+        config,
+    };
+    let c = res.config.clone();
+    let progress = Progress::new(planned_spawns(&c, args.method));
+    let m = args.method;
+    if matches!(m, Method::Latency | Method::All) {
+        res.latency_sizes = latency::SIZES.to_vec();
+        res.latency = latency::run(
+            &rows::ALL,
+            &latency::SIZES,
+            c.runs,
+            c.fork_touched_runs,
+            &prog,
+            &progress,
+        )?;
+        if c.fork_touched_runs < c.runs {
+            res.notes.push(format!(
+                "latency: the fork rows ran {} times from the 1 GiB touched parent (~40 ms each), \
+                 the others {}",
+                c.fork_touched_runs, c.runs
+            ));
+        }
+        let py_sizes = [Size::Small, Size::Touched];
+        if args.no_python {
+            res.latency.extend(python::skipped("--no-python"));
+        } else {
+            progress.phase("latency, Python rows");
+            let py = python::interpreter(args.python.as_deref());
+            match python::run(&py, dir.path(), TINY_NAME, c.runs, &py_sizes) {
+                Ok((rows, info)) => {
+                    for r in &rows {
+                        if let Some(why) = &r.skipped {
+                            res.notes.push(format!("{} skipped: {why}", r.name));
+                        }
+                    }
+                    res.latency.extend(rows);
+                    res.python = Some(info);
+                }
+                Err(e) => {
+                    res.notes.push(format!("Python rows skipped: {e}"));
+                    res.latency.extend(python::skipped(&e));
+                }
+            }
+        }
+    }
+    if matches!(m, Method::Throughput | Method::All) {
+        let rows: Vec<rows::Row> = rows::ALL.into_iter().filter(|r| r.concurrent()).collect();
+        res.throughput = throughput::run(
+            &rows,
+            &c.totals,
+            c.iterations,
+            c.active,
+            &prog,
+            null.as_raw_fd(),
+            &progress,
+        )?;
+        res.notes.push(
+            "throughput: system() and popen() are not rows (system() waits for its child)".into(),
+        );
+    }
+    if matches!(m, Method::Cpu | Method::All) {
+        res.cpu = cpu::run(&rows::ALL, c.cpu_spawns, &prog, null.as_raw_fd(), &progress)?;
+    }
+    progress.0.finish_and_clear();
+    res.seconds = started.elapsed().as_secs_f64();
+    Ok(res)
+}
+
+/// Run the benchmark; returns the process exit code.
+pub fn main(args: &BenchArgs) -> i32 {
+    let config = match Config::from_args(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("spawnkit bench: {e}");
+            return 125;
+        }
+    };
+    let res = match measure(args, config) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("spawnkit bench: {e}");
+            return 1;
+        }
+    };
+    report::print(&res);
+    let mut code = 0;
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report::json(&res)).unwrap_or_default() + "\n";
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("spawnkit bench: {}: {e}", path.display());
+            code = 1;
+        }
+    }
+    if let Some(dir) = &args.plot {
+        match plot::write_all(&res, dir) {
+            Ok(files) => {
+                for f in files {
+                    eprintln!("wrote {}", f.display());
+                }
+            }
+            Err(e) => {
+                eprintln!("spawnkit bench: plot: {e}");
+                code = 1;
+            }
+        }
+    }
+    code
+}

@@ -1,0 +1,323 @@
+//! The tables on stdout, the ratio lines that close them, and the JSON file.
+
+use serde_json::{json, Map, Value};
+
+use super::cpu::{self, CpuRow};
+use super::latency::{LatencyRow, Size};
+use super::Results;
+
+/// A ratio of minimum latencies that matters, with its target.
+pub struct Ratio {
+    /// The key in the JSON `ratios` object.
+    pub key: &'static str,
+    pub num: &'static str,
+    pub den: &'static str,
+    /// The target: the ratio should be at most this.
+    pub target: f64,
+}
+
+pub const RATIOS: [Ratio; 3] = [
+    Ratio { key: "spawnkit/vfork", num: "spawnkit_clone_vfork", den: "vfork_exec", target: 1.10 },
+    Ratio {
+        key: "spawnkit/posix_spawn",
+        num: "spawnkit_clone_vfork",
+        den: "posix_spawnp",
+        target: 0.70,
+    },
+    Ratio {
+        key: "spawnkit.subprocess/subprocess",
+        num: "py_spawnkit_subprocess",
+        den: "py_subprocess",
+        target: 0.50,
+    },
+];
+
+/// The parent sizes the ratios are taken at.
+pub const RATIO_SIZES: [Size; 2] = [Size::Small, Size::Touched];
+
+fn find<'a>(rows: &'a [LatencyRow], id: &str) -> Option<&'a LatencyRow> {
+    rows.iter().find(|r| r.id == id)
+}
+
+impl Ratio {
+    pub fn value(&self, rows: &[LatencyRow], size: Size) -> Option<f64> {
+        let n = find(rows, self.num)?.min(size)?;
+        let d = find(rows, self.den)?.min(size)?;
+        (d > 0.0).then_some(n / d)
+    }
+}
+
+/// CPU per spawn of spawnkit's default strategy relative to vfork+exec ("+X %"), per mode.
+fn cpu_vs_vfork(rows: &[CpuRow]) -> [Option<f64>; 2] {
+    let get = |id: &str| rows.iter().find(|r| r.id == id);
+    let (Some(sk), Some(vf)) = (get("spawnkit_clone_vfork"), get("vfork_exec")) else {
+        return [None, None];
+    };
+    let pct = |a: Option<cpu::Cell>, b: Option<cpu::Cell>| Some(cpu::slower_pct(&a?, &b?));
+    [pct(sk.plain, vf.plain), pct(sk.captured, vf.captured)]
+}
+
+/// spawnkit default ÷ vfork+exec processes per second, per total.
+fn throughput_vs_vfork(res: &Results) -> Vec<(usize, f64)> {
+    let get = |id: &str| res.throughput.iter().find(|r| r.id == id);
+    let (Some(sk), Some(vf)) = (get("spawnkit_clone_vfork"), get("vfork_exec")) else {
+        return Vec::new();
+    };
+    sk.points.iter().zip(&vf.points).map(|(a, b)| (a.total, a.mean / b.mean)).collect()
+}
+
+fn fmt_us(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn print_latency(res: &Results) {
+    let c = &res.config;
+    println!("== Latency (Josh Triplett, LPC 2022): spawn -> the child's own CLOCK_MONOTONIC, µs");
+    println!(
+        "   {} runs per row and parent size, rows interleaved; the child is found through PATH",
+        c.runs
+    );
+    let w = 34;
+    print!("{:<w$}", "");
+    for s in &res.latency_sizes {
+        print!(" | {:^19}", s.label());
+    }
+    println!();
+    print!("{:<w$}", "row");
+    for _ in &res.latency_sizes {
+        print!(" | {:>9} {:>9}", "min", "median");
+    }
+    println!();
+    for row in &res.latency {
+        print!("{:<w$}", row.name);
+        if let Some(why) = &row.skipped {
+            let short: String = why.chars().take(60).collect();
+            println!(" | skipped: {short}");
+            continue;
+        }
+        for s in &res.latency_sizes {
+            match row.sizes.get(s) {
+                Some(st) => print!(" | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us)),
+                None => print!(" | {:>9} {:>9}", "-", "-"),
+            }
+        }
+        println!();
+    }
+    println!();
+}
+
+fn print_throughput(res: &Results) {
+    let c = &res.config;
+    println!("== Throughput (Gregory P. Smith, CPython PR #99309): processes per second");
+    println!(
+        "   at most {} alive (2 × cores + 1), {} iterations per total, mean ± stddev",
+        c.active, c.iterations
+    );
+    let w = 34;
+    print!("{:<w$}", "row \\ total");
+    for t in &c.totals {
+        print!(" | {t:>14}");
+    }
+    println!();
+    for row in &res.throughput {
+        print!("{:<w$}", row.name);
+        for p in &row.points {
+            print!(" | {:>14}", format!("{:.0} ± {:.0}", p.mean, p.stddev));
+        }
+        println!();
+    }
+    println!();
+}
+
+fn print_cpu(res: &Results) {
+    println!("== CPU (popen_noshell benchmarks): user + system µs per spawn, parent and child");
+    println!("   {} spawns per row and mode; relative to vfork+exec", res.config.cpu_spawns);
+    let base = res.cpu.iter().find(|r| r.id == "vfork_exec");
+    let w = 34;
+    println!("{:<w$} | {:^32} | {:^32}", "", "stdout to /dev/null", "stdout captured (pipe)");
+    println!(
+        "{:<w$} | {:>6} {:>6} {:>6} {:>11} | {:>6} {:>6} {:>6} {:>11}",
+        "row", "user", "sys", "total", "vs vfork", "user", "sys", "total", "vs vfork"
+    );
+    for row in &res.cpu {
+        print!("{:<w$}", row.name);
+        for (cell, b) in
+            [(row.plain, base.and_then(|b| b.plain)), (row.captured, base.and_then(|b| b.captured))]
+        {
+            match cell {
+                Some(c) => {
+                    let rel = b.map(|b| cpu::slower_pct(&c, &b)).map_or("-".into(), |p| {
+                        if row.id == "vfork_exec" {
+                            "(base)".to_string()
+                        } else {
+                            format!("{p:+.0} %")
+                        }
+                    });
+                    print!(
+                        " | {:>6.1} {:>6.1} {:>6.1} {:>11}",
+                        c.user_us,
+                        c.sys_us,
+                        c.total_us(),
+                        rel
+                    );
+                }
+                None => print!(" | {:>32}", "- (popen always pipes)"),
+            }
+        }
+        println!();
+    }
+    println!();
+}
+
+fn fmt_ratio(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.2}"))
+}
+
+/// Print every table, the notes, then the ratio lines (always last).
+pub fn print(res: &Results) {
+    let m = &res.machine;
+    println!(
+        "spawnkit bench ({}): {} cores, {}, kernel {}, glibc {}, {}",
+        res.config.preset, m.cores, m.cpu, m.kernel, m.glibc, m.date
+    );
+    println!();
+    if !res.latency.is_empty() {
+        print_latency(res);
+    }
+    if !res.throughput.is_empty() {
+        print_throughput(res);
+    }
+    if !res.cpu.is_empty() {
+        print_cpu(res);
+    }
+    for n in &res.notes {
+        println!("note: {n}");
+    }
+    println!("({:.0} s)", res.seconds);
+    println!();
+    let [plain, captured] = cpu_vs_vfork(&res.cpu);
+    if plain.is_some() || captured.is_some() {
+        let p = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:+.1} %"));
+        println!(
+            "CPU per spawn, spawnkit ÷ vfork+exec: {} plain, {} captured (target: within 10 %)",
+            p(plain),
+            p(captured)
+        );
+    }
+    let tp = throughput_vs_vfork(res);
+    if !tp.is_empty() {
+        let parts: Vec<String> = tp.iter().map(|(t, r)| format!("{r:.2} at {t}")).collect();
+        println!("throughput, spawnkit ÷ vfork+exec: {} (target: at least 1)", parts.join(", "));
+    }
+    if !res.latency.is_empty() {
+        println!("minimum latency ratios (spawnkit default strategy = clone-vfork):");
+        for r in &RATIOS {
+            println!(
+                "  {:<31} {:>5} small parent, {:>5} 1 GiB touched (target: ≤ {:.2})",
+                r.key,
+                fmt_ratio(r.value(&res.latency, Size::Small)),
+                fmt_ratio(r.value(&res.latency, Size::Touched)),
+                r.target
+            );
+        }
+    }
+}
+
+fn stats_json(row: &LatencyRow) -> Value {
+    let mut sizes = Map::new();
+    for (size, s) in &row.sizes {
+        sizes.insert(
+            size.key().into(),
+            json!({"min_us": s.min_us, "median_us": s.median_us, "mean_us": s.mean_us, "runs": s.runs}),
+        );
+    }
+    Value::Object(sizes)
+}
+
+fn cell_json(c: Option<cpu::Cell>, base: Option<cpu::Cell>) -> Value {
+    match c {
+        None => Value::Null,
+        Some(c) => json!({
+            "user_us": c.user_us,
+            "sys_us": c.sys_us,
+            "total_us": c.total_us(),
+            "spawns": c.spawns,
+            "slower_than_vfork_pct": base.map(|b| cpu::slower_pct(&c, &b)),
+        }),
+    }
+}
+
+/// Everything as one JSON object; `ratios` holds the three minimum-latency ratios at "0" and
+/// "1GiB-touched" (null where a row was not measured).
+pub fn json(res: &Results) -> Value {
+    let m = &res.machine;
+    let c = &res.config;
+    let latency: Vec<Value> = res
+        .latency
+        .iter()
+        .map(|r| {
+            json!({"id": r.id, "name": r.name, "kind": r.kind, "sizes": stats_json(r),
+                   "skipped": r.skipped})
+        })
+        .collect();
+    let throughput: Vec<Value> = res
+        .throughput
+        .iter()
+        .map(|r| {
+            let points: Vec<Value> = r
+                .points
+                .iter()
+                .map(|p| {
+                    json!({"total": p.total, "mean_per_s": p.mean, "stddev_per_s": p.stddev,
+                           "samples_per_s": p.samples})
+                })
+                .collect();
+            json!({"id": r.id, "name": r.name, "kind": r.kind, "points": points})
+        })
+        .collect();
+    let base = res.cpu.iter().find(|r| r.id == "vfork_exec");
+    let cpu: Vec<Value> = res
+        .cpu
+        .iter()
+        .map(|r| {
+            json!({"id": r.id, "name": r.name, "kind": r.kind,
+                   "plain": cell_json(r.plain, base.and_then(|b| b.plain)),
+                   "captured": cell_json(r.captured, base.and_then(|b| b.captured))})
+        })
+        .collect();
+    let mut ratios = Map::new();
+    for r in &RATIOS {
+        let mut per = Map::new();
+        for s in RATIO_SIZES {
+            per.insert(s.key().into(), json!(r.value(&res.latency, s)));
+        }
+        ratios.insert(r.key.into(), Value::Object(per));
+    }
+    let [plain, captured] = cpu_vs_vfork(&res.cpu);
+    let tp: Map<String, Value> =
+        throughput_vs_vfork(res).into_iter().map(|(t, r)| (t.to_string(), json!(r))).collect();
+    json!({
+        "machine": {"date": m.date, "kernel": m.kernel, "cpu": m.cpu, "cores": m.cores,
+                    "glibc": m.glibc,
+                    "python": res.python.as_ref().map(|p| json!({"version": p.version,
+                                                                "executable": p.executable}))},
+        "config": {"preset": c.preset, "runs": c.runs, "fork_touched_runs": c.fork_touched_runs,
+                   "totals": c.totals, "iterations": c.iterations, "active": c.active,
+                   "cpu_spawns": c.cpu_spawns},
+        "seconds": res.seconds,
+        "latency": {"unit": "µs", "parent_sizes": res.latency_sizes.iter().map(|s| s.key()).collect::<Vec<_>>(),
+                    "rows": latency},
+        "throughput": {"unit": "processes/s", "rows": throughput},
+        "cpu": {"unit": "µs per spawn", "rows": cpu},
+        "notes": res.notes,
+        "ratios": ratios,
+        "other_ratios": {
+            "cpu spawnkit/vfork pct": {"plain": plain, "captured": captured},
+            "throughput spawnkit/vfork": tp,
+        },
+    })
+}

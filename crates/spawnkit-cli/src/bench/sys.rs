@@ -1,0 +1,278 @@
+//! The few system calls the benchmark itself makes (parent side only): the monotonic clock,
+//! pipes, reads, waits, CPU usage, and the memory a "large parent" holds.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+fn last_error<T>(what: &str) -> Result<T, String> {
+    Err(format!("{what}: {}", io::Error::last_os_error()))
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (through the vDSO, as any parent reads it).
+pub fn mono_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// pipe2(O_CLOEXEC): (read end, write end). Close-on-exec, so no row's child inherits the
+/// pipe except through the fd it is handed as stdout.
+pub fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return last_error("pipe2");
+    }
+    // SAFETY: both fds were just created and belong to nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// /dev/null opened for writing, close-on-exec: the stdout of rows that do not capture.
+pub fn dev_null() -> Result<OwnedFd, String> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|e| format!("/dev/null: {e}"))
+}
+
+/// Read exactly `buf.len()` bytes (the child's 16-byte timestamp).
+pub fn read_exact(fd: RawFd, buf: &mut [u8]) -> Result<(), String> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reads into the unfilled tail of `buf`.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr() as *mut c_void, buf.len() - got) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return last_error("read");
+        }
+        if n == 0 {
+            return Err(format!("the child wrote {got} bytes, not {}", buf.len()));
+        }
+        got += n as usize;
+    }
+    Ok(())
+}
+
+/// Read until EOF; returns the number of bytes read.
+pub fn read_to_eof(fd: RawFd) -> Result<usize, String> {
+    let mut buf = [0u8; 256];
+    let mut total = 0;
+    loop {
+        // SAFETY: reads into `buf`.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len()) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return last_error("read");
+        }
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as usize;
+    }
+}
+
+/// The child's timestamp (a `struct timespec` it wrote) in nanoseconds.
+pub fn timestamp_ns(buf: &[u8; 16]) -> i64 {
+    let sec = i64::from_ne_bytes(buf[..8].try_into().unwrap_or([0; 8]));
+    let nsec = i64::from_ne_bytes(buf[8..].try_into().unwrap_or([0; 8]));
+    sec * 1_000_000_000 + nsec
+}
+
+/// waitpid(pid, 0): the raw wait status.
+pub fn waitpid(pid: i32) -> Result<i32, String> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child, writing its status into `status`.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            return Ok(status);
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return last_error("waitpid");
+        }
+    }
+}
+
+/// The pid of some child that has exited, without reaping it
+/// (waitid(P_ALL, WEXITED | WNOWAIT)): its owner then reaps it its own way.
+pub fn wait_any_exited() -> Result<i32, String> {
+    loop {
+        // SAFETY: zeroed siginfo_t is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes into `info`.
+        let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            // SAFETY: waitid filled a SIGCHLD siginfo.
+            return Ok(unsafe { info.si_pid() });
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return last_error("waitid");
+        }
+    }
+}
+
+/// A wait status as text, for error messages.
+pub fn describe_status(status: i32) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exit status {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("wait status {status:#x}")
+    }
+}
+
+/// User and system CPU time (µs) of this process plus its reaped children.
+pub fn cpu_us() -> (f64, f64) {
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    let mut total = (0.0, 0.0);
+    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
+        // SAFETY: zeroed rusage is a valid out-parameter.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage writes one rusage.
+        unsafe { libc::getrusage(who, &mut ru) };
+        total.0 += tv(ru.ru_utime);
+        total.1 += tv(ru.ru_stime);
+    }
+    total
+}
+
+/// Memory the parent holds while a parent size is measured: an anonymous private mapping,
+/// left untouched (page tables empty: fork has nothing to copy) or with every page written
+/// (fork copies one page-table entry per 4 KiB page). Transparent huge pages are refused with
+/// MADV_NOHUGEPAGE so the touched case is the ordinary 4 KiB-page heap on every machine.
+pub struct Ballast {
+    map: *mut c_void,
+    len: usize,
+}
+
+impl Ballast {
+    pub fn new(len: usize, touch: bool) -> Result<Option<Ballast>, String> {
+        if len == 0 {
+            return Ok(None);
+        }
+        // SAFETY: a fresh anonymous mapping; nothing existing is touched.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return last_error("mmap");
+        }
+        // SAFETY: advice on our own mapping; failure (no THP support) is harmless.
+        unsafe { libc::madvise(map, len, libc::MADV_NOHUGEPAGE) };
+        let ballast = Ballast { map, len };
+        if touch {
+            let p = map as *mut u8;
+            for off in (0..len).step_by(4096) {
+                // SAFETY: `off` < `len`, inside our writable mapping.
+                unsafe { p.add(off).write_volatile(1) };
+            }
+        }
+        Ok(Some(ballast))
+    }
+}
+
+impl Drop for Ballast {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the region mapped in `new`.
+        unsafe { libc::munmap(self.map, self.len) };
+    }
+}
+
+extern "C" {
+    fn bl_fork_exec(prog: *const c_char, out_fd: c_int) -> c_int;
+    fn bl_vfork_exec(prog: *const c_char, out_fd: c_int) -> c_int;
+    fn bl_posix_spawnp(prog: *const c_char, out_fd: c_int) -> c_int;
+    fn bl_system(prog: *const c_char, out_fd: c_int) -> c_int;
+    fn bl_popen(prog: *const c_char, handle: *mut *mut c_void) -> c_int;
+    fn bl_pclose(handle: *mut c_void) -> c_int;
+}
+
+/// The C baselines (bench/baselines.c). Each returns a pid (system(): a wait status, popen():
+/// a read fd) or a negative errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Baseline {
+    ForkExec,
+    VforkExec,
+    PosixSpawnp,
+    System,
+}
+
+fn check(what: &str, r: c_int) -> Result<c_int, String> {
+    if r < 0 {
+        Err(format!("{what}: {}", io::Error::from_raw_os_error(-r)))
+    } else {
+        Ok(r)
+    }
+}
+
+impl Baseline {
+    pub fn call(self, prog: &std::ffi::CStr, out_fd: RawFd) -> Result<c_int, String> {
+        let p = prog.as_ptr();
+        // SAFETY: `prog` is a NUL-terminated string alive for the call; the functions read it
+        // and pass it to the exec family; `out_fd` is an open fd of ours.
+        let (what, r) = unsafe {
+            match self {
+                Baseline::ForkExec => ("fork", bl_fork_exec(p, out_fd)),
+                Baseline::VforkExec => ("vfork", bl_vfork_exec(p, out_fd)),
+                Baseline::PosixSpawnp => ("posix_spawnp", bl_posix_spawnp(p, out_fd)),
+                Baseline::System => ("system", bl_system(p, out_fd)),
+            }
+        };
+        check(what, r)
+    }
+}
+
+/// A popen()ed child: its FILE* and the read end of its pipe.
+pub struct Popen {
+    handle: *mut c_void,
+    pub fd: RawFd,
+}
+
+impl Popen {
+    pub fn open(prog: &std::ffi::CStr) -> Result<Popen, String> {
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: `prog` is NUL-terminated; bl_popen stores a FILE* into `handle`.
+        let fd = check("popen", unsafe { bl_popen(prog.as_ptr(), &mut handle) })?;
+        Ok(Popen { handle, fd })
+    }
+
+    /// pclose: wait for the child; its wait status.
+    pub fn close(mut self) -> Result<i32, String> {
+        let handle = std::mem::replace(&mut self.handle, std::ptr::null_mut());
+        // SAFETY: `handle` came from popen and is closed exactly once (Drop sees NULL).
+        check("pclose", unsafe { bl_pclose(handle) })
+    }
+}
+
+impl Drop for Popen {
+    fn drop(&mut self) {
+        if !self.handle.is_null() {
+            // SAFETY: as in `close`.
+            unsafe { bl_pclose(self.handle) };
+        }
+    }
+}
+
+/// Ok if the wait status says "exited with 0".
+pub fn waited(status: i32) -> Result<(), String> {
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else {
+        Err(format!("the child ended with {}", describe_status(status)))
+    }
+}
