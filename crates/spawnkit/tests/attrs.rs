@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{allowed_cpus, is_root, probe_cmd, probe_state, run_state, TempDir, FULL};
+use common::{allowed_cpus, is_root, probe_cmd, probe_state, State, TempDir, FULL};
 use spawnkit::{Command, ErrorKind, Resource, Signal, Strategy, RLIM_INFINITY};
 
 #[test]
@@ -198,7 +198,8 @@ fn uid_gid_groups() {
         eprintln!("skipped: credential changes need root");
         return;
     }
-    // A copy of the probe that user 65534 can surely execute.
+    // A copy of the probe that user 65534 can surely execute (just written: see
+    // output_retrying_etxtbsy).
     let dir = TempDir::new("creds");
     let probe = dir.probe_copy("probe");
     for s in FULL {
@@ -206,7 +207,10 @@ fn uid_gid_groups() {
             let mut cmd = Command::new(&probe);
             cmd.arg("state").current_dir(dir.path()).strategy(s);
             configure(&mut cmd);
-            run_state(&mut cmd)
+            let out =
+                common::output_retrying_etxtbsy(&mut cmd).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert!(out.status.success(), "{s}: {}", out.status);
+            State::parse(&String::from_utf8(out.stdout).unwrap())
         };
         let st = run(&|c| {
             c.uid(65534).gid(65534);

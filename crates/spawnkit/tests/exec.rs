@@ -253,8 +253,10 @@ fn a_script_with_a_shebang_runs() {
     let dir = TempDir::new("script");
     let script = dir.file("spawnkit-script", b"#!/bin/sh\necho \"script $1 $SPAWNKIT_V\"\n", 0o755);
     for s in Strategy::ALL {
-        let out =
-            Command::new(&script).arg("arg1").env("SPAWNKIT_V", "v1").strategy(s).output().unwrap();
+        let out = common::output_retrying_etxtbsy(
+            Command::new(&script).arg("arg1").env("SPAWNKIT_V", "v1").strategy(s),
+        )
+        .unwrap();
         assert_eq!(out.stdout, b"script arg1 v1\n", "{s}");
         assert!(out.status.success(), "{s}");
     }

@@ -400,3 +400,19 @@ pub fn open_fds() -> Vec<RawFd> {
     fds.sort_unstable();
     fds
 }
+
+/// `cmd.output()`, retried while execve fails with ETXTBSY. A file this process has just
+/// written can be "busy" for a moment: a child that another test thread is forking at the same
+/// time holds a copy of the write fd until it execs (the classic fork/exec race, Go #22315).
+pub fn output_retrying_etxtbsy(cmd: &mut Command) -> spawnkit::Result<spawnkit::Output> {
+    let mut tries = 0;
+    loop {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 200 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
