@@ -113,7 +113,17 @@ impl Error {
             (
                 _,
                 "posix_spawn",
-                Some(libc::EACCES | libc::ENOEXEC | libc::EPERM | libc::EISDIR | libc::ETXTBSY),
+                Some(
+                    libc::EACCES
+                    | libc::ENOEXEC
+                    | libc::EPERM
+                    | libc::EISDIR
+                    | libc::ETXTBSY
+                    | libc::E2BIG
+                    | libc::ELOOP
+                    | libc::ENAMETOOLONG
+                    | libc::ELIBBAD,
+                ),
             ) => 126,
             _ => 125,
         }

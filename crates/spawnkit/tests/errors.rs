@@ -80,7 +80,6 @@ fn argument_too_long() {
 }
 
 #[test]
-#[ignore = "bug: Error::exit_code gives 125 for posix_spawn's E2BIG (error.rs exit_code: the posix_spawn arm lists only EACCES, ENOEXEC, EPERM, EISDIR, ETXTBSY)"]
 fn argument_too_long_exit_code_is_126_for_every_strategy() {
     let _g = serial();
     let huge = "x".repeat(200_000);
@@ -142,7 +141,6 @@ fn chdir_to_a_file() {
 }
 
 #[test]
-#[ignore = "bug: posix-spawn names a chdir into a plain file with access(X_OK)'s errno, EACCES, instead of ENOTDIR (sys/posix.rs posix_error)"]
 fn posix_spawn_chdir_to_a_file() {
     let _g = serial();
     let dir = common::TempDir::new("chdirfile-posix");

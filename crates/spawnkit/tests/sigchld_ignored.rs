@@ -59,7 +59,6 @@ fn waits_report_echild_when_sigchld_is_ignored() {
 }
 
 #[test]
-#[ignore = "bug: fork-exec reports `pidfd_open: No such process` instead of the failed step when the failed child was already auto-reaped (sys/fork.rs: pidfd_open error returned before the shared report is looked at)"]
 fn failed_fork_exec_spawn_names_the_step_when_sigchld_is_ignored() {
     ignore_sigchld();
     for s in FULL {

@@ -403,7 +403,6 @@ fn close_other_fds_false_lets_inheritable_fds_through() {
 }
 
 #[test]
-#[ignore = "bug: posix-spawn refuses a swap when close_other_fds(false) (sys/posix.rs DupAway arm is guarded by `if closes_all`)"]
 fn swap_without_closing_other_fds() {
     let dir = TempDir::new("swapnoclose");
     let (x, a_path, y, b_path) = two_high_fds(&dir, 340);
@@ -441,7 +440,6 @@ fn swap_next_to_a_map_whose_source_is_just_above_the_targets() {
 }
 
 #[test]
-#[ignore = "bug: posix-spawn refuses to close a gap of 1024+ fds below a kept fd (sys/posix.rs CloseRange arm `last - first < 1024`)"]
 fn keep_a_high_fd() {
     let dir = TempDir::new("highfd");
     let (a, a_path) = named_file(&dir, "a");
@@ -467,7 +465,6 @@ fn child_ends_of_pipes_are_closed_in_the_parent() {
 }
 
 #[test]
-#[ignore = "bug: Stdio::File/Owned are documented as closed in the parent after the spawn but stay open in the Command (spawn/engine.rs)"]
 fn stdio_file_is_closed_in_the_parent_after_spawn() {
     for s in Strategy::ALL {
         let (mut r, w) = pipe();

@@ -287,6 +287,10 @@ impl Child {
         }
         let mut buf = vec![0u8; 64 * 1024];
         while self.stdin.is_some() || self.stdout.is_some() || self.stderr.is_some() {
+            // A chatty child keeps poll() from ever timing out: check the deadline each round.
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(timeout_error("communicate", self.pid, timeout.unwrap_or_default()));
+            }
             let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
             let slots = [
                 (self.stdin.as_ref(), libc::POLLOUT),

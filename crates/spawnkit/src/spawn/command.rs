@@ -331,8 +331,9 @@ impl Command {
         self.strategy
     }
 
-    /// Compile to a [`Plan`] without spawning: every input is checked, pipes are not made.
-    /// Useful to see the exact steps (`spawnkit run --dry-run`).
+    /// Compile to a [`Plan`] without spawning: every input is checked and the fds the child
+    /// will get are made (pipes, /dev/null) so the steps show real numbers; dropping the plan
+    /// closes them. Useful to see the exact steps (`spawnkit run --dry-run`).
     pub fn plan(&self) -> Result<Plan> {
         Plan::build(self)
     }

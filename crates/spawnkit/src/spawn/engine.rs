@@ -5,10 +5,11 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use super::command::Command;
-use super::options::Strategy;
+use super::options::{Stdio, Strategy};
 use super::plan::Plan;
 use crate::error::{quoted, Error, ErrorKind, Result};
 use crate::sys::child::{Report, STEP_EXEC, STEP_PRE_EXEC, STEP_SIGNALS};
+use crate::sys::fork::ForkFailure;
 use crate::sys::{self, pidfd};
 use crate::{orphans, Child};
 
@@ -19,11 +20,21 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
         Strategy::PosixSpawn => sys::posix::spawn_posix(&plan)?,
         Strategy::CloneVfork | Strategy::ForkExec => {
             let out = if plan.strategy == Strategy::CloneVfork {
-                sys::spawn_clone_vfork(&plan)
+                sys::spawn_clone_vfork(&plan).map_err(|(step, e)| Error::os(step, "", e))?
             } else {
-                sys::fork::spawn_fork_exec(&plan, &mut cmd.pre_exec)
+                match sys::fork::spawn_fork_exec(&plan, &mut cmd.pre_exec) {
+                    Ok(out) => out,
+                    Err(ForkFailure::Syscall(step, e)) => return Err(Error::os(step, "", e)),
+                    Err(ForkFailure::Gone(report)) if report.errno != 0 => {
+                        return Err(child_error(&plan, report, None));
+                    }
+                    Err(ForkFailure::Gone(_)) => {
+                        return Err(Error::os("pidfd_open", "", libc::ESRCH).with_reason(
+                            "the child ran and was reaped elsewhere (SIGCHLD ignored?)",
+                        ));
+                    }
+                }
             };
-            let out = out.map_err(|(step, e)| Error::os(step, "", e))?;
             if out.report.step != STEP_EXEC || out.report.errno != 0 {
                 // The child failed before execve and exited (or died): reap it here.
                 let ended = pidfd::wait(std::os::fd::AsFd::as_fd(&out.pidfd), false).ok().flatten();
@@ -32,8 +43,14 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
             (out.pid, out.pidfd)
         }
     };
-    // The child's ends of the pipes and /dev/null close here, in the parent.
+    // The child's ends of the pipes and /dev/null close here, in the parent, and so do the
+    // files and fds handed over (else a pipe's reader would never see EOF).
     plan.child_ends.clear();
+    for slot in cmd.stdio.iter_mut() {
+        if matches!(slot, Some(Stdio::File(_)) | Some(Stdio::Owned(_))) {
+            *slot = None;
+        }
+    }
     let [stdin, stdout, stderr] = std::mem::take(&mut plan.parent_pipes);
     Ok(Child::new(pid, pidfd, stdin, stdout, stderr, cmd.kill_on_drop))
 }

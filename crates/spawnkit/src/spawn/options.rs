@@ -265,9 +265,10 @@ pub enum Stdio {
     Null,
     /// A new pipe; the parent's end is on [`Child`](crate::Child).
     Pipe,
-    /// An open file, handed over to the child (and closed in the parent after the spawn).
+    /// An open file, handed over to the child and closed in the parent by the spawn (a later
+    /// spawn of the same command inherits the parent's fd instead).
     File(File),
-    /// Any fd the parent owns, handed over (closed in the parent after the spawn).
+    /// Any fd the parent owns, handed over and closed in the parent by the spawn (as `File`).
     Owned(OwnedFd),
     /// A raw fd of the parent's, borrowed: it must stay open until `spawn` returns.
     Fd(RawFd),

@@ -68,13 +68,19 @@ impl Drop for SharedReport {
     }
 }
 
-/// Spawn with fork(). Returns the failing syscall and errno if no child started.
-pub(crate) fn spawn_fork_exec(
-    plan: &Plan,
-    hooks: &mut [Hook],
-) -> Result<Outcome, (&'static str, i32)> {
-    let (rd, wr) = cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?;
-    let shared = SharedReport::new().map_err(|e| ("mmap", e))?;
+/// Why a fork-exec spawn produced no [`Outcome`].
+pub(crate) enum ForkFailure {
+    /// A system call of the parent failed.
+    Syscall(&'static str, i32),
+    /// The child was reaped before its pidfd could be opened (SIGCHLD ignored); its report.
+    Gone(Report),
+}
+
+/// Spawn with fork().
+pub(crate) fn spawn_fork_exec(plan: &Plan, hooks: &mut [Hook]) -> Result<Outcome, ForkFailure> {
+    let (rd, wr) =
+        cloexec_pipe_above(plan.max_target + 1).map_err(|e| ForkFailure::Syscall("pipe2", e))?;
+    let shared = SharedReport::new().map_err(|e| ForkFailure::Syscall("mmap", e))?;
     let mut unused = Report::default();
     let mut scratch = vec![-1i32; plan.scratch];
     let hooks = if hooks.is_empty() { None } else { Some(hooks as *mut [Hook]) };
@@ -93,8 +99,10 @@ pub(crate) fn spawn_fork_exec(
     drop(blocked);
     drop(wr);
     if pid < 0 {
-        return Err(("fork", fork_errno));
+        return Err(ForkFailure::Syscall("fork", fork_errno));
     }
+    // The pidfd first, while the child is surely alive (it has not exec'd yet, or just).
+    let pidfd = pidfd::open(pid);
     // EOF once the child has exec'd (close-on-exec) or exited.
     let mut byte = 0u8;
     loop {
@@ -106,19 +114,19 @@ pub(crate) fn spawn_fork_exec(
         break;
     }
     let report = shared.read();
-    let pidfd = match pidfd::open(pid) {
+    let pidfd = match pidfd {
         Ok(fd) => fd,
+        // Reaped by the kernel already (SIGCHLD ignored): the report still says what happened,
+        // and the pid must not be signalled.
+        Err(libc::ESRCH) => return Err(ForkFailure::Gone(report)),
         Err(e) => {
-            // Without a pidfd the child cannot be handed out: stop and reap it. ESRCH means it
-            // was reaped elsewhere already (SIGCHLD ignored) and its pid must not be signalled.
-            if e != libc::ESRCH {
-                // SAFETY: `pid` is our own unreaped child.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, std::ptr::null_mut(), 0);
-                }
+            // Without a pidfd the child cannot be handed out: stop and reap it.
+            // SAFETY: `pid` is our own unreaped child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
             }
-            return Err(("pidfd_open", e));
+            return Err(ForkFailure::Syscall("pidfd_open", e));
         }
     };
     Ok(Outcome { pid, pidfd, report })

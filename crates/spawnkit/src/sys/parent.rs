@@ -54,6 +54,13 @@ pub(crate) fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// The fds open in this process now (a snapshot: other threads may change it).
+pub(crate) fn open_fds() -> std::collections::BTreeSet<i32> {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 /// A NULL-terminated array of C strings (argv, envp, PATH candidates), packed: all strings
 /// in one buffer, so building one costs two allocations however many strings it has.
 #[derive(Default)]

@@ -125,6 +125,15 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
         + 1;
     let closes_all =
         plan.steps.iter().any(|s| matches!(s, Step::CloseRange { last: u32::MAX, .. }));
+    // The parent's open fds, read only when needed: to pick temporaries that overwrite no
+    // inherited fd when nothing closes them afterwards, and to close only the open fds of a
+    // bounded gap between kept fds (posix_spawn has no close_range).
+    let needs_open = plan.steps.iter().any(|s| {
+        matches!(s, Step::CloseRange { last, .. } if *last != u32::MAX)
+            || (!closes_all && matches!(s, Step::DupAway { .. }))
+    });
+    let open = if needs_open { super::parent::open_fds() } else { Default::default() };
+    let mut temporaries: Vec<i32> = Vec::new();
     for step in &plan.steps {
         // SAFETY: (all calls below) `a` is initialised; paths are NUL-terminated strings owned
         // by the plan, which outlives the spawn.
@@ -139,9 +148,17 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
                     )?;
                     flags |= libc::POSIX_SPAWN_SETPGROUP as libc::c_short;
                 }
-                Step::DupAway { fd, slot, .. } if closes_all => {
-                    // The final closefrom removes the temporary.
-                    let tmp = tmp_base + *slot as i32;
+                Step::DupAway { fd, slot, .. } => {
+                    // With a final closefrom the temporary goes with it; without, pick a
+                    // number no inherited fd uses and close it after the moves.
+                    let mut tmp = tmp_base + *slot as i32;
+                    if !closes_all {
+                        tmp = temporaries.last().map_or(tmp_base, |t| t + 1);
+                        while open.contains(&tmp) {
+                            tmp += 1;
+                        }
+                        temporaries.push(tmp);
+                    }
                     if slots.len() <= *slot {
                         slots.resize(*slot + 1, -1);
                     }
@@ -170,11 +187,11 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
                     "posix_spawn_file_actions_addclosefrom_np",
                     posix_spawn_file_actions_addclosefrom_np(&mut a.actions, *first as i32),
                 )?,
-                Step::CloseRange { first, last } if last - first < 1024 => {
-                    for fd in *first..=*last {
+                Step::CloseRange { first, last } => {
+                    for &fd in open.range(*first as i32..=(*last).min(i32::MAX as u32) as i32) {
                         check(
                             "posix_spawn_file_actions_addclose",
-                            libc::posix_spawn_file_actions_addclose(&mut a.actions, fd as i32),
+                            libc::posix_spawn_file_actions_addclose(&mut a.actions, fd),
                         )?;
                     }
                 }
@@ -185,6 +202,15 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
                 other => return Err(unsupported(other)),
             }
         }
+    }
+    for tmp in temporaries {
+        // SAFETY: `a` is initialised.
+        unsafe {
+            check(
+                "posix_spawn_file_actions_addclose",
+                libc::posix_spawn_file_actions_addclose(&mut a.actions, tmp),
+            )?
+        };
     }
     // SAFETY: `a` is initialised.
     unsafe {
@@ -264,9 +290,7 @@ fn posix_error(plan: &Plan, errno: i32) -> Error {
     });
     if let Some(path) = chdir {
         if matches!(errno, libc::ENOENT | libc::ENOTDIR | libc::EACCES | libc::ELOOP) {
-            // SAFETY: NUL-terminated path; access has no other memory arguments.
-            if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
-                let e = super::last_errno();
+            if let Some(e) = chdir_errno(path) {
                 let (name, subject) = Step::Chdir { path: path.clone() }.describe();
                 return Error::os(name, subject, e).with_reason(format!(
                     "{} (posix_spawn failed; the directory fails in the parent too)",
@@ -283,4 +307,22 @@ fn posix_error(plan: &Plan, errno: i32) -> Error {
         (None, libc::ENOENT) => err.with_kind(ErrorKind::NotFound),
         _ => err,
     }
+}
+
+/// Why chdir(path) fails in the parent, if it does: ENOENT/ENOTDIR/ELOOP from opening it as
+/// a directory, EACCES from the search permission.
+fn chdir_errno(path: &std::ffi::CStr) -> Option<i32> {
+    // SAFETY: NUL-terminated path; open returns a new fd or -1.
+    let fd =
+        unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Some(super::last_errno());
+    }
+    // SAFETY: closing the fd just opened.
+    unsafe { libc::close(fd) };
+    // SAFETY: NUL-terminated path.
+    if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
+        return Some(super::last_errno());
+    }
+    None
 }
