@@ -7,7 +7,7 @@
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Mutex, MutexGuard, TryLockError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
@@ -44,6 +44,44 @@ impl Child {
     fn lock(&self) -> MutexGuard<'_, spawnkit::Child> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Poll the pidfd until it is readable (the child exited) or `timeout` passes, with the
+    /// GIL released; on EINTR run the Python signal handlers (which may raise) and go on.
+    fn ready(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<bool> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let ms = match deadline {
+                None => -1,
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+                }
+            };
+            let pidfd = self.pidfd;
+            let r = py.detach(move || {
+                let mut pfd = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
+                // SAFETY: poll(2) on one pollfd that lives on this stack; the pidfd is owned
+                // by `self.inner` and open while `self` lives.
+                let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+                if n < 0 {
+                    Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+                } else {
+                    Ok(n > 0)
+                }
+            });
+            match r {
+                Ok(ready) => return Ok(ready),
+                Err(libc::EINTR) => py.check_signals()?,
+                Err(errno) => return Err(os_error(errno)),
+            }
+        }
+    }
+
+    /// Reap the child if it has exited (the pidfd said so), taking the handle's lock with the
+    /// GIL released.
+    fn reap(&self, py: Python<'_>) -> PyResult<Option<i32>> {
+        py.detach(|| self.lock().try_wait()).map(|s| s.map(returncode)).map_err(wait_error)
+    }
 }
 
 #[pymethods]
@@ -68,9 +106,15 @@ impl Child {
 
     /// Block until the child exits and reap it (GIL released). Returns the return code:
     /// the exit code, or `-N` when signal N killed it. Raises `ChildProcessError` when someone
-    /// else reaped it.
+    /// else reaped it. Python signal handlers run while it waits (Ctrl-C raises
+    /// `KeyboardInterrupt`, as in CPython's `waitpid`).
     fn wait(&self, py: Python<'_>) -> PyResult<i32> {
-        py.detach(|| self.lock().wait()).map(returncode).map_err(wait_error)
+        loop {
+            self.ready(py, None)?;
+            if let Some(rc) = self.reap(py)? {
+                return Ok(rc);
+            }
+        }
     }
 
     /// Reap the child if it has exited: its return code, or `None` if it still runs (or if
@@ -88,9 +132,16 @@ impl Child {
     /// `None` if the child still runs then.
     fn wait_timeout(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<i32>> {
         let timeout = Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::MAX);
-        py.detach(|| self.lock().wait_timeout(timeout))
-            .map(|s| s.map(returncode))
-            .map_err(wait_error)
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if !self.ready(py, left)? {
+                return Ok(None);
+            }
+            if let Some(rc) = self.reap(py)? {
+                return Ok(Some(rc));
+            }
+        }
     }
 
     /// The return code if the child has been reaped, else `None`. Never blocks, never reaps.

@@ -6,7 +6,7 @@
 
 use std::io;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -240,9 +240,6 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
         cmd.umask(spec.umask as u32 & 0o777);
     }
     if let Some(f) = spec.preexec_fn {
-        if !f.is_callable() {
-            return Err(PyTypeError::new_err("preexec_fn must be callable"));
-        }
         let f: Py<PyAny> = f.clone().unbind();
         // SAFETY: the hook runs Python code in a fork()ed child, which is not
         // async-signal-safe; this is exactly the hazard CPython documents for preexec_fn
