@@ -50,7 +50,7 @@ pub(crate) fn os_error(errno: i32) -> PyErr {
 /// native API's: the engine's message as `strerror`, `filename` for exec and chdir failures,
 /// and `step` / `in_child` attributes saying which step failed where.
 pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, compat: bool) -> PyErr {
-    if e.step() == "pre_exec" {
+    if e.step() == "pre_exec" && e.is_in_child() {
         return subprocess_error(py, "Exception occurred in preexec_fn.".into());
     }
     let err = match (e.kind(), e.raw_os_error()) {
