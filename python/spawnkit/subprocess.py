@@ -24,7 +24,6 @@ import os as _os
 import subprocess as _std
 import sys as _sys
 import types as _types
-import warnings as _warnings
 from time import monotonic as _time
 
 from . import _native
@@ -115,16 +114,33 @@ class Popen(_std.Popen):
             self.pid = child.pid
             self._child_created = True
         finally:
-            # The child's ends of the pipes and /dev/null, as CPython closes them.
-            self._close_pipe_fds(p2cread, p2cwrite,
-                                 c2pread, c2pwrite,
-                                 errread, errwrite)
+            # The child's ends of the pipes and /dev/null, as CPython closes them (nothing to
+            # close when no stream was redirected: skip the ExitStack).
+            if p2cread != -1 or c2pwrite != -1 or errwrite != -1 or hasattr(self, "_devnull"):
+                self._close_pipe_fds(p2cread, p2cwrite,
+                                     c2pread, c2pwrite,
+                                     errread, errwrite)
+            else:
+                self._closed_child_pipe_fds = True
+
+    def _get_handles(self, stdin, stdout, stderr):
+        # Nothing redirected: CPython's answer, without its error-handling context manager.
+        if stdin is None and stdout is None and stderr is None:
+            return (-1, -1, -1, -1, -1, -1)
+        return super()._get_handles(stdin, stdout, stderr)
 
     def _internal_poll(self, _deadstate=None, _ECHILD=_errno.ECHILD, **_ignored):
         """Reap the child if it has exited (waitid on the pidfd, WNOHANG).
 
-        Called by ``__del__`` and the standard module's ``_cleanup``: it may use nothing
-        outside its local scope."""
+        Called by ``__del__`` and the standard module's ``_cleanup`` (with ``_deadstate``):
+        it may use nothing outside its local scope. There a child spawned with
+        ``Command.kill_on_drop()`` is killed and reaped."""
+        if (_deadstate is not None and self.returncode is None and self._sk_options is not None
+                and self._sk_options.kill_on_drop and self._child is not None):
+            try:
+                self._child.send_signal(9)
+            except OSError:
+                pass
         if self.returncode is None:
             if not self._waitpid_lock.acquire(False):
                 # Something else is busy waiting. We know nothing yet.
@@ -134,7 +150,11 @@ class Popen(_std.Popen):
                     return self.returncode  # Another thread waited.
                 child = self._child
                 if child is not None:
-                    rc = child.try_wait()
+                    if _deadstate is not None and self._sk_options is not None \
+                            and self._sk_options.kill_on_drop:
+                        rc = child.wait()  # SIGKILLed above: ends at once
+                    else:
+                        rc = child.try_wait()
                     if rc is not None:
                         self.returncode = rc
                         self._child = None
@@ -192,21 +212,6 @@ class Popen(_std.Popen):
         child = self._child  # a reference keeps the pidfd open while we use it
         if child is not None:
             child.send_signal(sig)
-
-    def __del__(self, _maxsize=_sys.maxsize, _warn=_warnings.warn):
-        options = self._sk_options
-        if (options is not None and options.kill_on_drop and self._child_created
-                and self.returncode is None):
-            child = self._child
-            if child is not None:
-                try:
-                    child.send_signal(9)
-                    self.returncode = child.wait()
-                    self._child = None
-                except OSError:
-                    pass
-        super().__del__(_maxsize, _warn)
-
 
 def _rebind(name):
     """The standard module's function `name`, with this module's globals (so it creates our
