@@ -796,3 +796,27 @@ def test_pipesize():
         with m.Popen(["true"], stdout=m.PIPE, pipesize=1 << 16) as p:
             return fcntl.fcntl(p.stdout.fileno(), fcntl.F_GETPIPE_SZ)
     agree(size)
+
+
+def test_pass_fds_naming_a_redirected_standard_stream():
+    agree(lambda m: m.check_output(py(FD_DUMP), pass_fds=[1]))
+    agree(lambda m: m.run(py(FD_DUMP), pass_fds=[0, 2], capture_output=True))
+
+
+def test_duplicate_environment_names():
+    agree(lambda m: m.check_output(py(ENV_DUMP), env={"A": "1", b"A": "2"}))
+
+
+def test_empty_program_name():
+    agree(lambda m: m.run([""]))
+    agree(lambda m: m.run([b""], env={"PATH": "/nonexistent"}))
+    agree(lambda m: m.run(["x"], executable=""))
+
+
+def test_argument_list_too_long():
+    agree(lambda m: m.run(["true"] + ["x" * (200 * 1024)] * 20))
+
+
+def test_preexec_fn_chdir_and_fds():
+    agree(lambda m: m.check_output(["pwd"], preexec_fn=lambda: os.chdir("/tmp")))
+    agree(lambda m: m.run(["true"], close_fds=False, preexec_fn=lambda: None).returncode)

@@ -96,6 +96,8 @@ class Popen(_std.Popen):
             executable = args[0]
 
         _sys.audit("subprocess.Popen", executable, args, cwd, env)
+        if not isinstance(executable, _os.PathLike) and not executable:
+            _empty_program(executable, env)
 
         options = self._sk_options
         if options is None and uid is not None and gids is None and _os.geteuid() == 0:
@@ -212,6 +214,20 @@ class Popen(_std.Popen):
         child = self._child  # a reference keeps the pidfd open while we use it
         if child is not None:
             child.send_signal(sig)
+
+def _empty_program(executable, env):
+    """An empty program name fails the way it does in CPython: every PATH entry is tried as
+    "DIR/", execve gives EACCES for an existing directory, and the first error that is not
+    ENOENT/ENOTDIR is reported."""
+    if not isinstance(executable, (str, bytes)):
+        return
+    err = _errno.ENOENT
+    for d in _os.get_exec_path(env):
+        if d and _os.path.isdir(d):
+            err = _errno.EACCES
+            break
+    raise OSError(err, _os.strerror(err), executable)
+
 
 def _rebind(name):
     """The standard module's function `name`, with this module's globals (so it creates our

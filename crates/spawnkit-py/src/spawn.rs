@@ -184,14 +184,20 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
     }
     if let Some(env) = spec.env {
         cmd.env_clear();
+        // The first of two equal names wins, as getenv(3) and os.environ see it in CPython's
+        // child (which gets both entries).
+        let mut seen = std::collections::HashSet::new();
         for item in env.call_method0("items")?.try_iter()? {
             let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
             let k = fs_bytes(&k)?;
             if k.contains(&b'=') {
                 return Err(PyValueError::new_err("illegal environment variable name"));
             }
-            use std::os::unix::ffi::OsStringExt;
-            cmd.env(std::ffi::OsString::from_vec(k), fs_os(&v)?);
+            let v = fs_os(&v)?;
+            if seen.insert(k.clone()) {
+                use std::os::unix::ffi::OsStringExt;
+                cmd.env(std::ffi::OsString::from_vec(k), v);
+            }
         }
     }
     if !spec.cwd.is_none() {
@@ -217,6 +223,11 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
             };
             if n < 0 {
                 return Err(PyValueError::new_err("bad value(s) in fds_to_keep"));
+            }
+            // A redirected standard stream stays redirected (keeping the parent's fd under
+            // that number would replace the redirection).
+            if (0..3).contains(&n) && spec.stdio[n as usize].is_some() {
+                continue;
             }
             cmd.keep_fd(n);
         }
