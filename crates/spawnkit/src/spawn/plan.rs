@@ -4,11 +4,12 @@
 //! and pointer arrays for argv/envp, the joined PATH candidates, the fd table moves, the
 //! pipes. The child only walks [`Plan::steps`] (see `sys/child.rs`).
 
-use std::collections::{BTreeSet, HashSet};
+use std::cell::RefCell;
 use std::ffi::{CString, OsStr, OsString};
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::Arc;
 
 use super::command::Command;
 use super::options::{Resource, Signal, Stdio, Strategy};
@@ -136,12 +137,14 @@ pub(crate) struct Exec {
     pub(crate) program: OsString,
     /// The PATH that was searched, when the program has no `/`.
     pub(crate) searched: Option<OsString>,
-    pub(crate) candidates: CStrArray,
+    /// Shared with the per-thread cache of the last PATH search (see [`candidates`]).
+    pub(crate) candidates: Arc<CStrArray>,
     pub(crate) argv: CStrArray,
     /// Always a copy, even when the environment is inherited unchanged: another thread's
     /// setenv may free the live `environ` array while the child is in execve (EFAULT).
-    /// `std::env::vars_os` copies under std's environment lock.
-    pub(crate) envp: CStrArray,
+    /// `std::env::vars_os` copies under std's environment lock. Shared with the per-thread
+    /// cache of the last inherited environment when it is unchanged.
+    pub(crate) envp: Arc<CStrArray>,
 }
 
 /// A [`Command`] compiled for one spawn: the steps, the exec candidates, and the fds made
@@ -391,7 +394,8 @@ impl Plan {
             let src = maps.iter().find(|(t, _)| *t == 1).map_or(1, |(_, s)| *s);
             maps.push((2, src));
         }
-        let targets: HashSet<RawFd> = maps.iter().map(|(t, _)| *t).collect();
+        // A handful of fds: a vector beats hashing.
+        let targets: Vec<RawFd> = maps.iter().map(|(t, _)| *t).collect();
         self.max_target = targets.iter().copied().max().unwrap_or(2).max(2);
         let above = self.max_target + 1;
         // A source that is also some map's target would be overwritten before it is read:
@@ -415,8 +419,10 @@ impl Plan {
             }
         }
         if cmd.close_other_fds {
-            let keep: BTreeSet<u32> =
+            let mut keep: Vec<u32> =
                 targets.iter().filter(|&&t| t > 2).map(|&t| t as u32).collect();
+            keep.sort_unstable();
+            keep.dedup();
             let mut first = 3u32;
             for k in keep {
                 if k > first {
@@ -450,25 +456,52 @@ fn build_exec(cmd: &Command) -> Result<Exec> {
     let (candidates, searched) = if prog.contains(&b'/') {
         let mut one = CStrArray::with_capacity(1, prog.len() + 1);
         one.push(&[prog]).map_err(|_| nul_error("execve", &program))?;
-        (one, None)
+        (Arc::new(one.finish()), None)
     } else {
         let path = path.unwrap_or_else(|| OsString::from(DEFAULT_PATH));
-        let dirs = path.as_bytes().split(|&b| b == b':');
-        let mut cands = CStrArray::with_capacity(
-            dirs.clone().count(),
-            path.len() + dirs.clone().count() * (prog.len() + 2),
-        );
-        for dir in dirs {
-            // An empty entry means the current directory: the bare name, resolved after chdir.
-            let sep: &[u8] = if dir.is_empty() || dir.ends_with(b"/") { b"" } else { b"/" };
-            cands.push(&[dir, sep, prog]).map_err(|_| nul_error("execve", &program))?;
-        }
-        (cands, Some(path))
+        (candidates(path.as_bytes(), prog).map_err(|_| nul_error("execve", &program))?, Some(path))
     };
-    Ok(Exec { program, searched, candidates: candidates.finish(), argv: argv.finish(), envp })
+    Ok(Exec { program, searched, candidates, argv: argv.finish(), envp })
 }
 
-fn build_env(cmd: &Command) -> Result<(CStrArray, Option<OsString>)> {
+/// The last PATH search of this thread: (PATH, program, candidates). Spawning the same
+/// program with the same PATH again (a build system, a benchmark) reuses the joined list.
+type SearchCache = Option<(Vec<u8>, Vec<u8>, Arc<CStrArray>)>;
+
+thread_local! {
+    static LAST_SEARCH: RefCell<SearchCache> = const { RefCell::new(None) };
+}
+
+/// The execve candidates for `prog` along `path`, in order: `dir/prog` for each entry (an
+/// empty entry means the current directory: the bare name, resolved after chdir).
+fn candidates(path: &[u8], prog: &[u8]) -> std::result::Result<Arc<CStrArray>, ()> {
+    let hit = LAST_SEARCH
+        .try_with(|c| match &*c.borrow() {
+            Some((p, g, cands)) if p == path && g == prog => Some(Arc::clone(cands)),
+            _ => None,
+        })
+        .ok()
+        .flatten();
+    if let Some(cands) = hit {
+        return Ok(cands);
+    }
+    let dirs = path.split(|&b| b == b':');
+    let n = dirs.clone().count();
+    let mut cands = CStrArray::with_capacity(n, path.len() + n * (prog.len() + 2));
+    for dir in dirs {
+        let sep: &[u8] = if dir.is_empty() || dir.ends_with(b"/") { b"" } else { b"/" };
+        cands.push(&[dir, sep, prog])?;
+    }
+    let cands = Arc::new(cands.finish());
+    let _ = LAST_SEARCH
+        .try_with(|c| *c.borrow_mut() = Some((path.to_vec(), prog.to_vec(), Arc::clone(&cands))));
+    Ok(cands)
+}
+
+fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
+    if !cmd.env_clear && cmd.env.is_empty() {
+        return Ok(inherited_env());
+    }
     let mut vars: Vec<(OsString, OsString)> =
         if cmd.env_clear { Vec::new() } else { std::env::vars_os().collect() };
     for (k, v) in &cmd.env {
@@ -496,5 +529,92 @@ fn build_env(cmd: &Command) -> Result<(CStrArray, Option<OsString>)> {
             nul_error("environment", &shown)
         })?;
     }
-    Ok((envp.finish(), path))
+    Ok((Arc::new(envp.finish()), path))
+}
+
+/// The last inherited environment of this thread, as packed for execve, and its PATH.
+type EnvCache = Option<(Arc<CStrArray>, Option<OsString>)>;
+
+thread_local! {
+    static LAST_ENV: RefCell<EnvCache> = const { RefCell::new(None) };
+}
+
+/// The parent's environment, unchanged. Always a fresh copy taken with `std::env::vars_os`
+/// (never the live `environ`, which another thread's setenv may free while the child is in
+/// execve); when that copy equals, string for string, the one this thread packed last time,
+/// the packed array is reused instead of built again.
+fn inherited_env() -> (Arc<CStrArray>, Option<OsString>) {
+    let vars: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let same = |packed: &CStrArray| {
+        packed.len() == vars.len()
+            && packed.iter().zip(&vars).all(|(kv, (k, v))| {
+                let (k, v) = (k.as_bytes(), v.as_bytes());
+                kv.len() == k.len() + 1 + v.len()
+                    && kv.starts_with(k)
+                    && kv[k.len()] == b'='
+                    && kv.ends_with(v)
+            })
+    };
+    let hit = LAST_ENV
+        .try_with(|c| match &*c.borrow() {
+            Some((packed, path)) if same(packed) => Some((Arc::clone(packed), path.clone())),
+            _ => None,
+        })
+        .ok()
+        .flatten();
+    if let Some(hit) = hit {
+        return hit;
+    }
+    let bytes = vars.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let mut envp = CStrArray::with_capacity(vars.len(), bytes);
+    let mut path = None;
+    for (k, v) in vars {
+        // Read from C strings: neither part can hold a NUL.
+        envp.push_unchecked(&[k.as_bytes(), b"=", v.as_bytes()]);
+        if path.is_none() && k == "PATH" {
+            path = Some(v);
+        }
+    }
+    let envp = Arc::new(envp.finish());
+    let _ = LAST_ENV.try_with(|c| *c.borrow_mut() = Some((Arc::clone(&envp), path.clone())));
+    (envp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envp_of(cmd: &Command) -> Vec<Vec<u8>> {
+        cmd.plan().unwrap().exec.envp.iter().map(<[u8]>::to_vec).collect()
+    }
+
+    /// The per-thread cache of the inherited environment never serves a stale copy.
+    #[test]
+    fn inherited_environment_follows_every_change() {
+        let key = "SPAWNKIT_PLAN_CACHE_TEST";
+        let cmd = Command::new("true");
+        let has = |envp: &[Vec<u8>], kv: &[u8]| envp.iter().any(|e| e == kv);
+        let first = envp_of(&cmd);
+        assert_eq!(first, envp_of(&cmd), "unchanged environment, same strings");
+        std::env::set_var(key, "one");
+        assert!(has(&envp_of(&cmd), b"SPAWNKIT_PLAN_CACHE_TEST=one"));
+        std::env::set_var(key, "two");
+        let envp = envp_of(&cmd);
+        assert!(has(&envp, b"SPAWNKIT_PLAN_CACHE_TEST=two"));
+        assert!(!has(&envp, b"SPAWNKIT_PLAN_CACHE_TEST=one"));
+        std::env::remove_var(key);
+        assert!(!envp_of(&cmd).iter().any(|e| e.starts_with(key.as_bytes())));
+    }
+
+    /// The per-thread cache of the last PATH search is keyed on PATH and the program.
+    #[test]
+    fn path_candidates_follow_path_and_program() {
+        let cands = |path: &str, prog: &str| {
+            Command::new(prog).env("PATH", path).plan().unwrap().candidates()
+        };
+        assert_eq!(cands("/a:/b/", "x"), ["/a/x", "/b/x"]);
+        assert_eq!(cands("/a:/b/", "x"), ["/a/x", "/b/x"]);
+        assert_eq!(cands("/a:/b/", "y"), ["/a/y", "/b/y"]);
+        assert_eq!(cands("/c::/d", "y"), ["/c/y", "y", "/d/y"]);
+    }
 }

@@ -271,11 +271,23 @@ fn close_around(keep: i32, first: u32, last: u32) -> Result<isize, i32> {
     }
 }
 
-/// `close_range(2)` (Linux 5.9); where the kernel lacks it, walk /proc/self/fd with
-/// getdents64, and where /proc is missing, close every fd up to RLIMIT_NOFILE.
+/// `CLOSE_RANGE_CLOEXEC` (Linux 5.11): mark the range close-on-exec instead of closing it.
+const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+
+/// `close_range(2)` with `CLOSE_RANGE_CLOEXEC` (Linux 5.11): the fds are marked, and execve
+/// closes them as it closes every close-on-exec fd, so each file is released once, by the
+/// kernel's exec path, instead of one by one here (cheaper, and the same result: nothing in
+/// the range reaches the program; if execve fails the child exits). On EINVAL (5.9, 5.10)
+/// plain close_range; where the kernel lacks it, walk /proc/self/fd with getdents64, and
+/// where /proc is missing, close every fd up to RLIMIT_NOFILE.
 fn close_range(first: u32, last: u32) -> Result<isize, i32> {
     // SAFETY: close_range takes integers only.
-    let r = unsafe { sc!(libc::SYS_close_range, first, last, 0) };
+    let r = unsafe { sc!(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
+    let r = match check(r) {
+        // SAFETY: as above.
+        Err(libc::EINVAL) => unsafe { sc!(libc::SYS_close_range, first, last, 0) },
+        _ => r,
+    };
     match check(r) {
         Ok(_) => Ok(0),
         Err(libc::ENOSYS) | Err(libc::EPERM) => close_range_fallback(first, last).map(|_| 0),

@@ -100,6 +100,17 @@ impl CStrArray {
         Ok(())
     }
 
+    /// Append the concatenation of `parts`, which the caller knows hold no NUL (strings read
+    /// from C strings). A NUL would only cut the string short.
+    pub(crate) fn push_unchecked(&mut self, parts: &[&[u8]]) {
+        debug_assert!(!parts.iter().any(|p| p.contains(&0)));
+        self.starts.push(self.buf.len());
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.buf.push(0);
+    }
+
     /// Make the pointer array (after the last `push`).
     pub(crate) fn finish(mut self) -> CStrArray {
         let base = self.buf.as_ptr();
