@@ -62,7 +62,7 @@ pub struct BenchArgs {
     #[arg(value_enum, default_value_t = Method::All)]
     pub method: Method,
     /// Spawns per row and parent size (latency) and per row and mode (cpu)
-    /// [default: 300 with --quick, 2000 with --full].
+    /// [default: 500 with --quick, 2000 with --full].
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
     /// Small sizes that still cover every row (the default).
@@ -75,12 +75,19 @@ pub struct BenchArgs {
     /// 32,128,384,1024,2048 with --full].
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub totals: Option<Vec<usize>>,
-    /// Throughput: iterations per total [default: 3 with --quick, 5 with --full].
+    /// Throughput: iterations per total [default: 5].
     #[arg(long, value_name = "N")]
     pub iterations: Option<usize>,
     /// Throughput: most processes alive at once [default: 2 × cores + 1].
     #[arg(long, value_name = "N")]
     pub active: Option<usize>,
+    /// Latency: the parent sizes to measure [default: 0,1GiB,1GiB-touched].
+    #[arg(long, value_delimiter = ',', value_name = "SIZE,...", value_parser = parse_size)]
+    pub sizes: Option<Vec<Size>>,
+    /// Only these rows (ids as in the JSON file: vfork_exec, spawnkit_clone_vfork, ...)
+    /// [default: every row].
+    #[arg(long, value_delimiter = ',', value_name = "ID,...", value_parser = parse_row)]
+    pub rows: Option<Vec<rows::Row>>,
     /// Write every row, the machine and the ratios as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -93,6 +100,17 @@ pub struct BenchArgs {
     /// Skip the Python rows.
     #[arg(long)]
     pub no_python: bool,
+}
+
+fn parse_row(s: &str) -> Result<rows::Row, String> {
+    rows::ALL.into_iter().find(|r| r.id() == s).ok_or_else(|| {
+        let ids: Vec<&str> = rows::ALL.iter().map(|r| r.id()).collect();
+        format!("unknown row {s:?} (one of {})", ids.join(", "))
+    })
+}
+
+fn parse_size(s: &str) -> Result<Size, String> {
+    Size::from_key(s).ok_or_else(|| format!("unknown parent size {s:?} (0, 1GiB, 1GiB-touched)"))
 }
 
 /// The sizes of one run, from --quick/--full and the explicit flags.
@@ -114,7 +132,7 @@ impl Config {
         let (preset, runs, cap, totals, iterations) = if a.full {
             ("full", 2000, 2000, vec![32, 128, 384, 1024, 2048], 5)
         } else {
-            ("quick", 300, 50, vec![32, 128, 384], 3)
+            ("quick", 500, 50, vec![32, 128, 384], 5)
         };
         let runs = a.runs.unwrap_or(runs);
         let c = Config {
@@ -259,21 +277,21 @@ pub struct Results {
     pub seconds: f64,
 }
 
-fn planned_spawns(c: &Config, m: Method) -> u64 {
+fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row]) -> u64 {
     let mut n = 0;
     if matches!(m, Method::Latency | Method::All) {
-        for size in latency::SIZES {
-            for row in rows::ALL {
+        for &size in sizes {
+            for &row in all {
                 n += latency::runs_for(row, size, c.runs, c.fork_touched_runs);
             }
         }
     }
     if matches!(m, Method::Throughput | Method::All) {
-        let concurrent = rows::ALL.iter().filter(|r| r.concurrent()).count();
+        let concurrent = all.iter().filter(|r| r.concurrent()).count();
         n += c.totals.iter().sum::<usize>() * c.iterations * concurrent;
     }
     if matches!(m, Method::Cpu | Method::All) {
-        let cells: usize = rows::ALL
+        let cells: usize = all
             .iter()
             .map(|&r| usize::from(cpu::applies(r, false)) + usize::from(cpu::applies(r, true)))
             .sum();
@@ -299,18 +317,16 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
         config,
     };
     let c = res.config.clone();
-    let progress = Progress::new(planned_spawns(&c, args.method));
+    let sizes = args.sizes.clone().unwrap_or(latency::SIZES.to_vec());
+    let all: Vec<rows::Row> = args.rows.clone().unwrap_or(rows::ALL.to_vec());
+    let progress = Progress::new(planned_spawns(&c, args.method, &sizes, &all));
     let m = args.method;
     if matches!(m, Method::Latency | Method::All) {
-        res.latency_sizes = latency::SIZES.to_vec();
-        res.latency = latency::run(
-            &rows::ALL,
-            &latency::SIZES,
-            c.runs,
-            c.fork_touched_runs,
-            &prog,
-            &progress,
-        )?;
+        res.latency_sizes = sizes.clone();
+        res.latency_sizes.sort();
+        res.latency_sizes.dedup();
+        res.latency =
+            latency::run(&all, &res.latency_sizes, c.runs, c.fork_touched_runs, &prog, &progress)?;
         if c.fork_touched_runs < c.runs {
             res.notes.push(format!(
                 "latency: the fork rows ran {} times from the 1 GiB touched parent (~40 ms each), \
@@ -318,7 +334,10 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
                 c.fork_touched_runs, c.runs
             ));
         }
-        let py_sizes = [Size::Small, Size::Touched];
+        let py_sizes: Vec<Size> = [Size::Small, Size::Touched]
+            .into_iter()
+            .filter(|s| res.latency_sizes.contains(s))
+            .collect();
         if args.no_python {
             res.latency.extend(python::skipped("--no-python"));
         } else {
@@ -342,7 +361,7 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
         }
     }
     if matches!(m, Method::Throughput | Method::All) {
-        let rows: Vec<rows::Row> = rows::ALL.into_iter().filter(|r| r.concurrent()).collect();
+        let rows: Vec<rows::Row> = all.iter().copied().filter(|r| r.concurrent()).collect();
         res.throughput = throughput::run(
             &rows,
             &c.totals,
@@ -357,7 +376,7 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
         );
     }
     if matches!(m, Method::Cpu | Method::All) {
-        res.cpu = cpu::run(&rows::ALL, c.cpu_spawns, &prog, null.as_raw_fd(), &progress)?;
+        res.cpu = cpu::run(&all, c.cpu_spawns, &prog, null.as_raw_fd(), &progress)?;
     }
     progress.0.finish_and_clear();
     res.seconds = started.elapsed().as_secs_f64();

@@ -33,6 +33,21 @@ fn register_font() -> Result<(), String> {
     result
 }
 
+/// Labels on a log axis only at 1, 2 and 5 × 10^k (the others stay light grid lines).
+fn log_label(v: &f64) -> String {
+    let exp = v.log10().floor();
+    let lead = v / 10f64.powf(exp);
+    if [1.0, 2.0, 5.0].iter().any(|d| (lead - d).abs() < 1e-6) {
+        if *v >= 1.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v}")
+        }
+    } else {
+        String::new()
+    }
+}
+
 fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("{e:?}")
 }
@@ -79,13 +94,8 @@ where
         .disable_y_mesh()
         .y_labels(0)
         .x_desc(b.x_label)
-        .x_label_formatter(&|v| {
-            if *v >= 1.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v}")
-            }
-        })
+        .x_labels(30)
+        .x_label_formatter(&log_label)
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))
         .draw()
@@ -155,14 +165,13 @@ where
 {
     root.fill(&WHITE).map_err(err)?;
     let totals = &res.config.totals;
-    let t_lo = *totals.iter().min().unwrap_or(&1) as f64;
-    let t_hi = *totals.iter().max().unwrap_or(&2) as f64;
+    let k = totals.len();
     let y_hi = res
         .throughput
         .iter()
         .flat_map(|r| r.points.iter().map(|p| p.mean + p.stddev))
         .fold(0f64, f64::max)
-        * 1.15;
+        * 1.6;
     let title = format!(
         "Throughput: processes per second, at most {} alive (mean ± stddev; higher is better)",
         res.config.active
@@ -172,21 +181,33 @@ where
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d((t_lo / 1.3..t_hi * 1.3).log_scale(), 0f64..y_hi.max(1.0))
+        .build_cartesian_2d(-0.5f64..k as f64 - 0.5, 0f64..y_hi.max(1.0))
         .map_err(err)?;
+    // One tick per total (evenly spaced: the totals grow roughly geometrically).
     chart
         .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
         .x_desc("processes started (total)")
         .y_desc("processes per second")
-        .x_label_formatter(&|v| format!("{v:.0}"))
         .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style((FONT, 13))
         .axis_desc_style((FONT, 14))
         .draw()
         .map_err(err)?;
+    for (i, t) in totals.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(i as f64, 0.0));
+        root.draw(&Text::new(
+            t.to_string(),
+            (px, py + 6),
+            TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Center, VPos::Top)),
+        ))
+        .map_err(err)?;
+    }
     for (i, row) in res.throughput.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = row.points.iter().map(|p| (p.total as f64, p.mean)).collect();
+        let pts: Vec<(f64, f64)> =
+            row.points.iter().enumerate().map(|(j, p)| (j as f64, p.mean)).collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
             .map_err(err)?
@@ -197,8 +218,8 @@ where
         chart
             .draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
             .map_err(err)?;
-        for p in &row.points {
-            let x = p.total as f64;
+        for (j, p) in row.points.iter().enumerate() {
+            let x = j as f64;
             chart
                 .draw_series([PathElement::new(
                     vec![(x, (p.mean - p.stddev).max(0.0)), (x, p.mean + p.stddev)],
@@ -209,7 +230,7 @@ where
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .label_font((FONT, 13))
