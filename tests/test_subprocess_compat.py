@@ -820,3 +820,30 @@ def test_argument_list_too_long():
 def test_preexec_fn_chdir_and_fds():
     agree(lambda m: m.check_output(["pwd"], preexec_fn=lambda: os.chdir("/tmp")))
     agree(lambda m: m.run(["true"], close_fds=False, preexec_fn=lambda: None).returncode)
+
+
+def test_integer_argument_limits():
+    for kw in ({"extra_groups": [2**64]}, {"extra_groups": [2**32]}, {"user": 2**64},
+               {"user": 2**32}, {"group": 2**40}, {"group": 2**64}, {"umask": 2**40},
+               {"umask": -2**40}, {"process_group": 2**31}, {"pass_fds": [2**40]},
+               {"pass_fds": [2**31 - 1]}):
+        agree(lambda m: m.run(["true"], **kw))
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root to change credentials")
+def test_id_all_ones_means_no_change():
+    code = "import os; print(os.getuid(), os.getgid())"
+    agree(lambda m: m.check_output(py(code), user=2**32 - 1, group=2**32 - 1))
+    agree(lambda m: m.run(["true"], extra_groups=[2**32 - 1]))
+
+
+def test_fds_opened_by_preexec_fn_are_closed():
+    def hook_opens(m):
+        fds = []
+
+        def hook():
+            fds.append(os.open("/dev/null", os.O_RDONLY))
+            os.set_inheritable(fds[-1], True)
+        out = m.check_output(py(FD_DUMP), preexec_fn=hook)
+        return out
+    agree(hook_opens)

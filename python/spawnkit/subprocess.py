@@ -19,6 +19,7 @@ How it is made, so that it agrees with the standard module by construction:
   are the standard module's functions re-bound to this module, so they create our ``Popen``.
 """
 
+import builtins as _builtins
 import errno as _errno
 import os as _os
 import subprocess as _std
@@ -96,6 +97,10 @@ class Popen(_std.Popen):
             executable = args[0]
 
         _sys.audit("subprocess.Popen", executable, args, cwd, env)
+        if preexec_fn is not None and _sys.version_info >= (3, 12) and _sys.is_finalizing():
+            # CPython 3.12+ refuses to fork and run Python while the interpreter shuts down.
+            raise getattr(_builtins, "PythonFinalizationError", RuntimeError)(
+                "preexec_fn not supported at interpreter shutdown")
         if not isinstance(executable, _os.PathLike) and not executable:
             _empty_program(executable, env)
 
@@ -151,15 +156,18 @@ class Popen(_std.Popen):
                 if self.returncode is not None:
                     return self.returncode  # Another thread waited.
                 child = self._child
-                if child is not None:
-                    if _deadstate is not None and self._sk_options is not None \
-                            and self._sk_options.kill_on_drop:
-                        rc = child.wait()  # SIGKILLed above: ends at once
-                    else:
-                        rc = child.try_wait()
-                    if rc is not None:
-                        self.returncode = rc
-                        self._child = None
+                if child is None:
+                    # Reaped already but returncode was reset by hand: what waitpid's
+                    # ECHILD gives in CPython.
+                    raise ChildProcessError(_ECHILD, "No child processes")
+                if _deadstate is not None and self._sk_options is not None \
+                        and self._sk_options.kill_on_drop:
+                    rc = child.wait()  # SIGKILLed above: ends at once
+                else:
+                    rc = child.try_wait()
+                if rc is not None:
+                    self.returncode = rc
+                    self._child = None
             except OSError as e:
                 if _deadstate is not None:
                     self.returncode = _deadstate
@@ -195,9 +203,10 @@ class Popen(_std.Popen):
     def _reaped(self, child, timeout):
         """Wait for `child` (at most `timeout` s); set returncode once it is reaped.
         Callers hold _waitpid_lock."""
-        if child is None:
-            return
         try:
+            if child is None:
+                # Reaped already but returncode was reset by hand: ECHILD, as CPython.
+                raise ChildProcessError
             rc = child.wait() if timeout is None else child.wait_timeout(timeout)
         except ChildProcessError:
             rc = 0  # Reaped elsewhere (SIGCHLD ignored): no status, as CPython.

@@ -51,6 +51,7 @@ pub(crate) fn os_error(errno: i32) -> PyErr {
 /// and `step` / `in_child` attributes saying which step failed where.
 pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, compat: bool) -> PyErr {
     if e.step() == "pre_exec" && e.is_in_child() {
+        // preexec_fn raised (crate::preexec::RAISED), or the hook panicked.
         return subprocess_error(py, "Exception occurred in preexec_fn.".into());
     }
     let err = match (e.kind(), e.raw_os_error()) {

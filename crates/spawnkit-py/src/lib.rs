@@ -8,6 +8,7 @@
 mod child;
 mod convert;
 mod errors;
+mod preexec;
 mod spawn;
 
 use pyo3::prelude::*;

@@ -4,9 +4,7 @@
 //! would hand `_posixsubprocess.fork_exec` (pipes already made, user/group resolved); the
 //! native `spawnkit.Command` adds what `subprocess` cannot say through `options`.
 
-use std::io;
-
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -15,6 +13,7 @@ use spawnkit::{Command, Resource, SigSet, Signal, Stdio, Strategy};
 use crate::child::Child;
 use crate::convert::{fs_bytes, fs_os};
 use crate::errors::{spawn_error, Names};
+use crate::preexec::Preexec;
 
 /// The arguments `spawn` and `plan` share, as Python gave them.
 struct Spec<'a, 'py> {
@@ -27,11 +26,11 @@ struct Spec<'a, 'py> {
     pass_fds: Option<&'a Bound<'py, PyAny>>,
     restore_signals: bool,
     setsid: bool,
-    pgid: i32,
-    uid: Option<u32>,
-    gid: Option<u32>,
-    groups: Option<Vec<u32>>,
-    umask: i32,
+    pgid: Option<&'a Bound<'py, PyAny>>,
+    uid: Option<&'a Bound<'py, PyAny>>,
+    gid: Option<&'a Bound<'py, PyAny>>,
+    groups: Option<&'a Bound<'py, PyAny>>,
+    umask: Option<&'a Bound<'py, PyAny>>,
     preexec_fn: Option<&'a Bound<'py, PyAny>>,
     options: Option<&'a Bound<'py, PyAny>>,
 }
@@ -91,8 +90,65 @@ fn limit(v: i128) -> u64 {
     }
 }
 
+/// An int as CPython's `_Py_Uid_Converter`/`_Py_Gid_Converter` take it for `user=`/`group=`:
+/// `2**32 - 1` means "no change", larger values fail with CPython's messages.
+fn id_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u32>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    match obj.extract::<i128>() {
+        Ok(v) if (0..u32::MAX as i128).contains(&v) => Ok(Some(v as u32)),
+        Ok(v) if v == u32::MAX as i128 => Ok(None),
+        Ok(v) if v < 0 || v < (1i128 << 63) => {
+            Err(PyOverflowError::new_err(format!("{what} is less than minimum")))
+        }
+        Ok(_) => Err(PyOverflowError::new_err(format!("{what} is greater than maximum"))),
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+            Err(PyOverflowError::new_err(format!("{what} is greater than maximum")))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A C int argument (`umask`, `process_group`): -1 or less means unset.
+fn int_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<i32> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(-1) };
+    let v: i128 = match obj.extract() {
+        Ok(v) => v,
+        Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => i128::MAX,
+        Err(e) => return Err(e),
+    };
+    if v > i32::MAX as i128 {
+        return Err(PyOverflowError::new_err("signed integer is greater than maximum"));
+    }
+    if v < i32::MIN as i128 {
+        return Err(PyOverflowError::new_err("signed integer is less than minimum"));
+    }
+    Ok(v as i32)
+}
+
+/// `extra_groups` as CPython takes them (each an unsigned 32-bit group id).
+fn groups_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u32>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    let mut out = Vec::new();
+    for g in obj.try_iter()? {
+        match g?.extract::<i128>() {
+            Ok(v) if (0..=u32::MAX as i128).contains(&v) => out.push(v as u32),
+            _ => return Err(PyValueError::new_err("invalid group id")),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// What `spawnkit.Options` set that the preexec hook must know about.
+#[derive(Default)]
+struct Extras {
+    strategy: Option<Strategy>,
+    signal_mask: Option<SigSet>,
+    fd_targets: Vec<i32>,
+}
+
 /// The extras of `spawnkit.Options` (attributes read by name; see `python/spawnkit`).
-fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<()> {
+fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<Extras> {
+    let mut extras = Extras::default();
     let get = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
         let v = opts.getattr(name)?;
         Ok(if v.is_none() { None } else { Some(v) })
@@ -119,6 +175,7 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<()> {
         for item in fds.try_iter()? {
             let (child_fd, parent_fd): (i32, i32) = item?.extract()?;
             cmd.fd(child_fd, parent_fd);
+            extras.fd_targets.push(child_fd);
         }
     }
     if let Some(mask) = get("signal_mask")? {
@@ -126,7 +183,7 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<()> {
         for sig in mask.try_iter()? {
             set = set.with(signal(sig?.extract()?)?);
         }
-        cmd.signal_mask(set);
+        extras.signal_mask = Some(set);
     }
     if let Some(sigs) = get("signal_default")? {
         for sig in sigs.try_iter()? {
@@ -138,26 +195,12 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<()> {
         let s: Strategy =
             name.parse().map_err(|e: spawnkit::Error| PyValueError::new_err(e.to_string()))?;
         cmd.strategy(s);
+        extras.strategy = Some(s);
     }
     if let Some(on) = get("kill_on_drop")? {
         cmd.kill_on_drop(on.is_truthy()?);
     }
-    Ok(())
-}
-
-/// In the fork()ed child: let the interpreter recover from the fork, then run `preexec_fn`.
-fn run_preexec(f: &Py<PyAny>) -> io::Result<()> {
-    // SAFETY: called in the fork()ed child on the thread that held the GIL at the fork (spawn
-    // keeps it for a preexec_fn), exactly where CPython's _posixsubprocess calls it.
-    unsafe { ffi::PyOS_AfterFork_Child() };
-    let ok = Python::attach(|py| f.call0(py).is_ok());
-    if ok {
-        Ok(())
-    } else {
-        // The exception is not reported (formatting it could deadlock, as CPython notes);
-        // the parent raises SubprocessError("Exception occurred in preexec_fn.").
-        Err(io::Error::from_raw_os_error(libc::EINVAL))
-    }
+    Ok(extras)
 }
 
 fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
@@ -213,54 +256,72 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
         }
     }
     cmd.close_other_fds(spec.close_fds);
+    let mut kept = Vec::new();
     if let Some(fds) = spec.pass_fds {
         for fd in fds.try_iter()? {
             let fd = fd?;
-            let n: i32 = match fd.extract() {
+            let n: i128 = match fd.extract() {
                 Ok(n) => n,
                 // CPython maps int() over pass_fds.
-                Err(_) => fd.call_method0("__int__")?.extract()?,
+                Err(_) => fd.call_method0("__int__")?.extract().unwrap_or(-1),
             };
-            if n < 0 {
+            if !(0..=i32::MAX as i128).contains(&n) {
                 return Err(PyValueError::new_err("bad value(s) in fds_to_keep"));
             }
+            let n = n as i32;
             // A redirected standard stream stays redirected (keeping the parent's fd under
             // that number would replace the redirection).
             if (0..3).contains(&n) && spec.stdio[n as usize].is_some() {
                 continue;
             }
             cmd.keep_fd(n);
+            kept.push(n);
         }
     }
     cmd.restore_signals(spec.restore_signals);
-    cmd.signal_mask(current_sigmask());
     cmd.setsid(spec.setsid);
-    if spec.pgid >= 0 {
-        cmd.process_group(spec.pgid);
+    let pgid = int_arg(spec.pgid)?;
+    if pgid >= 0 {
+        cmd.process_group(pgid);
     }
-    if let Some(groups) = &spec.groups {
-        cmd.groups(groups.iter().copied());
+    let uid = id_arg(spec.uid, "uid")?;
+    let gid = id_arg(spec.gid, "gid")?;
+    if let Some(groups) = groups_arg(spec.groups)? {
+        cmd.groups(groups);
     }
-    if let Some(gid) = spec.gid {
+    if let Some(gid) = gid {
         cmd.gid(gid);
     }
-    if let Some(uid) = spec.uid {
+    if let Some(uid) = uid {
         cmd.uid(uid);
     }
-    if spec.umask >= 0 {
-        cmd.umask(spec.umask as u32 & 0o777);
+    let umask = int_arg(spec.umask)?;
+    if umask >= 0 {
+        cmd.umask(umask as u32 & 0o777);
     }
+    let extras = match spec.options {
+        Some(opts) => apply_options(&mut cmd, opts)?,
+        None => Extras::default(),
+    };
+    let sigmask = extras.signal_mask.unwrap_or_else(current_sigmask);
+    cmd.signal_mask(sigmask);
     if let Some(f) = spec.preexec_fn {
-        let f: Py<PyAny> = f.clone().unbind();
+        let close_fds_except = spec.close_fds.then(|| {
+            let mut keep: Vec<i32> = kept.iter().chain(&extras.fd_targets).copied().collect();
+            keep.sort_unstable();
+            keep.dedup();
+            keep
+        });
+        let hook = Preexec { f: f.clone().unbind(), close_fds_except };
         // SAFETY: the hook runs Python code in a fork()ed child, which is not
         // async-signal-safe; this is exactly the hazard CPython documents for preexec_fn
         // ("not safe to use in the presence of threads") and takes the same way: the GIL is
         // held across the fork and PyOS_AfterFork_Child runs before any Python code.
-        unsafe { cmd.pre_exec(move || run_preexec(&f)) };
-    }
-    // After pre_exec (which picks fork-exec), so an explicit other strategy is refused.
-    if let Some(opts) = spec.options {
-        apply_options(&mut cmd, opts)?;
+        unsafe { cmd.pre_exec(move || hook.run()) };
+        // pre_exec picked fork-exec: an explicit other strategy is refused by the engine.
+        if let Some(s) = extras.strategy {
+            cmd.strategy(s);
+        }
     }
     Ok(cmd)
 }
@@ -284,11 +345,11 @@ pub(crate) fn spawn<'py>(
     pass_fds: Option<&Bound<'py, PyAny>>,
     restore_signals: bool,
     setsid: bool,
-    pgid: Option<i32>,
-    uid: Option<u32>,
-    gid: Option<u32>,
-    groups: Option<Vec<u32>>,
-    umask: Option<i32>,
+    pgid: Option<&Bound<'py, PyAny>>,
+    uid: Option<&Bound<'py, PyAny>>,
+    gid: Option<&Bound<'py, PyAny>>,
+    groups: Option<&Bound<'py, PyAny>>,
+    umask: Option<&Bound<'py, PyAny>>,
     preexec_fn: Option<&Bound<'py, PyAny>>,
     options: Option<&Bound<'py, PyAny>>,
     compat: bool,
@@ -303,11 +364,11 @@ pub(crate) fn spawn<'py>(
         pass_fds,
         restore_signals,
         setsid,
-        pgid: pgid.unwrap_or(-1),
+        pgid,
         uid,
         gid,
         groups,
-        umask: umask.unwrap_or(-1),
+        umask,
         preexec_fn,
         options,
     };
@@ -357,11 +418,11 @@ pub(crate) fn plan<'py>(
     pass_fds: Option<&Bound<'py, PyAny>>,
     restore_signals: bool,
     setsid: bool,
-    pgid: Option<i32>,
-    uid: Option<u32>,
-    gid: Option<u32>,
-    groups: Option<Vec<u32>>,
-    umask: Option<i32>,
+    pgid: Option<&Bound<'py, PyAny>>,
+    uid: Option<&Bound<'py, PyAny>>,
+    gid: Option<&Bound<'py, PyAny>>,
+    groups: Option<&Bound<'py, PyAny>>,
+    umask: Option<&Bound<'py, PyAny>>,
     preexec_fn: Option<&Bound<'py, PyAny>>,
     options: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<String> {
@@ -375,11 +436,11 @@ pub(crate) fn plan<'py>(
         pass_fds,
         restore_signals,
         setsid,
-        pgid: pgid.unwrap_or(-1),
+        pgid,
         uid,
         gid,
         groups,
-        umask: umask.unwrap_or(-1),
+        umask,
         preexec_fn,
         options,
     };

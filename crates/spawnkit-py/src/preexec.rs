@@ -1,0 +1,83 @@
+//! `preexec_fn`: Python code in the fork()ed child, with CPython's semantics.
+//!
+//! The engine runs the hook after every other step, closing the other fds included. CPython
+//! closes fds *after* its `preexec_fn`, so fds the hook opens are closed at exec when
+//! `close_fds` is on: after the call every fd but 0-2 and the kept ones is marked
+//! close-on-exec. (An environment change made by the hook does not reach the child: the engine
+//! built the child's environment before the fork; see the README.)
+//!
+//! A Python exception is reported as [`RAISED`].
+
+use std::io;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+/// The errno the hook reports when `preexec_fn` raised (not a real errno).
+pub(crate) const RAISED: i32 = -1;
+
+/// Everything the hook needs, prepared in the parent before the fork.
+pub(crate) struct Preexec {
+    pub f: Py<PyAny>,
+    /// Mark fds close-on-exec after the hook, except 0-2 and these (sorted).
+    pub close_fds_except: Option<Vec<i32>>,
+}
+
+impl Preexec {
+    /// Runs in the fork()ed child: recover the interpreter, call `preexec_fn`, then what
+    /// CPython's child does after it.
+    pub(crate) fn run(&self) -> io::Result<()> {
+        // SAFETY: called in the fork()ed child on the thread that held the GIL at the fork
+        // (spawn keeps it for a preexec_fn), exactly where CPython's _posixsubprocess calls it.
+        unsafe { ffi::PyOS_AfterFork_Child() };
+        let ok = Python::attach(|py| self.f.call0(py).is_ok());
+        if !ok {
+            // The exception is not shown (formatting it could deadlock, as CPython notes);
+            // the parent raises SubprocessError("Exception occurred in preexec_fn.").
+            return Err(io::Error::from_raw_os_error(RAISED));
+        }
+        if let Some(keep) = &self.close_fds_except {
+            cloexec_all_but(keep);
+        }
+        Ok(())
+    }
+}
+
+/// close_range(first, last, CLOSE_RANGE_CLOEXEC) over the gaps between 0-2 and `keep`.
+fn cloexec_all_but(keep: &[i32]) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    let mut first: u32 = 3;
+    let mut ranges = Vec::new();
+    for &k in keep {
+        let k = k as u32;
+        if k >= first {
+            if k > first {
+                ranges.push((first, k - 1));
+            }
+            first = k + 1;
+        }
+    }
+    ranges.push((first, u32::MAX));
+    for (lo, hi) in ranges {
+        // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC only sets flags on fds of this
+        // (forked, single-threaded) process.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, CLOSE_RANGE_CLOEXEC) };
+        if r != 0 {
+            cloexec_slow(lo, hi);
+        }
+    }
+}
+
+/// Kernels before 5.11: set FD_CLOEXEC on each open fd in [lo, hi] from /proc/self/fd.
+fn cloexec_slow(lo: u32, hi: u32) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&fd| (lo..=hi).contains(&(fd as u32)))
+        .collect();
+    for fd in fds {
+        // SAFETY: fcntl(F_SETFD) on an fd number only changes its flags (EBADF if it was the
+        // directory's own fd, already closed).
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
