@@ -847,3 +847,13 @@ def test_fds_opened_by_preexec_fn_are_closed():
         out = m.check_output(py(FD_DUMP), preexec_fn=hook)
         return out
     agree(hook_opens)
+
+
+def test_odd_but_accepted_arguments():
+    agree(lambda m: m.run(["true"], pass_fds=["3"]))  # int() is mapped over pass_fds
+    agree(lambda m: m.run(["true"], umask="022"))
+    agree(lambda m: m.run(["true"], stdout=-5))  # EBADF in the child
+    agree(lambda m: m.run(["true"], stdout=m.STDOUT))  # STDOUT is only for stderr
+    agree(lambda m: m.run(["true"], stdin=-3, cwd="/"))
+    agree(lambda m: m.run(["true"], stdin=object()))
+    agree(lambda m: m.run(["true"], cwd=3))

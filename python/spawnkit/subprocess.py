@@ -104,6 +104,10 @@ class Popen(_std.Popen):
         if not isinstance(executable, _os.PathLike) and not executable:
             _empty_program(executable, env)
 
+        if p2cread < -1 or c2pwrite < -1 or errwrite < -1:
+            # A negative fd (not PIPE's -1) fails dup2 in CPython's child: EBADF, reported
+            # with the cwd like every failure before exec.
+            raise OSError(_errno.EBADF, _os.strerror(_errno.EBADF), cwd)
         options = self._sk_options
         if options is None and uid is not None and gids is None and _os.geteuid() == 0:
             # CPython leaves the supplementary groups alone when only `user` is given; the

@@ -7,7 +7,7 @@
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyInt, PyList};
 use spawnkit::{Command, Resource, SigSet, Signal, Stdio, Strategy};
 
 use crate::child::Child;
@@ -263,7 +263,7 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
             let n: i128 = match fd.extract() {
                 Ok(n) => n,
                 // CPython maps int() over pass_fds.
-                Err(_) => fd.call_method0("__int__")?.extract().unwrap_or(-1),
+                Err(_) => fd.py().get_type::<PyInt>().call1((&fd,))?.extract().unwrap_or(-1),
             };
             if !(0..=i32::MAX as i128).contains(&n) {
                 return Err(PyValueError::new_err("bad value(s) in fds_to_keep"));
