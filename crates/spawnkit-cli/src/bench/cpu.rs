@@ -2,8 +2,8 @@
 //! process and its children together, to run the tiny child N times, without and with its
 //! stdout captured through a pipe; each row relative to vfork+exec ("slower by X %").
 //!
-//! getrusage(RUSAGE_SELF) + getrusage(RUSAGE_CHILDREN) is read around blocks of spawns, and
-//! the blocks of all rows are interleaved so machine noise hits every row alike.
+//! getrusage(RUSAGE_SELF) + getrusage(RUSAGE_CHILDREN) is read around blocks of 50 spawns,
+//! and the blocks of all rows are interleaved so machine noise hits every row alike.
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -37,6 +37,12 @@ pub struct CpuRow {
     pub captured: Option<Cell>,
 }
 
+/// Spawns per turn of a row. Turns of 50 keep each row warm, as in the published runs of one
+/// method at a time (turns of 10 charge the rows that touch more memory for the caches the
+/// others evicted, as in the latency method), while load that comes and goes on a shared
+/// machine is still spread over every row.
+const BLOCK: usize = 50;
+
 /// One spawn, waited for; with `capture` a fresh pipe is made, the child's output read to EOF.
 fn once(row: Row, prog: &CStr, null_fd: RawFd, capture: bool) -> Result<(), String> {
     if !capture {
@@ -68,7 +74,7 @@ pub fn run(
     progress: &Progress,
 ) -> Result<Vec<CpuRow>, String> {
     progress.phase("cpu");
-    let blocks = spawns.clamp(1, 10);
+    let blocks = spawns.div_ceil(BLOCK).max(1);
     // [row][capture] accumulated (user, sys, spawns)
     let mut acc = vec![[Cell::default(); 2]; rows.len()];
     for b in 0..blocks {
