@@ -159,7 +159,7 @@ impl Progress {
         let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
         pb.set_style(
             ProgressStyle::with_template(
-                "{spinner} {elapsed_precise} [{bar:32}] {pos}/{len} spawns  {msg}",
+                "{elapsed_precise} [{bar:24}] {pos}/{len} {msg}",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
