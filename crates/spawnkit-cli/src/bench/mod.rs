@@ -340,6 +340,8 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
             .collect();
         if args.no_python {
             res.latency.extend(python::skipped("--no-python"));
+        } else if py_sizes.is_empty() {
+            res.latency.extend(python::skipped("measured only at parent sizes 0 and 1GiB-touched"));
         } else {
             progress.phase("latency, Python rows");
             let py = python::interpreter(args.python.as_deref());
