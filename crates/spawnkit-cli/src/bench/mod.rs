@@ -158,11 +158,9 @@ impl Progress {
     fn new(len: u64) -> Progress {
         let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
         pb.set_style(
-            ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:24}] {pos}/{len} {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+            ProgressStyle::with_template("{elapsed_precise} [{bar:24}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
         );
         Progress(pb)
     }
