@@ -18,7 +18,7 @@ Examples:
   spawnkit run --cwd /tmp --env-clear --env PATH=/usr/bin -- env
   spawnkit run --rlimit nofile=64 --nice 10 --cpus 0-1 -- make -j2
   spawnkit run --dry-run --uid nobody -- id    (print the setup steps, spawn nothing)
-  spawnkit bench --runs 1000                   (compare the spawn strategies)
+  spawnkit bench latency --runs 2000           (spawnkit beside fork, vfork, posix_spawn...)
 
 Run 'spawnkit run --help' for every option of run.";
 
@@ -35,7 +35,8 @@ enum Cmd {
     /// Run a program with the given setup (limits, credentials, fds, signals...), wait for
     /// it, and exit with its status.
     Run(Box<run::RunArgs>),
-    /// Compare the spawn strategies on this machine.
+    /// The field's published spawn benchmarks (latency, throughput, CPU) on this machine,
+    /// spawnkit's strategies beside fork, vfork, posix_spawn, system(), popen() and Python.
     Bench(bench::BenchArgs),
 }
 

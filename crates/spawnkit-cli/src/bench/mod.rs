@@ -54,7 +54,7 @@ pub enum Method {
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "\
 Examples:
-  spawnkit bench                          (all methods, --quick: about a minute)
+  spawnkit bench                          (all methods, --quick: under a minute)
   spawnkit bench latency --full           (the published 2000 runs per row and parent size)
   spawnkit bench all --full --json bench.json --plot docs/bench")]
 pub struct BenchArgs {
@@ -68,7 +68,7 @@ pub struct BenchArgs {
     /// Small sizes that still cover every row (the default).
     #[arg(long, conflicts_with = "full")]
     pub quick: bool,
-    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (several minutes).
+    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (about 4 minutes on 2 cores).
     #[arg(long)]
     pub full: bool,
     /// Throughput: the process totals [default: 32,128,384 with --quick,
