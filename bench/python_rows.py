@@ -4,8 +4,8 @@ Measures CPython's `subprocess.Popen` and, when the package is installed,
 `spawnkit.subprocess.Popen` exactly as the Rust rows are measured: the parent reads
 CLOCK_MONOTONIC, starts the tiny child (a bare name, found along PATH, whose first entry is the
 directory holding it), reads the 16-byte CLOCK_MONOTONIC the child wrote to the pipe given as its
-stdout, and records the difference; then it waits (outside the time). The two rows are
-interleaved, the starting row alternating, at each parent size: "0" (this process as it starts)
+stdout, and records the difference; then it waits (outside the time). The two rows take turns
+in blocks of 10 spawns, the starting row alternating, at each parent size: "0" (this process as it starts)
 and "1GiB-touched" (this process holds a 1 GiB bytearray with every page written).
 
 Usage: python_rows.py TINYCHILD RUNS [SIZE...]     prints one JSON object on stdout.
@@ -75,24 +75,40 @@ def main():
                 f"the Python package is not installed for {sys.executable} ({type(e).__name__}: {e})",
             )
         )
-    live = [row for row in rows if row[2] is not None]
-    samples = {row[0]: {} for row in live}
+    failed = {}  # a row that raises is reported as skipped, with the error; the others go on
+    samples = {row[0]: {} for row in rows}
     r, w = os.pipe()  # close-on-exec; each child gets w as its stdout
     for key in sizes:
         hold = ballast(key)
+        live = [row for row in rows if row[2] is not None and row[0] not in failed]
         ns = {row[0]: [] for row in live}
-        for i in range(runs):
+        # Rows take turns in blocks of 10 spawns, the starting row alternating (as on the
+        # Rust side).
+        for block in range((runs + 9) // 10):
             for k in range(len(live)):
-                rid, _, popen, _ = live[(i + k) % len(live)]
-                ns[rid].append(once(popen, prog, r, w))
+                rid, _, popen, _ = live[(block + k) % len(live)]
+                if rid in failed:
+                    continue
+                try:
+                    for _ in range(min(10, runs - len(ns[rid]))):
+                        ns[rid].append(once(popen, prog, r, w))
+                except Exception as e:  # noqa: BLE001 - reported, not hidden
+                    failed[rid] = f"{type(e).__name__}: {e}"
         for rid, v in ns.items():
-            samples[rid][key] = stats(v)
+            if rid not in failed and v:
+                samples[rid][key] = stats(v)
         del hold
     out = {
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "rows": [
-            {"id": rid, "name": name, "kind": "python", "sizes": samples.get(rid, {}), "skipped": skip}
+            {
+                "id": rid,
+                "name": name,
+                "kind": "python",
+                "sizes": {} if rid in failed else samples[rid],
+                "skipped": failed.get(rid, skip),
+            }
             for rid, name, _, skip in rows
         ],
     }
