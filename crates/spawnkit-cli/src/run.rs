@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 
 use clap::builder::{OsStringValueParser, PossibleValuesParser, TypedValueParser};
 use spawnkit::{
-    Child, Command, ExitStatus, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY,
+    Child, Command, ExitStatus, Lock, Namespaces, Resource, SigSet, Signal, Stdio, Strategy,
+    TmpOptions, UserMap, RLIM_INFINITY,
 };
 
 /// The exit code for a failure of spawnkit itself (env(1)'s convention).
@@ -42,11 +43,18 @@ Examples:
   spawnkit run --keep-fd 3 --fd 4=7 -- ./tool 3<input 7>output
   spawnkit run --sigmask INT,QUIT -- ./daemon            (starts with INT, QUIT blocked)
   spawnkit run --dry-run --rlimit nofile=64 -- ls        (print the steps, spawn nothing)
+  spawnkit run --map-root-user --private-tmp --private-net -- ./test-suite
+  spawnkit run --unshare pid,mount --hostname box -- sh -c 'echo $$; hostname'
+  spawnkit run --ro-bind /usr --private-tmp /srv/scratch -- make check
+  spawnkit run --lock /var/lock/backup --lock-timeout 30 -- ./backup
+  spawnkit run --cgroup /sys/fs/cgroup/jobs/42 -- ./job
 
 Exit status:
   The program's exit code, or 128+N when signal N killed it. 127: the program was not
   found; 126: it was found but could not be executed; 125: spawnkit itself failed (a bad
-  option, a file it could not open, a setup step such as chdir or setrlimit).
+  option, a file it could not open, a setup step such as chdir or setrlimit). With --lock:
+  the --conflict-exit-code (1) when the lock is held elsewhere and --lock-nonblock or
+  --lock-timeout says not to wait.
 
 Signals:
   SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to spawnkit are forwarded to
@@ -210,6 +218,84 @@ pub struct RunArgs {
             .try_map(|s| s.parse::<Strategy>())
     )]
     pub strategy: Strategy,
+
+    /// Create namespaces for the program: a comma-separated list of user, mount, net, pid,
+    /// uts, ipc, cgroup (as unshare(1)). Without root, a user namespace mapping you to
+    /// yourself is added. With pid and mount, a fresh /proc is mounted.
+    #[arg(long, value_name = "LIST", help_heading = "Isolation", value_parser = parse_namespaces)]
+    pub unshare: Option<Namespaces>,
+
+    /// New user namespace where your uid and gid are root (unshare -r).
+    #[arg(long, help_heading = "Isolation", conflicts_with = "map_current_user")]
+    pub map_root_user: bool,
+
+    /// New user namespace where your uid and gid stay the same.
+    #[arg(long, help_heading = "Isolation")]
+    pub map_current_user: bool,
+
+    /// A private /tmp: a fresh tmpfs, or DIR bound on /tmp (new mount namespace, mount
+    /// propagation private). Gone when the program exits (a tmpfs).
+    #[arg(
+        long,
+        value_name = "DIR",
+        num_args = 0..=1,
+        default_missing_value = "",
+        help_heading = "Isolation",
+        value_parser = OsStringValueParser::new()
+    )]
+    pub private_tmp: Option<OsString>,
+
+    /// Mount options of the private /tmp: any of nosuid,nodev,noexec, or none.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "nosuid,nodev",
+        help_heading = "Isolation",
+        value_parser = parse_tmp_options
+    )]
+    pub tmp_options: TmpOptions,
+
+    /// Bind SRC read-only on DST (default: SRC itself) in a new mount namespace (repeatable).
+    #[arg(long, value_name = "SRC[:DST]", help_heading = "Isolation", value_parser = parse_bind)]
+    pub ro_bind: Vec<(PathBuf, PathBuf)>,
+
+    /// A new network namespace with only the loopback interface, up (127.0.0.1 works).
+    #[arg(long, help_heading = "Isolation")]
+    pub private_net: bool,
+
+    /// The hostname, in a new uts namespace.
+    #[arg(long, value_name = "NAME", help_heading = "Isolation")]
+    pub hostname: Option<String>,
+
+    /// chroot into DIR (after the mounts); the working directory becomes its / unless --cwd.
+    #[arg(long, value_name = "DIR", help_heading = "Isolation")]
+    pub chroot: Option<PathBuf>,
+
+    /// Run under an flock(2) lock on PATH (created if missing), held by the program itself
+    /// for its whole life, released when it exits (flock(1) without the extra process).
+    #[arg(long, value_name = "PATH", help_heading = "Locking")]
+    pub lock: Option<PathBuf>,
+
+    /// Take a shared lock instead of an exclusive one (flock -s).
+    #[arg(long, help_heading = "Locking", requires = "lock")]
+    pub lock_shared: bool,
+
+    /// Fail at once if the lock is held (flock -n).
+    #[arg(long, help_heading = "Locking", requires = "lock", conflicts_with = "lock_timeout")]
+    pub lock_nonblock: bool,
+
+    /// Wait at most SECS (fractions allowed; 0 = --lock-nonblock) for the lock (flock -w).
+    #[arg(long, value_name = "SECS", help_heading = "Locking", requires = "lock", value_parser = parse_seconds)]
+    pub lock_timeout: Option<std::time::Duration>,
+
+    /// Exit code when the lock cannot be taken (flock -E; default 1, as flock(1)).
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Locking")]
+    pub conflict_exit_code: i32,
+
+    /// Start the program in this cgroup v2 directory from its first instruction (clone3
+    /// CLONE_INTO_CGROUP).
+    #[arg(long, value_name = "DIR", help_heading = "Isolation")]
+    pub cgroup: Option<PathBuf>,
 
     /// Print the steps the program's setup would run, and exit without spawning.
     #[arg(long, help_heading = "Spawning")]
@@ -455,7 +541,18 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
     }
     let signals =
         ForwardedSignals::block().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
-    let mut child = cmd.spawn()?;
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        // flock(1)'s convention: a lock that cannot be taken is the conflict exit code.
+        Err(e)
+            if args.lock.is_some()
+                && e.step() == "flock"
+                && e.raw_os_error() == Some(libc::EWOULDBLOCK) =>
+        {
+            return Err(Failure { message: e.to_string(), code: args.conflict_exit_code });
+        }
+        Err(e) => return Err(e.into()),
+    };
     let status = wait_forwarding(&mut child, &signals, child_has_own_group(args))?;
     Ok(status.shell_code())
 }
@@ -543,7 +640,71 @@ fn build_command(args: &RunArgs) -> Result<Command, Failure> {
         cmd.signal_mask(mask);
     }
     cmd.restore_signals(!args.no_restore_signals);
+    isolation(args, &mut cmd);
     Ok(cmd)
+}
+
+/// The isolation and locking flags.
+fn isolation(args: &RunArgs, cmd: &mut Command) {
+    if let Some(ns) = args.unshare {
+        cmd.unshare(ns);
+    }
+    if args.map_root_user {
+        cmd.user_map(UserMap::Root);
+    } else if args.map_current_user {
+        cmd.user_map(UserMap::Current);
+    }
+    if let Some(dir) = &args.private_tmp {
+        let dir = (!dir.is_empty()).then(|| PathBuf::from(dir));
+        cmd.private_tmp(dir, args.tmp_options);
+    }
+    for (src, dst) in &args.ro_bind {
+        cmd.ro_bind(src, dst);
+    }
+    cmd.private_network(args.private_net);
+    if let Some(name) = &args.hostname {
+        cmd.hostname(name);
+    }
+    if let Some(dir) = &args.chroot {
+        cmd.chroot(dir);
+    }
+    if let Some(path) = &args.lock {
+        let timeout =
+            if args.lock_nonblock { Some(std::time::Duration::ZERO) } else { args.lock_timeout };
+        cmd.lock(Lock { path: path.clone(), shared: args.lock_shared, timeout });
+    }
+    if let Some(dir) = &args.cgroup {
+        cmd.cgroup(dir);
+    }
+}
+
+/// `--unshare LIST`.
+pub fn parse_namespaces(s: &str) -> Result<Namespaces, String> {
+    s.parse::<Namespaces>().map_err(|e| e.to_string())
+}
+
+/// `--tmp-options LIST`.
+pub fn parse_tmp_options(s: &str) -> Result<TmpOptions, String> {
+    s.parse::<TmpOptions>().map_err(|e| e.to_string())
+}
+
+/// `--ro-bind SRC[:DST]`.
+pub fn parse_bind(s: &str) -> Result<(PathBuf, PathBuf), String> {
+    let (src, dst) = match s.split_once(':') {
+        Some((a, b)) => (a, b),
+        None => (s, s),
+    };
+    if src.is_empty() || dst.is_empty() {
+        return Err(format!("{s:?} is not SRC[:DST]"));
+    }
+    Ok((PathBuf::from(src), PathBuf::from(dst)))
+}
+
+/// `--lock-timeout SECS`: a non-negative number of seconds, fractions allowed.
+pub fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    std::time::Duration::try_from_secs_f64(v)
+        .map_err(|_| format!("{s:?} is not a number of seconds >= 0"))
 }
 
 /// How a `--stdin`/`--stdout`/`--stderr` file is opened.

@@ -5,7 +5,9 @@
 //! close-on-exec flags), limit.NAME=soft:hard, nice, affinity, uid/gid/groups, nnp,
 //! pdeathsig, argv, env. Other modes: `exit N`, `kill SIG` (kill itself), `sleep SECS`,
 //! `cat` (stdin to stdout), `spew N` (N bytes to stdout and N to stderr), `stdin-len`
-//! (count stdin bytes), `fds` (only the fd list).
+//! (count stdin bytes), `fds` (only the fd list), `loopback` (a TCP round trip over
+//! 127.0.0.1), `netdevs` (the network interfaces it sees), `ns` (namespace ids, pid,
+//! hostname, uid/gid maps, setgroups, cgroup).
 
 use std::io::{Read, Write};
 
@@ -141,6 +143,52 @@ fn main() {
                 out.write_all(&block[..k]).ok();
                 err.write_all(&eblock[..k]).ok();
                 left -= k;
+            }
+        }
+        "loopback" => {
+            // A TCP round trip over 127.0.0.1: works only where loopback is up.
+            let result = (|| -> std::io::Result<()> {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+                let mut client = std::net::TcpStream::connect(listener.local_addr()?)?;
+                let (mut server, _) = listener.accept()?;
+                client.write_all(b"ping")?;
+                let mut buf = [0u8; 4];
+                server.read_exact(&mut buf)?;
+                if &buf != b"ping" {
+                    return Err(std::io::Error::other("garbled"));
+                }
+                Ok(())
+            })();
+            match result {
+                Ok(()) => println!("loopback=ok"),
+                Err(e) => println!("loopback=error {e}"),
+            }
+        }
+        "netdevs" => {
+            // The interfaces of this process's network namespace.
+            let text = std::fs::read_to_string("/proc/self/net/dev").unwrap_or_default();
+            let mut names: Vec<&str> =
+                text.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
+            names.sort_unstable();
+            println!("{}", names.join(" "));
+        }
+        "ns" => {
+            // The namespace identities of this process.
+            for ns in ["cgroup", "ipc", "mnt", "net", "pid", "user", "uts"] {
+                let link = std::fs::read_link(format!("/proc/self/ns/{ns}"))
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                println!("ns.{ns}={link}");
+            }
+            // SAFETY: getpid has no preconditions.
+            println!("pid={}", unsafe { libc::getpid() });
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            println!("hostname={}", host.trim());
+            for f in ["uid_map", "gid_map", "setgroups", "cgroup"] {
+                let v = std::fs::read_to_string(format!("/proc/self/{f}")).unwrap_or_default();
+                let v: Vec<String> =
+                    v.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+                println!("{f}={}", v.join(";"));
             }
         }
         other => {

@@ -22,12 +22,14 @@
 #![deny(unsafe_code)]
 
 mod error;
+mod isolate;
 mod orphans;
 mod spawn;
 #[allow(unsafe_code)]
 mod sys;
 
 pub use error::{Error, ErrorKind, Result};
+pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 pub use spawn::child::{Child, ExitStatus, Output};
 pub use spawn::command::Command;
 pub use spawn::options::{Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use super::options::{Resource, SigSet, Signal, Stdio, Strategy};
 use super::plan::Plan;
 use crate::error::Result;
+use crate::isolate::{Isolation, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 use crate::{Child, ExitStatus, Output};
 
 /// A hook run in a fork()ed child just before execve (see [`Command::pre_exec`]).
@@ -49,6 +50,7 @@ pub struct Command {
     pub(crate) strategy: Strategy,
     pub(crate) pre_exec: Vec<Hook>,
     pub(crate) kill_on_drop: bool,
+    pub(crate) isolation: Isolation,
 }
 
 impl std::fmt::Debug for Command {
@@ -92,6 +94,7 @@ impl Command {
             strategy: Strategy::default(),
             pre_exec: Vec::new(),
             kill_on_drop: false,
+            isolation: Isolation::default(),
         }
     }
 
@@ -313,6 +316,67 @@ impl Command {
     {
         self.pre_exec.push(Box::new(f));
         self.strategy = Strategy::ForkExec;
+        self
+    }
+
+    /// Create these namespaces for the child (at clone time with clone-vfork). A caller
+    /// without root gets a user namespace mapping it to itself added, as bubblewrap does.
+    pub fn unshare(&mut self, ns: Namespaces) -> &mut Command {
+        self.isolation.unshare = self.isolation.unshare.union(ns);
+        self
+    }
+
+    /// A new user namespace with this id mapping ([`UserMap::Root`]: `unshare -r`).
+    pub fn user_map(&mut self, map: UserMap) -> &mut Command {
+        self.isolation.user_map = Some(map);
+        self
+    }
+
+    /// A private /tmp (new mount namespace, propagation private): a fresh tmpfs, or `dir`
+    /// bound on /tmp, mounted with `options`.
+    pub fn private_tmp(&mut self, dir: Option<PathBuf>, options: TmpOptions) -> &mut Command {
+        self.isolation.private_tmp = Some(PrivateTmp { dir, options });
+        self
+    }
+
+    /// Bind `src` read-only on `dst` (which must exist) in a new mount namespace.
+    pub fn ro_bind(&mut self, src: impl AsRef<Path>, dst: impl AsRef<Path>) -> &mut Command {
+        self.isolation.ro_binds.push((src.as_ref().to_owned(), dst.as_ref().to_owned()));
+        self
+    }
+
+    /// A new network namespace with only the loopback interface, up.
+    pub fn private_network(&mut self, on: bool) -> &mut Command {
+        self.isolation.private_net = on;
+        self
+    }
+
+    /// The hostname, in a new uts namespace.
+    pub fn hostname(&mut self, name: impl Into<String>) -> &mut Command {
+        self.isolation.hostname = Some(name.into());
+        self
+    }
+
+    /// chroot into `dir` (after the mounts; the working directory becomes `/` of it unless
+    /// [`current_dir`](Command::current_dir) is set, which is then resolved inside).
+    pub fn chroot(&mut self, dir: impl AsRef<Path>) -> &mut Command {
+        self.isolation.chroot = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// Hold an flock(2) lock for the child's whole life, without an extra process: the parent
+    /// takes it just before the clone and the child inherits the only fd holding it (kept
+    /// open under its own number, as flock(1) does), so it is released when the child and
+    /// anything it passed the fd to exit.
+    pub fn lock(&mut self, lock: Lock) -> &mut Command {
+        self.isolation.lock = Some(lock);
+        self
+    }
+
+    /// Start in this cgroup v2 directory from the first instruction (clone3
+    /// CLONE_INTO_CGROUP; fork-exec moves the child before anything else).
+    pub fn cgroup(&mut self, dir: impl AsRef<Path>) -> &mut Command {
+        self.isolation.cgroup = Some(dir.as_ref().to_owned());
         self
     }
 

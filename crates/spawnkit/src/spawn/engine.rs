@@ -16,6 +16,9 @@ use crate::{orphans, Child};
 pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
     orphans::reap();
     let mut plan = Plan::build(cmd)?;
+    if let Some((fd, lock)) = &plan.lock {
+        crate::isolate::plan::acquire(*fd, lock)?;
+    }
     let (pid, pidfd) = match plan.strategy {
         Strategy::PosixSpawn => sys::posix::spawn_posix(&plan)?,
         Strategy::CloneVfork | Strategy::ForkExec => {

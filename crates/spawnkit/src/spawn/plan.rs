@@ -29,6 +29,29 @@ pub enum FdRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Step {
+    /// unshare(flags): the namespaces fork-exec cannot get from the clone.
+    Unshare { flags: u64 },
+    /// open(path, O_WRONLY), one write(data), close: uid_map, gid_map, setgroups,
+    /// cgroup.procs.
+    WriteFile { path: CString, data: Vec<u8> },
+    /// mount(source, target, fstype, flags, data).
+    Mount {
+        source: Option<CString>,
+        target: CString,
+        fstype: Option<CString>,
+        flags: u64,
+        data: Option<CString>,
+    },
+    /// sethostname(name).
+    Sethostname { name: Vec<u8> },
+    /// Tell the parent (a byte on `ready_fd`) that the new user namespace exists, and wait
+    /// (4 bytes on `go_fd`: 0 or an errno) while it writes the uid and gid maps, which only a
+    /// process outside the namespace may do for arbitrary maps.
+    AwaitIdMaps { ready_fd: RawFd, go_fd: RawFd },
+    /// Bring the loopback interface up (SIOCGIFFLAGS / SIOCSIFFLAGS on "lo").
+    LoopbackUp,
+    /// chroot(path).
+    Chroot { path: CString },
     /// Reset these ignored signals to SIG_DFL (bit N-1 = signal N).
     SignalDefault { set: u64 },
     /// setsid().
@@ -68,7 +91,40 @@ pub enum Step {
 impl Step {
     /// The step's name in error messages, and what it worked on.
     pub(crate) fn describe(&self) -> (&'static str, String) {
+        let show = |c: &CString| OsStr::from_bytes(c.as_bytes()).to_string_lossy().into_owned();
         match self {
+            Step::Unshare { flags } => {
+                ("unshare", crate::isolate::Namespaces::from_bits(*flags).to_string())
+            }
+            Step::WriteFile { path, .. } => ("write", show(path)),
+            Step::Mount { source, target, fstype, flags, .. } => {
+                let f = *flags;
+                let what = if f & libc::MS_REMOUNT != 0 {
+                    let mut opts = vec!["remount"];
+                    for (bit, name) in [
+                        (libc::MS_RDONLY, "ro"),
+                        (libc::MS_NOSUID, "nosuid"),
+                        (libc::MS_NODEV, "nodev"),
+                        (libc::MS_NOEXEC, "noexec"),
+                    ] {
+                        if f & bit != 0 {
+                            opts.push(name);
+                        }
+                    }
+                    opts.join(",")
+                } else if f & libc::MS_BIND != 0 {
+                    format!("bind {}", source.as_ref().map(show).unwrap_or_default())
+                } else if f & libc::MS_PRIVATE != 0 {
+                    "private propagation".to_string()
+                } else {
+                    fstype.as_ref().map(show).unwrap_or_default()
+                };
+                ("mount", format!("{what} on {}", show(target)))
+            }
+            Step::Sethostname { name } => ("sethostname", quoted(OsStr::from_bytes(name))),
+            Step::LoopbackUp => ("ioctl SIOCSIFFLAGS", "lo up".into()),
+            Step::AwaitIdMaps { .. } => ("write", "uid_map, gid_map (from the parent)".into()),
+            Step::Chroot { path } => ("chroot", quoted(OsStr::from_bytes(path.as_bytes()))),
             Step::SignalDefault { .. } => ("sigaction", "SIG_DFL".into()),
             Step::Setsid => ("setsid", String::new()),
             Step::Setpgid { pgid } => ("setpgid", pgid.to_string()),
@@ -122,6 +178,9 @@ impl fmt::Display for Step {
                 write!(f, "sigaction {} SIG_DFL", sigs.join(","))
             }
             Step::DupAway { above, .. } => write!(f, "{name} {subject} (via a copy >= {above})"),
+            Step::WriteFile { data, .. } => {
+                write!(f, "{name} {subject} {:?}", String::from_utf8_lossy(data))
+            }
             Step::ClearCloexec { fd } => write!(f, "keep fd {fd} (clear FD_CLOEXEC)"),
             Step::Setrlimit { resource, soft, hard } => {
                 write!(f, "setrlimit {resource} {}:{}", limit(*soft), limit(*hard))
@@ -159,8 +218,17 @@ pub struct Plan {
     pub(crate) max_target: RawFd,
     /// The parent's ends of the stdio pipes.
     pub(crate) parent_pipes: [Option<OwnedFd>; 3],
-    /// Fds made only for the child (pipe ends, /dev/null), closed after the spawn.
+    /// Fds made only for the child (pipe ends, /dev/null, the lock file), closed in the
+    /// parent after the spawn.
     pub(crate) child_ends: Vec<OwnedFd>,
+    /// `CLONE_NEW*` flags for the clone.
+    pub(crate) clone_flags: u64,
+    /// A cgroup v2 directory for CLONE_INTO_CGROUP.
+    pub(crate) cgroup: Option<OwnedFd>,
+    /// The lock the child holds: taken by the parent just before the clone.
+    pub(crate) lock: Option<(RawFd, crate::isolate::Lock)>,
+    /// Arbitrary id maps, written by a helper thread of the parent during the clone.
+    pub(crate) id_maps: Option<crate::isolate::plan::IdMapJob>,
 }
 
 impl fmt::Debug for Plan {
@@ -178,6 +246,21 @@ impl fmt::Display for Plan {
     /// One line per step, as `spawnkit run --dry-run` prints it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "strategy {}", self.strategy)?;
+        if self.clone_flags != 0 {
+            let ns = crate::isolate::Namespaces::from_bits(self.clone_flags);
+            writeln!(f, "clone with new namespaces: {ns}")?;
+        }
+        if self.cgroup.is_some() {
+            writeln!(f, "clone into the cgroup (CLONE_INTO_CGROUP)")?;
+        }
+        if let Some((fd, lock)) = &self.lock {
+            let kind = if lock.shared { "LOCK_SH" } else { "LOCK_EX" };
+            writeln!(
+                f,
+                "flock {} {kind} (fd {fd}, in the parent, before the clone)",
+                lock.path.display()
+            )?;
+        }
         for step in &self.steps {
             writeln!(f, "{step}")?;
         }
@@ -234,12 +317,29 @@ impl Plan {
             max_target: 2,
             parent_pipes: [None, None, None],
             child_ends: Vec::new(),
+            clone_flags: 0,
+            cgroup: None,
+            lock: None,
+            id_maps: None,
         };
         if !cmd.pre_exec.is_empty() && cmd.strategy != Strategy::ForkExec {
             return Err(Error::unsupported(
                 "pre_exec",
                 format!("a pre_exec hook needs the fork-exec strategy, not {}", cmd.strategy),
             ));
+        }
+
+        let iso = crate::isolate::plan::prepare(&cmd.isolation, cmd.strategy)?;
+        plan.clone_flags = iso.clone_flags;
+        plan.cgroup = iso.cgroup;
+        plan.child_ends.extend(iso.child_ends);
+        plan.id_maps = iso.id_maps;
+        plan.steps.extend(iso.early);
+        let mut keep = Vec::new();
+        if let Some((fd, lock)) = iso.lock {
+            keep.push(fd.as_raw_fd());
+            plan.lock = Some((fd.as_raw_fd(), lock));
+            plan.child_ends.push(fd);
         }
 
         let mut sig_default = cmd.sig_default;
@@ -261,7 +361,7 @@ impl Plan {
             }
             plan.steps.push(Step::Setpgid { pgid });
         }
-        plan.plan_fds(cmd)?;
+        plan.plan_fds(cmd, &keep)?;
         if let Some(mask) = cmd.umask {
             if mask > 0o777 {
                 return Err(Error::invalid("umask", format!("{mask:o}"), "not a mode (0..=0777)"));
@@ -296,6 +396,11 @@ impl Plan {
             list.dedup();
             plan.steps.push(Step::Affinity { mask, cpus: list });
         }
+        let chrooted = iso.chroot.is_some();
+        plan.steps.extend(iso.chroot);
+        if let (None, true) = (&cmd.cwd, chrooted) {
+            plan.steps.push(Step::Chdir { path: CString::new("/").unwrap_or_default() });
+        }
         if let Some(dir) = &cmd.cwd {
             let path = CString::new(dir.as_os_str().as_bytes())
                 .map_err(|_| nul_error("chdir", dir.as_os_str()))?;
@@ -317,7 +422,8 @@ impl Plan {
             plan.steps.push(Step::Setuid { uid });
         }
         if let Some(sig) = cmd.pdeathsig {
-            let parent = parent::getpid();
+            // In a new pid namespace the parent is outside it: getppid() answers 0 there.
+            let parent = if iso.new_pid_ns { 0 } else { parent::getpid() };
             plan.steps.push(Step::ParentDeathSignal { signal: sig.number(), parent });
         }
         if cmd.no_new_privs {
@@ -328,7 +434,7 @@ impl Plan {
 
     /// Turn stdio and fd maps into dup steps that survive swaps and cycles, then the
     /// close_range steps around the fds the child keeps.
-    fn plan_fds(&mut self, cmd: &Command) -> Result<()> {
+    fn plan_fds(&mut self, cmd: &Command, keep: &[RawFd]) -> Result<()> {
         let mut maps: Vec<(RawFd, RawFd)> = Vec::new();
         let mut null: Option<RawFd> = None;
         let mut stderr_to_stdout = false;
@@ -381,6 +487,10 @@ impl Plan {
                 }
             };
             maps.push((target, src));
+        }
+        for &fd in keep {
+            maps.retain(|(t, _)| *t != fd);
+            maps.push((fd, fd));
         }
         for &(target, src) in &cmd.fds {
             if target < 0 || src < 0 {

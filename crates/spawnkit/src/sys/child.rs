@@ -183,6 +183,17 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
     // pointers into the Plan, which the parent keeps alive and unchanged during the spawn.
     let ret = unsafe {
         match step {
+            Step::Unshare { flags } => sc!(libc::SYS_unshare, *flags),
+            Step::WriteFile { path, data } => write_file(path.as_ptr(), data)?,
+            Step::Mount { source, target, fstype, flags, data } => {
+                let opt =
+                    |c: &Option<std::ffi::CString>| c.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+                sc!(libc::SYS_mount, opt(source), target.as_ptr(), opt(fstype), *flags, opt(data))
+            }
+            Step::Sethostname { name } => sc!(libc::SYS_sethostname, name.as_ptr(), name.len()),
+            Step::LoopbackUp => loopback_up()?,
+            Step::AwaitIdMaps { ready_fd, go_fd } => await_id_maps(*ready_fd, *go_fd)?,
+            Step::Chroot { path } => sc!(libc::SYS_chroot, path.as_ptr()),
             Step::SignalDefault { set } => {
                 let mut sig = 1;
                 while sig <= NSIG {
@@ -253,6 +264,77 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
         }
     };
     check(ret).map(|_| ())
+}
+
+/// open(path, O_WRONLY), one write of `data` (uid_map must be written at once), close.
+fn write_file(path: *const core::ffi::c_char, data: &[u8]) -> Result<isize, i32> {
+    // SAFETY: `path` is a NUL-terminated string of the Plan.
+    let fd = check(unsafe {
+        sc!(libc::SYS_openat, libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC)
+    })?;
+    // SAFETY: `data` is a live slice of the Plan.
+    let r = unsafe { sc!(libc::SYS_write, fd, data.as_ptr(), data.len()) };
+    // SAFETY: closing the fd opened above.
+    unsafe { sc!(libc::SYS_close, fd) };
+    match check(r) {
+        Ok(n) if n == data.len() => Ok(0),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e),
+    }
+}
+
+/// Signal the parent's helper that the user namespace exists and wait for its answer.
+fn await_id_maps(ready_fd: i32, go_fd: i32) -> Result<isize, i32> {
+    let r = b'r';
+    // SAFETY: writes one byte from a local.
+    check(unsafe { sc!(libc::SYS_write, ready_fd, &r as *const u8, 1) })?;
+    let mut answer = [0u8; 4];
+    let mut got = 0usize;
+    while got < 4 {
+        let rest = answer.get_mut(got..).unwrap_or_default();
+        // SAFETY: reads into the rest of the local buffer.
+        match check(unsafe { sc!(libc::SYS_read, go_fd, rest.as_mut_ptr(), rest.len()) }) {
+            Ok(0) => return Err(libc::EPIPE),
+            Ok(n) => got = got.wrapping_add(n),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match i32::from_ne_bytes(answer) {
+        0 => Ok(0),
+        e => Err(e),
+    }
+}
+
+/// `struct ifreq` with the flags member: name[16], short flags, padding to 40 bytes.
+#[repr(C)]
+struct IfreqFlags {
+    name: [u8; 16],
+    flags: i16,
+    pad: [u8; 22],
+}
+
+/// Bring "lo" up in the child's (new) network namespace, as `ip link set lo up` does.
+fn loopback_up() -> Result<isize, i32> {
+    // SAFETY: socket takes integers.
+    let sock = check(unsafe {
+        sc!(libc::SYS_socket, libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    })?;
+    let mut ifr = IfreqFlags { name: [0; 16], flags: 0, pad: [0; 22] };
+    ifr.name[0] = b'l';
+    ifr.name[1] = b'o';
+    // SAFETY: SIOCGIFFLAGS reads the name and writes the flags of `ifr`, on the child's stack.
+    let r = check(unsafe {
+        sc!(libc::SYS_ioctl, sock, libc::SIOCGIFFLAGS, &mut ifr as *mut IfreqFlags)
+    });
+    let r = r.and_then(|_| {
+        ifr.flags |= (libc::IFF_UP | libc::IFF_RUNNING) as i16;
+        // SAFETY: SIOCSIFFLAGS reads `ifr`.
+        check(unsafe { sc!(libc::SYS_ioctl, sock, libc::SIOCSIFFLAGS, &ifr as *const IfreqFlags) })
+    });
+    // SAFETY: closing the socket opened above.
+    unsafe { sc!(libc::SYS_close, sock) };
+    r.map(|_| 0)
 }
 
 /// Close `first..=last` except `keep` (the fork-exec notify pipe, when there is one).

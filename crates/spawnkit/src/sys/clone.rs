@@ -15,6 +15,9 @@ use super::stack::Stack;
 /// `CLONE_CLEAR_SIGHAND` (Linux 5.5): reset handled signals to SIG_DFL in the child.
 pub(crate) const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 
+/// `CLONE_INTO_CGROUP` (Linux 5.7): start the child in the cgroup whose fd is in `cgroup`.
+pub(crate) const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
 /// The kernel's `struct clone_args` (clone3(2)), version 2 (88 bytes).
 #[repr(C)]
 #[derive(Default)]
@@ -61,22 +64,36 @@ pub(crate) struct Cloned {
 /// # Safety
 /// All signals must be blocked in the calling thread, and `ctx` must satisfy the child's
 /// rules (sys/mod.rs): every pointer valid until this returns.
-pub(crate) unsafe fn clone_vfork(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
+/// `extra` adds `CLONE_NEW*` flags; `cgroup` (a cgroup v2 directory fd) asks for
+/// CLONE_INTO_CGROUP, which only clone3 can do: then there is no fallback.
+/// `parent_tid` asks for CLONE_PARENT_SETTID (clone3 only: clone(2) uses that argument for
+/// the pidfd).
+pub(crate) unsafe fn clone_vfork(
+    ctx: &mut ChildCtx<'_>,
+    stack: &Stack,
+    extra: u64,
+    cgroup: Option<i32>,
+    parent_tid: Option<*mut i32>,
+) -> Result<Cloned, i32> {
+    let needs_clone3 = cgroup.is_some() || parent_tid.is_some();
     if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
+        if needs_clone3 {
+            return Err(libc::ENOSYS);
+        }
         // SAFETY: the caller's contract.
-        return unsafe { clone_legacy(ctx, stack) };
+        return unsafe { clone_legacy(ctx, stack, extra) };
     }
     // SAFETY: the caller's contract.
-    match unsafe { clone3(ctx, stack) } {
+    match unsafe { clone3(ctx, stack, extra, cgroup, parent_tid) } {
         Ok(c) => {
             CLONE3.store(CLONE3_OK, Ordering::Relaxed);
             Ok(c)
         }
         // Refused (old kernel, seccomp filter, sandbox): try clone(2), and remember that only
         // if clone(2) then works, so a genuine clone3 error is still reported as such.
-        Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)) => {
+        Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)) if !needs_clone3 => {
             // SAFETY: the caller's contract.
-            match unsafe { clone_legacy(ctx, stack) } {
+            match unsafe { clone_legacy(ctx, stack, extra) } {
                 Ok(c) => {
                     CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
                     Ok(c)
@@ -92,11 +109,21 @@ const BASE_FLAGS: u64 = libc::CLONE_VM as u64 | libc::CLONE_VFORK as u64 | libc:
 
 /// # Safety
 /// As for [`clone_vfork`].
-unsafe fn clone3(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
+unsafe fn clone3(
+    ctx: &mut ChildCtx<'_>,
+    stack: &Stack,
+    extra: u64,
+    cgroup: Option<i32>,
+    parent_tid: Option<*mut i32>,
+) -> Result<Cloned, i32> {
     ctx.reset_handlers = false;
     let mut pidfd: i32 = -1;
+    let into_cgroup = if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 };
+    let settid = if parent_tid.is_some() { libc::CLONE_PARENT_SETTID as u64 } else { 0 };
     let args = CloneArgs {
-        flags: BASE_FLAGS | CLONE_CLEAR_SIGHAND,
+        flags: BASE_FLAGS | CLONE_CLEAR_SIGHAND | extra | into_cgroup | settid,
+        parent_tid: parent_tid.map_or(0, |p| p as u64),
+        cgroup: cgroup.unwrap_or(0) as u64,
         pidfd: &mut pidfd as *mut i32 as u64,
         exit_signal: libc::SIGCHLD as u64,
         stack: stack.base() as u64,
@@ -122,10 +149,10 @@ unsafe fn clone3(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
 
 /// # Safety
 /// As for [`clone_vfork`].
-unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack) -> Result<Cloned, i32> {
+unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, extra: u64) -> Result<Cloned, i32> {
     ctx.reset_handlers = true;
     let mut pidfd: i32 = -1;
-    let flags = BASE_FLAGS | libc::SIGCHLD as u64;
+    let flags = BASE_FLAGS | extra | libc::SIGCHLD as u64;
     // SAFETY: clone(2) with CLONE_PIDFD stores the pidfd through `parent_tid` (the third
     // argument on x86_64 and aarch64); the child starts on the top of `stack` and runs
     // `child_main(ctx)`, which never returns.

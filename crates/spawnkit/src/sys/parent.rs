@@ -54,6 +54,93 @@ pub(crate) fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// statvfs(path): the mount flags (`f_flag`) of the mount holding `path`.
+pub(crate) fn statvfs(path: &CStr) -> Result<u64, i32> {
+    // SAFETY: zeroed statvfs is a valid out-parameter; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(last_errno());
+    }
+    Ok(st.f_flag)
+}
+
+/// The filesystem type (`f_type`) of an open fd.
+pub(crate) fn fstatfs_type(fd: i32) -> Result<i64, i32> {
+    // SAFETY: zeroed statfs is a valid out-parameter.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes into `st`.
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return Err(last_errno());
+    }
+    Ok(st.f_type as i64)
+}
+
+/// geteuid().
+pub(crate) fn geteuid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// getuid().
+pub(crate) fn getuid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// getgid().
+pub(crate) fn getgid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::getgid() }
+}
+
+fn owned(fd: i32) -> Result<OwnedFd, i32> {
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: a fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Open (creating it, 0666 & ~umask) a file to flock, as flock(1) does.
+pub(crate) fn open_lock_file(path: &CStr) -> Result<OwnedFd, i32> {
+    let flags = libc::O_RDONLY | libc::O_CREAT | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: NUL-terminated path; open returns a new fd or -1.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o666 as libc::c_uint) };
+    if fd < 0 && last_errno() == libc::EISDIR {
+        // flock(1) locks directories too: open them read-only without O_CREAT.
+        // SAFETY: as above.
+        return owned(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) });
+    }
+    owned(fd)
+}
+
+/// open(path, O_PATH|O_DIRECTORY|O_CLOEXEC).
+pub(crate) fn open_dir_path(path: &CStr) -> Result<OwnedFd, i32> {
+    // SAFETY: NUL-terminated path; open returns a new fd or -1.
+    owned(unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) })
+}
+
+/// flock(fd, op), retried on EINTR.
+pub(crate) fn flock(fd: i32, op: i32) -> Result<(), i32> {
+    loop {
+        // SAFETY: flock takes integers.
+        if unsafe { libc::flock(fd, op) } == 0 {
+            return Ok(());
+        }
+        let e = last_errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Write one byte to an fd (errors ignored: the reader may be gone).
+pub(crate) fn write_byte(fd: i32, b: u8) {
+    // SAFETY: writes one byte from a local.
+    unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
+}
+
 /// The fds open in this process now (a snapshot: other threads may change it).
 pub(crate) fn open_fds() -> std::collections::BTreeSet<i32> {
     std::fs::read_dir("/proc/self/fd")

@@ -1,0 +1,216 @@
+//! Isolation: namespaces, uid/gid maps, private /tmp and network, read-only binds, hostname,
+//! chroot, a lock held for the child's life, cgroup placement.
+//!
+//! All of it compiles to steps of the same [`Plan`](crate::Plan) the child replays with raw
+//! system calls (see `sys/child.rs`), plus clone flags: a namespace is created by the clone
+//! itself (clone3 with `CLONE_NEW*`) where the strategy allows, so the child starts inside it.
+//!
+//! Kernel facts this is built on, checked on 6.18 (see the tests):
+//! - `unshare(CLONE_NEWUSER)` refuses a caller that shares its memory, as a CLONE_VM child
+//!   does; `clone3` accepts `CLONE_NEWUSER | CLONE_VM` (the child is the one that enters the
+//!   namespace), so clone-vfork asks for every namespace at clone time. fork-exec calls
+//!   `unshare` in the child instead (its memory is its own), which cannot make the program pid
+//!   1 of a new pid namespace: that one needs clone-vfork.
+//! - Writing a one-line uid_map of your own uid, unprivileged, needs `deny` in
+//!   /proc/self/setgroups first; the child writes its own maps from inside the new namespace,
+//!   where it holds every capability.
+//! - `CLONE_INTO_CGROUP` needs clone3 and a cgroup v2 directory fd; kernels 5.4-5.6 answered
+//!   E2BIG for it (systemd#33613): spawnkit reports the step rather than silently spawning
+//!   outside the cgroup.
+
+pub(crate) mod plan;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A set of namespaces to create for the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Namespaces(u64);
+
+const NS_NAMES: &[(&str, u64)] = &[
+    ("user", libc::CLONE_NEWUSER as u64),
+    ("mount", libc::CLONE_NEWNS as u64),
+    ("net", libc::CLONE_NEWNET as u64),
+    ("pid", libc::CLONE_NEWPID as u64),
+    ("uts", libc::CLONE_NEWUTS as u64),
+    ("ipc", libc::CLONE_NEWIPC as u64),
+    ("cgroup", libc::CLONE_NEWCGROUP as u64),
+];
+
+impl Namespaces {
+    pub const USER: Namespaces = Namespaces(libc::CLONE_NEWUSER as u64);
+    pub const MOUNT: Namespaces = Namespaces(libc::CLONE_NEWNS as u64);
+    pub const NET: Namespaces = Namespaces(libc::CLONE_NEWNET as u64);
+    pub const PID: Namespaces = Namespaces(libc::CLONE_NEWPID as u64);
+    pub const UTS: Namespaces = Namespaces(libc::CLONE_NEWUTS as u64);
+    pub const IPC: Namespaces = Namespaces(libc::CLONE_NEWIPC as u64);
+    pub const CGROUP: Namespaces = Namespaces(libc::CLONE_NEWCGROUP as u64);
+
+    /// No namespace.
+    pub const fn empty() -> Namespaces {
+        Namespaces(0)
+    }
+
+    /// Both sets.
+    pub const fn union(self, other: Namespaces) -> Namespaces {
+        Namespaces(self.0 | other.0)
+    }
+
+    /// Whether every namespace of `other` is in the set.
+    pub const fn contains(self, other: Namespaces) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether the set is empty.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// A set from `CLONE_NEW*` bits (others are dropped).
+    pub fn from_bits(bits: u64) -> Namespaces {
+        Namespaces(bits & NS_NAMES.iter().fold(0, |a, (_, b)| a | b))
+    }
+
+    /// The `CLONE_NEW*` bits.
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The names in the set, as `--unshare` takes them.
+    pub fn names(self) -> Vec<&'static str> {
+        NS_NAMES.iter().filter(|(_, b)| self.0 & b != 0).map(|(n, _)| *n).collect()
+    }
+}
+
+impl fmt::Display for Namespaces {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.names().join(","))
+    }
+}
+
+impl FromStr for Namespaces {
+    type Err = Error;
+    /// A comma-separated list: `user,mount,net,pid,uts,ipc,cgroup` (`mnt`, `network` too).
+    fn from_str(s: &str) -> Result<Namespaces> {
+        let mut set = Namespaces::empty();
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let canon = match name {
+                "mnt" => "mount",
+                "network" => "net",
+                other => other,
+            };
+            let bits =
+                NS_NAMES.iter().find(|(n, _)| *n == canon).map(|(_, b)| *b).ok_or_else(|| {
+                    Error::invalid(
+                        "unshare",
+                        name,
+                        "unknown namespace (use user, mount, net, pid, uts, ipc, cgroup)",
+                    )
+                })?;
+            set.0 |= bits;
+        }
+        Ok(set)
+    }
+}
+
+/// One line of a uid_map or gid_map: ids `inside..inside+count` in the namespace are
+/// `outside..outside+count` outside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdMap {
+    pub inside: u32,
+    pub outside: u32,
+    pub count: u32,
+}
+
+/// How the user namespace maps ids.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UserMap {
+    /// The caller's uid and gid become root inside (`unshare -r`).
+    Root,
+    /// The caller's uid and gid stay the same inside.
+    Current,
+    /// Arbitrary lines (needs CAP_SETUID/CAP_SETGID outside for more than your own id).
+    Custom { uid: Vec<IdMap>, gid: Vec<IdMap> },
+}
+
+/// Mount options of the private /tmp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TmpOptions {
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+}
+
+impl Default for TmpOptions {
+    /// nosuid and nodev on, exec allowed (as systemd's PrivateTmp=).
+    fn default() -> TmpOptions {
+        TmpOptions { nosuid: true, nodev: true, noexec: false }
+    }
+}
+
+impl FromStr for TmpOptions {
+    type Err = Error;
+    /// `nosuid,nodev,noexec` in any combination; `none` or an empty string for none.
+    fn from_str(s: &str) -> Result<TmpOptions> {
+        let mut o = TmpOptions { nosuid: false, nodev: false, noexec: false };
+        for opt in s.split(',').map(str::trim).filter(|n| !n.is_empty() && *n != "none") {
+            match opt {
+                "nosuid" => o.nosuid = true,
+                "nodev" => o.nodev = true,
+                "noexec" => o.noexec = true,
+                _ => {
+                    return Err(Error::invalid(
+                        "mount",
+                        opt,
+                        "unknown /tmp option (use nosuid, nodev, noexec)",
+                    ))
+                }
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// A private /tmp for the child.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PrivateTmp {
+    /// Bind this directory on /tmp instead of mounting a fresh tmpfs.
+    pub dir: Option<PathBuf>,
+    pub options: TmpOptions,
+}
+
+/// An flock(2) lock the child holds for its whole life.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lock {
+    /// The file to lock; created (mode 0666 & ~umask) if missing, as flock(1) does.
+    pub path: PathBuf,
+    /// A shared lock instead of an exclusive one.
+    pub shared: bool,
+    /// How long to wait: `None` forever, `Some(ZERO)` not at all.
+    pub timeout: Option<Duration>,
+}
+
+impl Lock {
+    /// An exclusive lock, waiting as long as it takes.
+    pub fn exclusive(path: impl Into<PathBuf>) -> Lock {
+        Lock { path: path.into(), shared: false, timeout: None }
+    }
+}
+
+/// Everything isolation a [`Command`](crate::Command) asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Isolation {
+    pub unshare: Namespaces,
+    pub user_map: Option<UserMap>,
+    pub private_tmp: Option<PrivateTmp>,
+    pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    pub private_net: bool,
+    pub hostname: Option<String>,
+    pub chroot: Option<PathBuf>,
+    pub lock: Option<Lock>,
+    pub cgroup: Option<PathBuf>,
+}

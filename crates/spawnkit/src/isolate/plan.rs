@@ -1,0 +1,395 @@
+//! Compile an [`Isolation`] into clone flags, steps, and the fds the spawn needs (the lock
+//! file, the cgroup directory). Runs in the parent, before the clone.
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::{Isolation, Lock, Namespaces, UserMap};
+use crate::error::{quoted, Error, ErrorKind, Result};
+use crate::spawn::options::Strategy;
+use crate::spawn::plan::Step;
+use crate::sys::parent;
+
+/// What isolation adds to a plan.
+#[derive(Default)]
+pub(crate) struct Prepared {
+    /// `CLONE_NEW*` flags for the clone (clone-vfork).
+    pub clone_flags: u64,
+    /// Steps that run first in the child, before the usual ones.
+    pub early: Vec<Step>,
+    /// chroot, run just before chdir.
+    pub chroot: Option<Step>,
+    /// The lock file, opened (not yet locked), and how to lock it.
+    pub lock: Option<(OwnedFd, Lock)>,
+    /// The cgroup v2 directory, for CLONE_INTO_CGROUP.
+    pub cgroup: Option<OwnedFd>,
+    /// The new pid namespace hides the parent: getppid() is 0 inside.
+    pub new_pid_ns: bool,
+    /// Arbitrary id maps, written by the parent while the child waits.
+    pub id_maps: Option<IdMapJob>,
+    /// The child's ends of the id-map pipes (closed in the parent after the spawn).
+    pub child_ends: Vec<OwnedFd>,
+}
+
+/// Arbitrary uid/gid maps: only a process outside the new user namespace, with CAP_SETUID and
+/// CAP_SETGID there, may write them (user_namespaces(7)); the vfork parent thread sleeps
+/// during the clone, so a helper thread does it.
+pub(crate) struct IdMapJob {
+    pub uid_map: Vec<u8>,
+    pub gid_map: Vec<u8>,
+    /// The helper reads the child's "ready" byte here (or the parent's "give up" byte).
+    pub ready_read: OwnedFd,
+    /// The parent's copy of the child's end of the ready pipe, raw (owned by child_ends).
+    pub ready_write: RawFd,
+    /// The helper answers here: 4 bytes, 0 or the errno of the failed write.
+    pub go_write: OwnedFd,
+}
+
+fn cpath(step: &'static str, p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Error::invalid(step, quoted(p), "contains a NUL byte"))
+}
+
+fn cstr(s: &str) -> CString {
+    CString::new(s).unwrap_or_default()
+}
+
+fn mount(
+    source: Option<&str>,
+    target: CString,
+    fstype: Option<&str>,
+    flags: u64,
+    data: Option<&str>,
+) -> Step {
+    Step::Mount {
+        source: source.map(cstr),
+        target,
+        fstype: fstype.map(cstr),
+        flags,
+        data: data.map(cstr),
+    }
+}
+
+/// The mount flags the kernel locks on `path`'s mount (a remount in a user namespace must
+/// keep them, else EPERM), from statvfs.
+fn locked_flags(path: &Path) -> Result<u64> {
+    let c = cpath("statvfs", path)?;
+    let st = parent::statvfs(&c).map_err(|e| Error::os("statvfs", quoted(path), e))?;
+    let mut flags = 0u64;
+    for (st_bit, ms_bit) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if st & st_bit != 0 {
+            flags |= ms_bit;
+        }
+    }
+    Ok(flags)
+}
+
+fn map_lines(lines: &[super::IdMap]) -> Vec<u8> {
+    lines
+        .iter()
+        .map(|m| format!("{} {} {}\n", m.inside, m.outside, m.count))
+        .collect::<String>()
+        .into_bytes()
+}
+
+pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
+    let mut p = Prepared::default();
+    let mut ns = iso.unshare;
+    let needs_mount = iso.private_tmp.is_some() || !iso.ro_binds.is_empty();
+    if needs_mount {
+        ns = ns.union(Namespaces::MOUNT);
+    }
+    if iso.private_net {
+        ns = ns.union(Namespaces::NET);
+    }
+    if iso.hostname.is_some() {
+        ns = ns.union(Namespaces::UTS);
+    }
+    let mut user_map = iso.user_map.clone();
+    if user_map.is_some() {
+        ns = ns.union(Namespaces::USER);
+    }
+    // Unprivileged callers get namespaces only inside a user namespace of their own: add one
+    // (mapping them to themselves) as bubblewrap does, rather than failing with EPERM.
+    if !ns.is_empty() && !ns.contains(Namespaces::USER) && parent::geteuid() != 0 {
+        ns = ns.union(Namespaces::USER);
+        user_map = Some(UserMap::Current);
+    }
+    if ns.contains(Namespaces::USER) && user_map.is_none() {
+        user_map = Some(UserMap::Current);
+    }
+
+    if !ns.is_empty() {
+        match strategy {
+            Strategy::CloneVfork => p.clone_flags = ns.bits(),
+            Strategy::ForkExec => {
+                if ns.contains(Namespaces::PID) {
+                    return Err(Error::unsupported(
+                        "unshare",
+                        "a pid namespace whose pid 1 is the program needs the clone-vfork strategy \
+                         (unshare(CLONE_NEWPID) in a forked child only moves its children)",
+                    ));
+                }
+                p.early.push(Step::Unshare { flags: ns.bits() });
+            }
+            Strategy::PosixSpawn => {
+                return Err(Error::unsupported(
+                    "unshare",
+                    format!(
+                        "the posix-spawn strategy cannot create namespaces ({ns}); use clone-vfork"
+                    ),
+                ))
+            }
+        }
+    }
+    p.new_pid_ns = ns.contains(Namespaces::PID);
+
+    if let Some(map) = &user_map {
+        let (uid, gid) = (parent::getuid(), parent::getgid());
+        let (uids, gids) = match map {
+            UserMap::Root => {
+                (format!("0 {uid} 1\n").into_bytes(), format!("0 {gid} 1\n").into_bytes())
+            }
+            UserMap::Current => {
+                (format!("{uid} {uid} 1\n").into_bytes(), format!("{gid} {gid} 1\n").into_bytes())
+            }
+            UserMap::Custom { uid, gid } => (map_lines(uid), map_lines(gid)),
+        };
+        if let UserMap::Custom { .. } = map {
+            // Written from outside by the parent; setgroups stays usable (privileged maps).
+            if strategy != Strategy::CloneVfork {
+                return Err(Error::unsupported(
+                    "uid_map",
+                    "arbitrary id maps are written by the parent during the clone: use clone-vfork",
+                ));
+            }
+            let (ready_read, ready_write) =
+                parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
+            let (go_read, go_write) = parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
+            p.early.push(Step::AwaitIdMaps {
+                ready_fd: ready_write.as_raw_fd(),
+                go_fd: go_read.as_raw_fd(),
+            });
+            p.id_maps = Some(IdMapJob {
+                uid_map: uids,
+                gid_map: gids,
+                ready_read,
+                ready_write: ready_write.as_raw_fd(),
+                go_write,
+            });
+            p.child_ends.push(ready_write);
+            p.child_ends.push(go_read);
+        } else {
+            // A one-line map of your own id, written by the child itself from inside: needs
+            // setgroups denied first when unprivileged.
+            let setgroups = cstr("/proc/self/setgroups");
+            p.early.push(Step::WriteFile { path: setgroups, data: b"deny".to_vec() });
+            p.early.push(Step::WriteFile { path: cstr("/proc/self/uid_map"), data: uids });
+            p.early.push(Step::WriteFile { path: cstr("/proc/self/gid_map"), data: gids });
+        }
+    }
+
+    if ns.contains(Namespaces::MOUNT) {
+        // Nothing mounted below may propagate back to the parent's namespace.
+        p.early.push(mount(None, cstr("/"), None, libc::MS_REC | libc::MS_PRIVATE, None));
+    }
+    if let Some(tmp) = &iso.private_tmp {
+        let mut opts = 0u64;
+        if tmp.options.nosuid {
+            opts |= libc::MS_NOSUID;
+        }
+        if tmp.options.nodev {
+            opts |= libc::MS_NODEV;
+        }
+        if tmp.options.noexec {
+            opts |= libc::MS_NOEXEC;
+        }
+        match &tmp.dir {
+            None => p.early.push(mount(
+                Some("tmpfs"),
+                cstr("/tmp"),
+                Some("tmpfs"),
+                opts,
+                Some("mode=1777"),
+            )),
+            Some(dir) => {
+                let src = cpath("mount", dir)?;
+                p.early.push(Step::Mount {
+                    source: Some(src),
+                    target: cstr("/tmp"),
+                    fstype: None,
+                    flags: (libc::MS_BIND | libc::MS_REC),
+                    data: None,
+                });
+                let flags = (libc::MS_BIND | libc::MS_REMOUNT) | opts | locked_flags(dir)?;
+                p.early.push(mount(None, cstr("/tmp"), None, flags, None));
+            }
+        }
+    }
+    for (src, dst) in &iso.ro_binds {
+        let (csrc, cdst) = (cpath("mount", src)?, cpath("mount", dst)?);
+        p.early.push(Step::Mount {
+            source: Some(csrc),
+            target: cdst.clone(),
+            fstype: None,
+            flags: (libc::MS_BIND | libc::MS_REC),
+            data: None,
+        });
+        let flags = (libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY) | locked_flags(src)?;
+        p.early.push(mount(None, cdst, None, flags, None));
+    }
+    if ns.contains(Namespaces::PID) && ns.contains(Namespaces::MOUNT) {
+        // /proc of the new pid namespace, so /proc/self is the child (unshare --mount-proc).
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        p.early.push(mount(Some("proc"), cstr("/proc"), Some("proc"), flags, None));
+    }
+    if let Some(name) = &iso.hostname {
+        if name.len() > 64 || name.is_empty() {
+            return Err(Error::invalid(
+                "sethostname",
+                quoted(name),
+                "a hostname has 1 to 64 bytes",
+            ));
+        }
+        p.early.push(Step::Sethostname { name: name.as_bytes().to_vec() });
+    }
+    if iso.private_net {
+        p.early.push(Step::LoopbackUp);
+    }
+    if let Some(root) = &iso.chroot {
+        p.chroot = Some(Step::Chroot { path: cpath("chroot", root)? });
+    }
+    if let Some(lock) = &iso.lock {
+        let c = cpath("flock", &lock.path)?;
+        let fd =
+            parent::open_lock_file(&c).map_err(|e| Error::os("open", quoted(&lock.path), e))?;
+        p.lock = Some((fd, lock.clone()));
+    }
+    if let Some(cg) = &iso.cgroup {
+        let fd = open_cgroup(cg)?;
+        match strategy {
+            Strategy::CloneVfork => p.cgroup = Some(fd),
+            Strategy::ForkExec => {
+                // No CLONE_INTO_CGROUP with fork(): the child moves itself before anything else.
+                let procs = cpath("write", &cg.join("cgroup.procs"))?;
+                p.early.insert(0, Step::WriteFile { path: procs, data: b"0".to_vec() });
+            }
+            Strategy::PosixSpawn => return Err(Error::unsupported(
+                "cgroup",
+                "glibc 2.36's posix_spawn cannot start a child in a cgroup (POSIX_SPAWN_SETCGROUP \
+                     came in 2.39); use clone-vfork",
+            )),
+        }
+    }
+    Ok(p)
+}
+
+/// Open a cgroup v2 directory, or say where cgroup v2 is.
+fn open_cgroup(path: &Path) -> Result<OwnedFd> {
+    let c = cpath("cgroup", path)?;
+    let fd = parent::open_dir_path(&c).map_err(|e| Error::os("open cgroup", quoted(path), e))?;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    match parent::fstatfs_type(fd.as_raw_fd()) {
+        Ok(t) if t == CGROUP2_SUPER_MAGIC => Ok(fd),
+        Ok(_) => {
+            let where_v2 = cgroup2_mounts();
+            let hint = if where_v2.is_empty() {
+                "cgroup v2 is not mounted on this machine".to_string()
+            } else {
+                format!("cgroup v2 is mounted at {}", where_v2.join(", "))
+            };
+            Err(Error::new(ErrorKind::Unsupported, "cgroup", quoted(path))
+                .with_reason(format!("not a cgroup v2 directory ({hint})")))
+        }
+        Err(e) => Err(Error::os("fstatfs", quoted(path), e)),
+    }
+}
+
+/// Where cgroup2 is mounted, from /proc/self/mounts.
+pub(crate) fn cgroup2_mounts() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
+            (kind == "cgroup2").then(|| dir.to_string())
+        })
+        .collect()
+}
+
+/// Take the lock on the opened file, as flock(1) would: wait forever, not at all, or until the
+/// timeout. Runs in the parent just before the clone; the child inherits the locked fd.
+pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
+    let op = if lock.shared { libc::LOCK_SH } else { libc::LOCK_EX };
+    let subject = OsStr::new(&lock.path).to_string_lossy().into_owned();
+    let would_block =
+        || Error::os("flock", subject.clone(), libc::EWOULDBLOCK).with_reason("would block");
+    match lock.timeout {
+        None => parent::flock(fd, op).map_err(|e| Error::os("flock", subject.clone(), e)),
+        Some(t) if t.is_zero() => match parent::flock(fd, op | libc::LOCK_NB) {
+            Ok(()) => Ok(()),
+            Err(libc::EWOULDBLOCK) => Err(would_block()),
+            Err(e) => Err(Error::os("flock", subject.clone(), e)),
+        },
+        Some(t) => {
+            let deadline = Instant::now() + t;
+            let mut nap = Duration::from_millis(1);
+            loop {
+                match parent::flock(fd, op | libc::LOCK_NB) {
+                    Ok(()) => return Ok(()),
+                    Err(libc::EWOULDBLOCK) => {}
+                    Err(e) => return Err(Error::os("flock", subject.clone(), e)),
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(would_block()
+                        .with_kind(ErrorKind::Timeout)
+                        .with_reason(format!("still locked after {:.3} s", t.as_secs_f64())));
+                }
+                std::thread::sleep(nap.min(deadline - now));
+                nap = (nap * 2).min(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// The helper thread's work: wait for the child's "ready" byte, write its maps from outside,
+/// answer with 0 or the errno. A "give up" byte from the parent (the clone returned without
+/// the child ever being ready) ends it.
+pub(crate) fn write_id_maps(job: &IdMapJob, child_tid: &std::sync::atomic::AtomicI32) {
+    use std::io::{Read, Write};
+    let mut byte = [0u8; 1];
+    let Ok(ready) = job.ready_read.try_clone() else { return };
+    if std::fs::File::from(ready).read_exact(&mut byte).is_err() || byte[0] != b'r' {
+        return;
+    }
+    // CLONE_PARENT_SETTID wrote the tid before the child ran; the pipe orders it before us.
+    let tid = child_tid.load(std::sync::atomic::Ordering::Acquire);
+    let mut errno = 0i32;
+    for (name, data) in [("uid_map", &job.uid_map), ("gid_map", &job.gid_map)] {
+        if data.is_empty() {
+            continue;
+        }
+        let path = format!("/proc/{tid}/{name}");
+        let written =
+            std::fs::OpenOptions::new().write(true).open(&path).and_then(|mut f| f.write_all(data));
+        if let Err(e) = written {
+            errno = e.raw_os_error().unwrap_or(libc::EIO);
+            break;
+        }
+    }
+    if let Ok(go) = job.go_write.try_clone() {
+        let _ = std::fs::File::from(go).write_all(&errno.to_ne_bytes());
+    }
+}
