@@ -45,7 +45,7 @@ Examples:
   spawnkit run --dry-run --rlimit nofile=64 -- ls        (print the steps, spawn nothing)
   spawnkit run --map-root-user --private-tmp --private-net -- ./test-suite
   spawnkit run --unshare pid,mount --hostname box -- sh -c 'echo $$; hostname'
-  spawnkit run --ro-bind /usr --private-tmp /srv/scratch -- make check
+  spawnkit run --ro-bind /usr --private-tmp=/srv/scratch -- make check
   spawnkit run --lock /var/lock/backup --lock-timeout 30 -- ./backup
   spawnkit run --cgroup /sys/fs/cgroup/jobs/42 -- ./job
 
@@ -233,13 +233,14 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Isolation")]
     pub map_current_user: bool,
 
-    /// A private /tmp: a fresh tmpfs, or DIR bound on /tmp (new mount namespace, mount
-    /// propagation private). Gone when the program exits (a tmpfs).
+    /// A private /tmp: a fresh tmpfs, or --private-tmp=DIR bound on /tmp (new mount
+    /// namespace, mount propagation private). A tmpfs is gone when the program exits.
     #[arg(
         long,
         value_name = "DIR",
         num_args = 0..=1,
         default_missing_value = "",
+        require_equals = true,
         help_heading = "Isolation",
         value_parser = OsStringValueParser::new()
     )]
@@ -250,6 +251,7 @@ pub struct RunArgs {
         long,
         value_name = "LIST",
         default_value = "nosuid,nodev",
+        requires = "private_tmp",
         help_heading = "Isolation",
         value_parser = parse_tmp_options
     )]
@@ -289,7 +291,13 @@ pub struct RunArgs {
     pub lock_timeout: Option<std::time::Duration>,
 
     /// Exit code when the lock cannot be taken (flock -E; default 1, as flock(1)).
-    #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Locking")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        help_heading = "Locking",
+        requires = "lock"
+    )]
     pub conflict_exit_code: i32,
 
     /// Start the program in this cgroup v2 directory from its first instruction (clone3

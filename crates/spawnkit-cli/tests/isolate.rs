@@ -120,15 +120,12 @@ fn private_tmp_private_net_hostname() {
         "{mount}"
     );
     let dir = tmpdir("ptmp");
-    let out = run(&[
-        "run",
-        "--private-tmp",
-        dir.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "echo x > /tmp/seen",
-    ]);
+    let flag = format!("--private-tmp={}", dir.display());
+    let out = run(&["run", &flag, "--", "sh", "-c", "echo x > /tmp/seen"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Without '=' the next word is the program, not the directory.
+    let out = run(&["run", "--private-tmp", "sh", "-c", "ls -A /tmp | wc -l"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
     assert!(out.status.success());
     assert_eq!(std::fs::read_to_string(dir.join("seen")).unwrap(), "x\n");
     std::fs::remove_dir_all(dir).unwrap();
@@ -237,7 +234,7 @@ fn dry_run_shows_the_fence() {
     assert!(out.status.success());
     for line in [
         "clone with new namespaces: user,mount,net,uts",
-        "write /proc/self/setgroups \"deny\"",
+        "write uid_map, gid_map (from the parent)",
         "mount private propagation on /",
         "mount tmpfs on /tmp",
         "sethostname \"h\"",

@@ -20,12 +20,12 @@ pub(crate) struct Prepared {
     pub clone_flags: u64,
     /// Steps that run first in the child, before the usual ones.
     pub early: Vec<Step>,
-    /// chroot, run just before chdir.
-    pub chroot: Option<Step>,
+    /// chroot (then chdir "/" and the /proc mount), run just before the command's chdir.
+    pub chroot: Vec<Step>,
     /// The lock file, opened (not yet locked), and how to lock it.
     pub lock: Option<(OwnedFd, Lock)>,
-    /// The cgroup v2 directory, for CLONE_INTO_CGROUP.
-    pub cgroup: Option<OwnedFd>,
+    /// The cgroup v2 directory, for CLONE_INTO_CGROUP, and its path for messages.
+    pub cgroup: Option<(OwnedFd, String)>,
     /// The new pid namespace hides the parent: getppid() is 0 inside.
     pub new_pid_ns: bool,
     /// Arbitrary id maps, written by the parent while the child waits.
@@ -86,6 +86,7 @@ fn locked_flags(path: &Path) -> Result<u64> {
         (libc::ST_NOATIME, libc::MS_NOATIME),
         (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
         (libc::ST_RELATIME, libc::MS_RELATIME),
+        (libc::ST_RDONLY, libc::MS_RDONLY),
     ] {
         if st & st_bit != 0 {
             flags |= ms_bit;
@@ -102,8 +103,34 @@ fn map_lines(lines: &[super::IdMap]) -> Vec<u8> {
         .into_bytes()
 }
 
+/// MOUNT_ATTR_* bits of mount_setattr(2).
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// Make `target` and every mount below it read-only / nosuid / nodev / noexec as asked:
+/// mount_setattr(AT_RECURSIVE) (5.12+) changes only those bits, so the flags the kernel locks
+/// in a user namespace stay as they are; older kernels get a remount of the top mount that
+/// repeats the locked flags read from `source`.
+fn restrict(source: &Path, target: CString, set: u64) -> Result<Step> {
+    let mut remount = libc::MS_BIND | libc::MS_REMOUNT | locked_flags(source)?;
+    for (attr, ms) in [
+        (MOUNT_ATTR_RDONLY, libc::MS_RDONLY),
+        (MOUNT_ATTR_NOSUID, libc::MS_NOSUID),
+        (MOUNT_ATTR_NODEV, libc::MS_NODEV),
+        (MOUNT_ATTR_NOEXEC, libc::MS_NOEXEC),
+    ] {
+        if set & attr != 0 {
+            remount |= ms;
+        }
+    }
+    Ok(Step::MountSetattr { target, set, remount })
+}
+
 pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     let mut p = Prepared::default();
+    let privileged = parent::geteuid() == 0;
     let mut ns = iso.unshare;
     let needs_mount = iso.private_tmp.is_some() || !iso.ro_binds.is_empty();
     if needs_mount {
@@ -119,9 +146,9 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     if user_map.is_some() {
         ns = ns.union(Namespaces::USER);
     }
-    // Unprivileged callers get namespaces only inside a user namespace of their own: add one
-    // (mapping them to themselves) as bubblewrap does, rather than failing with EPERM.
-    if !ns.is_empty() && !ns.contains(Namespaces::USER) && parent::geteuid() != 0 {
+    // Unprivileged callers get namespaces (and chroot) only inside a user namespace of their
+    // own: add one mapping them to themselves, as bubblewrap does, rather than fail with EPERM.
+    if (!ns.is_empty() || iso.chroot.is_some()) && !ns.contains(Namespaces::USER) && !privileged {
         ns = ns.union(Namespaces::USER);
         user_map = Some(UserMap::Current);
     }
@@ -155,7 +182,8 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     p.new_pid_ns = ns.contains(Namespaces::PID);
 
     if let Some(map) = &user_map {
-        let (uid, gid) = (parent::getuid(), parent::getgid());
+        // The kernel checks a one-line own map against the *effective* ids.
+        let (uid, gid) = (parent::geteuid(), parent::getegid());
         let (uids, gids) = match map {
             UserMap::Root => {
                 (format!("0 {uid} 1\n").into_bytes(), format!("0 {gid} 1\n").into_bytes())
@@ -163,22 +191,35 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
             UserMap::Current => {
                 (format!("{uid} {uid} 1\n").into_bytes(), format!("{gid} {gid} 1\n").into_bytes())
             }
-            UserMap::Custom { uid, gid } => (map_lines(uid), map_lines(gid)),
-        };
-        if let UserMap::Custom { .. } = map {
-            // Written from outside by the parent; setgroups stays usable (privileged maps).
-            if strategy != Strategy::CloneVfork {
-                return Err(Error::unsupported(
-                    "uid_map",
-                    "arbitrary id maps are written by the parent during the clone: use clone-vfork",
-                ));
+            UserMap::Custom { uid, gid } => {
+                if uid.is_empty() && gid.is_empty() {
+                    return Err(Error::invalid(
+                        "uid_map",
+                        "[]",
+                        "a custom map needs at least one line",
+                    ));
+                }
+                (map_lines(uid), map_lines(gid))
             }
+        };
+        let custom = matches!(map, UserMap::Custom { .. });
+        if custom && strategy != Strategy::CloneVfork {
+            return Err(Error::unsupported(
+                "uid_map",
+                "arbitrary id maps are written by the parent during the clone: use clone-vfork",
+            ));
+        }
+        if custom || (privileged && strategy == Strategy::CloneVfork) {
+            // Written from outside by the parent (a helper thread while the vfork parent sleeps):
+            // arbitrary maps need privilege in the parent namespace, and a privileged writer
+            // leaves setgroups usable (so --groups works inside).
             let (ready_read, ready_write) =
                 parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
             let (go_read, go_write) = parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
             p.early.push(Step::AwaitIdMaps {
                 ready_fd: ready_write.as_raw_fd(),
                 go_fd: go_read.as_raw_fd(),
+                parent_fds: [ready_read.as_raw_fd(), go_write.as_raw_fd()],
             });
             p.id_maps = Some(IdMapJob {
                 uid_map: uids,
@@ -190,8 +231,8 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
             p.child_ends.push(ready_write);
             p.child_ends.push(go_read);
         } else {
-            // A one-line map of your own id, written by the child itself from inside: needs
-            // setgroups denied first when unprivileged.
+            // A one-line map of your own id, written by the child itself from inside, after
+            // denying setgroups (required unprivileged).
             let setgroups = cstr("/proc/self/setgroups");
             p.early.push(Step::WriteFile { path: setgroups, data: b"deny".to_vec() });
             p.early.push(Step::WriteFile { path: cstr("/proc/self/uid_map"), data: uids });
@@ -203,16 +244,29 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
         // Nothing mounted below may propagate back to the parent's namespace.
         p.early.push(mount(None, cstr("/"), None, libc::MS_REC | libc::MS_PRIVATE, None));
     }
+    // Read-only binds first: their sources may live under /tmp, which is replaced next.
+    for (src, dst) in &iso.ro_binds {
+        let (csrc, cdst) = (cpath("mount", src)?, cpath("mount", dst)?);
+        p.early.push(Step::Mount {
+            source: Some(csrc),
+            target: cdst.clone(),
+            fstype: None,
+            flags: libc::MS_BIND | libc::MS_REC,
+            data: None,
+        });
+        p.early.push(restrict(src, cdst, MOUNT_ATTR_RDONLY)?);
+    }
     if let Some(tmp) = &iso.private_tmp {
-        let mut opts = 0u64;
-        if tmp.options.nosuid {
-            opts |= libc::MS_NOSUID;
-        }
-        if tmp.options.nodev {
-            opts |= libc::MS_NODEV;
-        }
-        if tmp.options.noexec {
-            opts |= libc::MS_NOEXEC;
+        let (mut opts, mut attrs) = (0u64, 0u64);
+        for (on, ms, attr) in [
+            (tmp.options.nosuid, libc::MS_NOSUID, MOUNT_ATTR_NOSUID),
+            (tmp.options.nodev, libc::MS_NODEV, MOUNT_ATTR_NODEV),
+            (tmp.options.noexec, libc::MS_NOEXEC, MOUNT_ATTR_NOEXEC),
+        ] {
+            if on {
+                opts |= ms;
+                attrs |= attr;
+            }
         }
         match &tmp.dir {
             None => p.early.push(mount(
@@ -223,36 +277,25 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
                 Some("mode=1777"),
             )),
             Some(dir) => {
-                let src = cpath("mount", dir)?;
                 p.early.push(Step::Mount {
-                    source: Some(src),
+                    source: Some(cpath("mount", dir)?),
                     target: cstr("/tmp"),
                     fstype: None,
-                    flags: (libc::MS_BIND | libc::MS_REC),
+                    flags: libc::MS_BIND | libc::MS_REC,
                     data: None,
                 });
-                let flags = (libc::MS_BIND | libc::MS_REMOUNT) | opts | locked_flags(dir)?;
-                p.early.push(mount(None, cstr("/tmp"), None, flags, None));
+                if attrs != 0 {
+                    p.early.push(restrict(dir, cstr("/tmp"), attrs)?);
+                }
             }
         }
     }
-    for (src, dst) in &iso.ro_binds {
-        let (csrc, cdst) = (cpath("mount", src)?, cpath("mount", dst)?);
-        p.early.push(Step::Mount {
-            source: Some(csrc),
-            target: cdst.clone(),
-            fstype: None,
-            flags: (libc::MS_BIND | libc::MS_REC),
-            data: None,
-        });
-        let flags = (libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY) | locked_flags(src)?;
-        p.early.push(mount(None, cdst, None, flags, None));
-    }
-    if ns.contains(Namespaces::PID) && ns.contains(Namespaces::MOUNT) {
-        // /proc of the new pid namespace, so /proc/self is the child (unshare --mount-proc).
+    // /proc of the new pid namespace, so /proc/self is the child (unshare --mount-proc);
+    // inside the chroot when there is one.
+    let proc_mount = (ns.contains(Namespaces::PID) && ns.contains(Namespaces::MOUNT)).then(|| {
         let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-        p.early.push(mount(Some("proc"), cstr("/proc"), Some("proc"), flags, None));
-    }
+        mount(Some("proc"), cstr("/proc"), Some("proc"), flags, None)
+    });
     if let Some(name) = &iso.hostname {
         if name.len() > 64 || name.is_empty() {
             return Err(Error::invalid(
@@ -266,8 +309,14 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     if iso.private_net {
         p.early.push(Step::LoopbackUp);
     }
-    if let Some(root) = &iso.chroot {
-        p.chroot = Some(Step::Chroot { path: cpath("chroot", root)? });
+    match &iso.chroot {
+        Some(root) => {
+            // chroot, then cd / so no relative path (nor --cwd) resolves outside, then /proc.
+            p.chroot.push(Step::Chroot { path: cpath("chroot", root)? });
+            p.chroot.push(Step::Chdir { path: cstr("/") });
+            p.chroot.extend(proc_mount);
+        }
+        None => p.early.extend(proc_mount),
     }
     if let Some(lock) = &iso.lock {
         let c = cpath("flock", &lock.path)?;
@@ -278,7 +327,7 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     if let Some(cg) = &iso.cgroup {
         let fd = open_cgroup(cg)?;
         match strategy {
-            Strategy::CloneVfork => p.cgroup = Some(fd),
+            Strategy::CloneVfork => p.cgroup = Some((fd, cg.display().to_string())),
             Strategy::ForkExec => {
                 // No CLONE_INTO_CGROUP with fork(): the child moves itself before anything else.
                 let procs = cpath("write", &cg.join("cgroup.procs"))?;
@@ -365,31 +414,24 @@ pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
 }
 
 /// The helper thread's work: wait for the child's "ready" byte, write its maps from outside,
-/// answer with 0 or the errno. A "give up" byte from the parent (the clone returned without
-/// the child ever being ready) ends it.
+/// answer with 0 or (file << 16 | errno), file 1 = uid_map, 2 = gid_map. It always answers
+/// once the child is ready (the child waits for it); a "give up" byte from the parent (the
+/// clone returned without the child ever being ready) or EOF ends it.
 pub(crate) fn write_id_maps(job: &IdMapJob, child_tid: &std::sync::atomic::AtomicI32) {
-    use std::io::{Read, Write};
-    let mut byte = [0u8; 1];
-    let Ok(ready) = job.ready_read.try_clone() else { return };
-    if std::fs::File::from(ready).read_exact(&mut byte).is_err() || byte[0] != b'r' {
+    if parent::read_byte(job.ready_read.as_raw_fd()) != Some(b'r') {
         return;
     }
     // CLONE_PARENT_SETTID wrote the tid before the child ran; the pipe orders it before us.
     let tid = child_tid.load(std::sync::atomic::Ordering::Acquire);
-    let mut errno = 0i32;
-    for (name, data) in [("uid_map", &job.uid_map), ("gid_map", &job.gid_map)] {
+    let mut answer = 0i32;
+    for (file, name, data) in [(1, "uid_map", &job.uid_map), (2, "gid_map", &job.gid_map)] {
         if data.is_empty() {
             continue;
         }
-        let path = format!("/proc/{tid}/{name}");
-        let written =
-            std::fs::OpenOptions::new().write(true).open(&path).and_then(|mut f| f.write_all(data));
-        if let Err(e) = written {
-            errno = e.raw_os_error().unwrap_or(libc::EIO);
+        if let Err(e) = parent::write_file(&format!("/proc/{tid}/{name}"), data) {
+            answer = (file << 16) | e;
             break;
         }
     }
-    if let Ok(go) = job.go_write.try_clone() {
-        let _ = std::fs::File::from(go).write_all(&errno.to_ne_bytes());
-    }
+    parent::write_all(job.go_write.as_raw_fd(), &answer.to_ne_bytes());
 }

@@ -23,7 +23,7 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
         Strategy::PosixSpawn => sys::posix::spawn_posix(&plan)?,
         Strategy::CloneVfork | Strategy::ForkExec => {
             let out = if plan.strategy == Strategy::CloneVfork {
-                sys::spawn_clone_vfork(&plan).map_err(|(step, e)| Error::os(step, "", e))?
+                sys::spawn_clone_vfork(&plan).map_err(|(step, e)| clone_error(&plan, step, e))?
             } else {
                 match sys::fork::spawn_fork_exec(&plan, &mut cmd.pre_exec) {
                     Ok(out) => out,
@@ -83,6 +83,10 @@ fn child_error(plan: &Plan, r: Report, ended: Option<pidfd::Ended>) -> Error {
         STEP_SIGNALS => Error::os("sigprocmask", "", r.errno),
         STEP_PRE_EXEC => Error::os("pre_exec", "", r.errno),
         i => match plan.steps.get(i as usize) {
+            Some(crate::Step::AwaitIdMaps { .. }) => {
+                let file = if r.detail == 2 { "gid_map" } else { "uid_map" };
+                Error::os("write", format!("/proc/CHILD/{file} (by the parent)"), r.errno)
+            }
             Some(step) => {
                 let (name, subject) = step.describe();
                 Error::os(name, subject, r.errno)
@@ -106,4 +110,40 @@ fn exec_error(plan: &Plan, r: Report) -> Error {
         .map(|c| quoted(OsStr::from_bytes(c)))
         .unwrap_or_else(|| quoted(&exec.program));
     Error::os("execve", subject, r.errno)
+}
+
+/// A failed clone, with what it was asked to do: namespaces, a cgroup.
+fn clone_error(plan: &Plan, step: &'static str, errno: i32) -> Error {
+    if step != "clone" {
+        return Error::os(step, "", errno);
+    }
+    let mut what = Vec::new();
+    if plan.clone_flags != 0 {
+        what.push(format!(
+            "with new namespaces {}",
+            crate::isolate::Namespaces::from_bits(plan.clone_flags)
+        ));
+    }
+    if let Some((_, path)) = &plan.cgroup {
+        what.push(format!("into cgroup {path}"));
+    }
+    let err = Error::os("clone", what.join(" "), errno);
+    let hint = match errno {
+        libc::ENOSPC | libc::EUSERS if plan.clone_flags != 0 => {
+            Some("a namespace limit is reached (/proc/sys/user/max_*_namespaces)")
+        }
+        libc::EPERM if plan.clone_flags != 0 => {
+            Some("creating these namespaces needs CAP_SYS_ADMIN, or a user namespace")
+        }
+        libc::EACCES | libc::EBUSY | libc::EOPNOTSUPP | libc::E2BIG | libc::ENOSYS
+            if plan.cgroup.is_some() =>
+        {
+            Some("the cgroup refuses the child (clone3 CLONE_INTO_CGROUP: Linux 5.7+, a cgroup v2 leaf you may write)")
+        }
+        _ => None,
+    };
+    match hint {
+        Some(h) => err.with_reason(format!("{} ({h})", std::io::Error::from_raw_os_error(errno))),
+        None => err,
+    }
 }

@@ -47,7 +47,13 @@ pub enum Step {
     /// Tell the parent (a byte on `ready_fd`) that the new user namespace exists, and wait
     /// (4 bytes on `go_fd`: 0 or an errno) while it writes the uid and gid maps, which only a
     /// process outside the namespace may do for arbitrary maps.
-    AwaitIdMaps { ready_fd: RawFd, go_fd: RawFd },
+    /// The child first closes its copies of the parent's ends (`parent_fds`), so a dead parent
+    /// means EOF rather than a wait for ever.
+    AwaitIdMaps { ready_fd: RawFd, go_fd: RawFd, parent_fds: [RawFd; 2] },
+    /// mount_setattr(target, AT_RECURSIVE, set) (5.12+), or on older kernels
+    /// mount(target, MS_BIND|MS_REMOUNT|remount): read-only binds and /tmp options that reach
+    /// every mount below `target`.
+    MountSetattr { target: CString, set: u64, remount: u64 },
     /// Bring the loopback interface up (SIOCGIFFLAGS / SIOCSIFFLAGS on "lo").
     LoopbackUp,
     /// chroot(path).
@@ -124,6 +130,15 @@ impl Step {
             Step::Sethostname { name } => ("sethostname", quoted(OsStr::from_bytes(name))),
             Step::LoopbackUp => ("ioctl SIOCSIFFLAGS", "lo up".into()),
             Step::AwaitIdMaps { .. } => ("write", "uid_map, gid_map (from the parent)".into()),
+            Step::MountSetattr { target, set, .. } => {
+                let mut what = vec!["remount"];
+                for (bit, name) in [(1, "ro"), (2, "nosuid"), (4, "nodev"), (8, "noexec")] {
+                    if set & bit != 0 {
+                        what.push(name);
+                    }
+                }
+                ("mount", format!("{} on {} (recursive)", what.join(","), show(target)))
+            }
             Step::Chroot { path } => ("chroot", quoted(OsStr::from_bytes(path.as_bytes()))),
             Step::SignalDefault { .. } => ("sigaction", "SIG_DFL".into()),
             Step::Setsid => ("setsid", String::new()),
@@ -223,8 +238,8 @@ pub struct Plan {
     pub(crate) child_ends: Vec<OwnedFd>,
     /// `CLONE_NEW*` flags for the clone.
     pub(crate) clone_flags: u64,
-    /// A cgroup v2 directory for CLONE_INTO_CGROUP.
-    pub(crate) cgroup: Option<OwnedFd>,
+    /// A cgroup v2 directory for CLONE_INTO_CGROUP, and its path.
+    pub(crate) cgroup: Option<(OwnedFd, String)>,
     /// The lock the child holds: taken by the parent just before the clone.
     pub(crate) lock: Option<(RawFd, crate::isolate::Lock)>,
     /// Arbitrary id maps, written by a helper thread of the parent during the clone.
@@ -337,6 +352,10 @@ impl Plan {
         plan.steps.extend(iso.early);
         let mut keep = Vec::new();
         if let Some((fd, lock)) = iso.lock {
+            // Above every fd the command maps, so no map overwrites the lock or is
+            // overwritten by it; the child keeps it under that number, as flock(1)'s command.
+            let min = cmd.fds.iter().map(|(t, _)| *t + 1).max().unwrap_or(3).max(3);
+            let fd = parent::move_above(fd, min).map_err(|e| Error::os("fcntl", "F_DUPFD", e))?;
             keep.push(fd.as_raw_fd());
             plan.lock = Some((fd.as_raw_fd(), lock));
             plan.child_ends.push(fd);
@@ -396,11 +415,8 @@ impl Plan {
             list.dedup();
             plan.steps.push(Step::Affinity { mask, cpus: list });
         }
-        let chrooted = iso.chroot.is_some();
+        // chroot, chdir "/", and the /proc mount; then the command's own chdir, inside.
         plan.steps.extend(iso.chroot);
-        if let (None, true) = (&cmd.cwd, chrooted) {
-            plan.steps.push(Step::Chdir { path: CString::new("/").unwrap_or_default() });
-        }
         if let Some(dir) = &cmd.cwd {
             let path = CString::new(dir.as_os_str().as_bytes())
                 .map_err(|_| nul_error("chdir", dir.as_os_str()))?;

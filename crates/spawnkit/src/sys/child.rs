@@ -113,7 +113,8 @@ fn run(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
     for (i, step) in ctx.steps.iter().enumerate() {
         let i = i as i32;
         report(ctx, i, 0, 0);
-        run_step(ctx, step).map_err(|e| (i, e, 0))?;
+        // A step may pack a detail above the errno (AwaitIdMaps: which map file failed).
+        run_step(ctx, step).map_err(|e| (i, e & 0xffff, e >> 16))?;
     }
     if let Some(hooks) = ctx.pre_exec {
         report(ctx, STEP_PRE_EXEC, 0, 0);
@@ -192,7 +193,36 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
             }
             Step::Sethostname { name } => sc!(libc::SYS_sethostname, name.as_ptr(), name.len()),
             Step::LoopbackUp => loopback_up()?,
-            Step::AwaitIdMaps { ready_fd, go_fd } => await_id_maps(*ready_fd, *go_fd)?,
+            Step::AwaitIdMaps { ready_fd, go_fd, parent_fds } => {
+                for fd in parent_fds {
+                    sc!(libc::SYS_close, *fd);
+                }
+                await_id_maps(*ready_fd, *go_fd)?
+            }
+            Step::MountSetattr { target, set, remount } => {
+                // struct mount_attr { attr_set, attr_clr, propagation, userns_fd }
+                let attr: [u64; 4] = [*set, 0, 0, 0];
+                let r = sc!(
+                    libc::SYS_mount_setattr,
+                    libc::AT_FDCWD,
+                    target.as_ptr(),
+                    libc::AT_RECURSIVE,
+                    attr.as_ptr(),
+                    32
+                );
+                if r == (libc::ENOSYS as isize).wrapping_neg() {
+                    sc!(
+                        libc::SYS_mount,
+                        ptr::null::<u8>(),
+                        target.as_ptr(),
+                        ptr::null::<u8>(),
+                        *remount,
+                        ptr::null::<u8>()
+                    )
+                } else {
+                    r
+                }
+            }
             Step::Chroot { path } => sc!(libc::SYS_chroot, path.as_ptr()),
             Step::SignalDefault { set } => {
                 let mut sig = 1;

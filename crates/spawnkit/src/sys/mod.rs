@@ -120,15 +120,24 @@ pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i
     let mut report = Report { step: STEP_NONE, errno: 0, detail: 0 };
     let mut scratch = vec![-1i32; plan.scratch];
     let mut ctx = context(plan, &mut report, &mut scratch, None);
-    let cgroup = plan.cgroup.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    let cgroup = plan.cgroup.as_ref().map(|(fd, _)| std::os::fd::AsRawFd::as_raw_fd(fd));
     let tid = std::sync::atomic::AtomicI32::new(0);
     let cloned = std::thread::scope(|scope| {
         // Arbitrary id maps: a helper thread writes them from outside while this thread
         // sleeps in the vfork clone (the child waits for it in its AwaitIdMaps step).
-        let helper = plan.id_maps.as_ref().map(|job| {
-            let tid = &tid;
-            scope.spawn(move || crate::isolate::plan::write_id_maps(job, tid))
-        });
+        let helper = match plan.id_maps.as_ref() {
+            None => None,
+            Some(job) => {
+                let tid = &tid;
+                let spawned = std::thread::Builder::new()
+                    .name("spawnkit-idmap".into())
+                    .spawn_scoped(scope, move || crate::isolate::plan::write_id_maps(job, tid));
+                match spawned {
+                    Ok(h) => Some(h),
+                    Err(e) => return Err(("thread", e.raw_os_error().unwrap_or(libc::EAGAIN))),
+                }
+            }
+        };
         let parent_tid = plan.id_maps.as_ref().map(|_| tid.as_ptr());
         let r = stack::with_stack(|stack| {
             let _blocked = SignalsBlocked::new();
@@ -142,10 +151,9 @@ pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i
             parent::write_byte(job.ready_write, b'x');
             let _ = helper.join();
         }
-        r
-    })
-    .map_err(|e| ("mmap", e))?
-    .map_err(|e| (if cgroup.is_some() { "clone3 CLONE_INTO_CGROUP" } else { "clone" }, e))?;
+        r.map_err(|e| ("mmap", e))
+    })?
+    .map_err(|e| ("clone", e))?;
     // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
     let pidfd = unsafe { OwnedFd::from_raw_fd(cloned.pidfd) };
     Ok(Outcome { pid: cloned.pid, pidfd, report })

@@ -82,16 +82,62 @@ pub(crate) fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// getuid().
-pub(crate) fn getuid() -> u32 {
+/// getegid().
+pub(crate) fn getegid() -> u32 {
     // SAFETY: no preconditions.
-    unsafe { libc::getuid() }
+    unsafe { libc::getegid() }
 }
 
-/// getgid().
-pub(crate) fn getgid() -> u32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::getgid() }
+/// Read one byte; None on EOF or error (EINTR retried).
+pub(crate) fn read_byte(fd: i32) -> Option<u8> {
+    let mut b = 0u8;
+    loop {
+        // SAFETY: reads one byte into a local.
+        let n = unsafe { libc::read(fd, &mut b as *mut u8 as *mut libc::c_void, 1) };
+        match n {
+            1 => return Some(b),
+            n if n < 0 && last_errno() == libc::EINTR => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// Write all of `data` (errors ignored: the reader may be gone).
+pub(crate) fn write_all(fd: i32, mut data: &[u8]) {
+    while !data.is_empty() {
+        // SAFETY: writes from a live slice.
+        let n = unsafe { libc::write(fd, data.as_ptr() as *const libc::c_void, data.len()) };
+        if n < 0 && last_errno() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        data = &data[n as usize..];
+    }
+}
+
+/// open(path, O_WRONLY) and one write of `data` (a /proc map file takes exactly one).
+pub(crate) fn write_file(path: &str, data: &[u8]) -> Result<(), i32> {
+    let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    // SAFETY: NUL-terminated path.
+    let fd = owned(unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) })?;
+    // SAFETY: writes from a live slice to the fd just opened.
+    let n =
+        unsafe { libc::write(fd.as_raw_fd(), data.as_ptr() as *const libc::c_void, data.len()) };
+    if n < 0 {
+        return Err(last_errno());
+    }
+    if n as usize != data.len() {
+        return Err(libc::EIO);
+    }
+    Ok(())
+}
+
+/// F_DUPFD_CLOEXEC: a copy of `fd` numbered at least `min` (the original is closed).
+pub(crate) fn move_above(fd: OwnedFd, min: i32) -> Result<OwnedFd, i32> {
+    // SAFETY: fcntl on an open fd returns a new fd or -1.
+    owned(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })
 }
 
 fn owned(fd: i32) -> Result<OwnedFd, i32> {
