@@ -32,7 +32,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 pub use spawn::child::{Child, ExitStatus, Output};
 pub use spawn::command::Command;
-pub use spawn::options::{Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};
+pub use spawn::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};
 pub use spawn::plan::{FdRef, Plan, Step, DEFAULT_PATH};
 
 /// Reap children whose [`Child`] was dropped while they ran and that have exited since.

@@ -268,3 +268,61 @@ fn clone3_is_used_on_this_kernel() {
     assert!(st.int("pid") > 0);
     assert!(spawnkit::uses_clone3(), "clone3 was refused on a 5.3+ kernel");
 }
+
+#[test]
+fn environment_changes_keep_the_order_they_were_made_in() {
+    for s in common::FULL {
+        let st = common::run_state(
+            probe_cmd(s, ["state"])
+                .env_clear()
+                .env("B", "1")
+                .env("A", "2")
+                .env("C", "3")
+                .env("B", "4"),
+        );
+        let names: Vec<&str> = st
+            .raw
+            .lines()
+            .filter_map(|l| l.strip_prefix("env."))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(names, ["B", "A", "C"], "{s}");
+        assert_eq!(st.env.get("B").map(String::as_str), Some("4"));
+    }
+}
+
+#[test]
+fn path_search_try_all_goes_past_an_unexecutable_candidate() {
+    let first = TempDir::new("tryall1");
+    let second = TempDir::new("tryall2");
+    // Executable bit, but neither ELF nor #!: execve says ENOEXEC.
+    first.file("tool", b"not a program\n", 0o755);
+    second.file("tool", b"#!/bin/sh\necho second\n", 0o755);
+    let path = format!("{}:{}", first.path().display(), second.path().display());
+    for s in common::FULL {
+        let err = common::output_retrying_etxtbsy(
+            spawnkit::Command::new("tool").env("PATH", &path).strategy(s),
+        )
+        .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOEXEC), "{s}: execvp's rules stop there");
+        let out = common::output_retrying_etxtbsy(
+            spawnkit::Command::new("tool")
+                .env("PATH", &path)
+                .strategy(s)
+                .path_search(spawnkit::PathSearch::TryAll)
+                .stdout(spawnkit::Stdio::Pipe),
+        )
+        .unwrap();
+        assert_eq!(out.stdout, b"second\n", "{s}");
+        // With nothing runnable, TryAll reports the first error that is not ENOENT.
+        let err = common::output_retrying_etxtbsy(
+            spawnkit::Command::new("tool")
+                .env("PATH", format!("/nope:{}", first.path().display()))
+                .strategy(s)
+                .path_search(spawnkit::PathSearch::TryAll),
+        )
+        .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOEXEC), "{s}");
+    }
+}

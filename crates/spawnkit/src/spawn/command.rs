@@ -1,12 +1,11 @@
 //! [`Command`]: pure data describing a process to start.
 
-use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
-use super::options::{Resource, SigSet, Signal, Stdio, Strategy};
+use super::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy};
 use super::plan::Plan;
 use crate::error::Result;
 use crate::isolate::{Isolation, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
@@ -28,7 +27,8 @@ pub struct Command {
     pub(crate) args: Vec<OsString>,
     pub(crate) arg0: Option<OsString>,
     pub(crate) env_clear: bool,
-    pub(crate) env: BTreeMap<OsString, Option<OsString>>,
+    /// Changes to the environment, in the order they were made (a name appears once).
+    pub(crate) env: Vec<(OsString, Option<OsString>)>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) stdio: [Option<Stdio>; 3],
     pub(crate) fds: Vec<(RawFd, RawFd)>,
@@ -51,6 +51,7 @@ pub struct Command {
     pub(crate) pre_exec: Vec<Hook>,
     pub(crate) kill_on_drop: bool,
     pub(crate) isolation: Isolation,
+    pub(crate) path_search: PathSearch,
 }
 
 impl std::fmt::Debug for Command {
@@ -72,7 +73,7 @@ impl Command {
             args: Vec::new(),
             arg0: None,
             env_clear: false,
-            env: BTreeMap::new(),
+            env: Vec::new(),
             cwd: None,
             stdio: [None, None, None],
             fds: Vec::new(),
@@ -95,6 +96,7 @@ impl Command {
             pre_exec: Vec::new(),
             kill_on_drop: false,
             isolation: Isolation::default(),
+            path_search: PathSearch::default(),
         }
     }
 
@@ -122,7 +124,7 @@ impl Command {
 
     /// Set an environment variable in the child.
     pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Command {
-        self.env.insert(key.as_ref().to_owned(), Some(value.as_ref().to_owned()));
+        self.set_env(key.as_ref(), Some(value.as_ref().to_owned()));
         self
     }
 
@@ -139,9 +141,17 @@ impl Command {
         self
     }
 
+    /// Record a change, keeping the order names were first set in (as a Python dict does).
+    fn set_env(&mut self, key: &OsStr, value: Option<OsString>) {
+        match self.env.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.env.push((key.to_owned(), value)),
+        }
+    }
+
     /// Remove a variable from the child's environment.
     pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Command {
-        self.env.insert(key.as_ref().to_owned(), None);
+        self.set_env(key.as_ref(), None);
         self
     }
 
@@ -149,7 +159,7 @@ impl Command {
     /// [`env`](Command::env) are still passed).
     pub fn env_clear(&mut self) -> &mut Command {
         self.env_clear = true;
-        self.env.retain(|_, v| v.is_some());
+        self.env.retain(|(_, v)| v.is_some());
         self
     }
 
@@ -316,6 +326,14 @@ impl Command {
     {
         self.pre_exec.push(Box::new(f));
         self.strategy = Strategy::ForkExec;
+        self
+    }
+
+    /// How the child walks the PATH candidates ([`PathSearch::Execvp`] by default;
+    /// [`PathSearch::TryAll`] is CPython's subprocess behaviour). The posix-spawn strategy
+    /// always follows glibc's.
+    pub fn path_search(&mut self, search: PathSearch) -> &mut Command {
+        self.path_search = search;
         self
     }
 

@@ -55,6 +55,19 @@ impl FromStr for Strategy {
     }
 }
 
+/// How the child walks the PATH candidates when execve fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum PathSearch {
+    /// execvp's rules (the default): ENOENT, ENOTDIR, ESTALE, ENODEV, ETIMEDOUT go on to the
+    /// next entry; EACCES is remembered and reported if nothing else works; any other error
+    /// (ENOEXEC, E2BIG...) stops the search.
+    #[default]
+    Execvp,
+    /// CPython's rules: try every entry; report the first error that is not ENOENT or
+    /// ENOTDIR, else the last.
+    TryAll,
+}
+
 macro_rules! resources {
     ($($variant:ident = $raw:ident, $name:literal;)*) => {
         /// A resource limit (`RLIMIT_*`, see getrlimit(2)).

@@ -12,7 +12,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 
 use super::command::Command;
-use super::options::{Resource, Signal, Stdio, Strategy};
+use super::options::{PathSearch, Resource, Signal, Stdio, Strategy};
 use crate::error::{quoted, Error, Result};
 use crate::sys::parent::{self, CStrArray};
 
@@ -219,6 +219,8 @@ pub(crate) struct Exec {
     /// `std::env::vars_os` copies under std's environment lock. Shared with the per-thread
     /// cache of the last inherited environment when it is unchanged.
     pub(crate) envp: Arc<CStrArray>,
+    /// How the child walks the candidates.
+    pub(crate) search: PathSearch,
 }
 
 /// A [`Command`] compiled for one spawn: the steps, the exec candidates, and the fds made
@@ -587,7 +589,7 @@ fn build_exec(cmd: &Command) -> Result<Exec> {
         let path = path.unwrap_or_else(|| OsString::from(DEFAULT_PATH));
         (candidates(path.as_bytes(), prog).map_err(|_| nul_error("execve", &program))?, Some(path))
     };
-    Ok(Exec { program, searched, candidates, argv: argv.finish(), envp })
+    Ok(Exec { program, searched, candidates, argv: argv.finish(), envp, search: cmd.path_search })
 }
 
 /// The last PATH search of this thread: (PATH, program, candidates). Spawning the same
@@ -639,9 +641,15 @@ fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
                 "a variable name must be non-empty and have no '='",
             ));
         }
-        vars.retain(|(name, _)| name != k);
-        if let Some(v) = v {
-            vars.push((k.clone(), v.clone()));
+        // Replace in place, so the child sees the parent's order, then new names in the
+        // order they were set (what CPython's env dict gives).
+        match (vars.iter().position(|(name, _)| name == k), v) {
+            (Some(i), Some(v)) => vars[i].1 = v.clone(),
+            (Some(i), None) => {
+                vars.remove(i);
+            }
+            (None, Some(v)) => vars.push((k.clone(), v.clone())),
+            (None, None) => {}
         }
     }
     let path = vars.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());

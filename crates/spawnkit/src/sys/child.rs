@@ -44,6 +44,8 @@ pub(crate) struct ChildCtx<'a> {
     pub candidates: &'a [*const c_char],
     pub argv: *const *const c_char,
     pub envp: *const *const c_char,
+    /// Try every PATH candidate (CPython's search) instead of execvp's rules.
+    pub try_all: bool,
     /// The mask installed just before execve (bit N-1 = signal N).
     pub sigmask: u64,
     /// Reset every handled signal to SIG_DFL by hand (clone without CLONE_CLEAR_SIGHAND, fork).
@@ -507,6 +509,9 @@ fn close_brute_force(first: u32, last: u32) -> Result<(), i32> {
 /// and ETIMEDOUT go on to the next; on EACCES remember it and go on; on anything else stop.
 /// If all fail, report EACCES when one was seen, else the last error.
 fn exec(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
+    if ctx.try_all {
+        return exec_try_all(ctx);
+    }
     let mut last = libc::ENOENT;
     let mut last_i = 0i32;
     let mut eacces: Option<i32> = None;
@@ -534,6 +539,25 @@ fn exec(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
         Some(i) => Err((STEP_EXEC, libc::EACCES, i)),
         None => Err((STEP_EXEC, last, last_i)),
     }
+}
+
+/// CPython's search (`_posixsubprocess`): try every candidate; report the first error that is
+/// not ENOENT or ENOTDIR, else the last one.
+fn exec_try_all(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
+    let mut last = (libc::ENOENT, 0i32);
+    let mut first_other: Option<(i32, i32)> = None;
+    for (i, cand) in ctx.candidates.iter().enumerate() {
+        // SAFETY: as in `exec`.
+        let r = unsafe { sc!(libc::SYS_execve, *cand, ctx.argv, ctx.envp) };
+        if let Err(e) = check(r) {
+            last = (e, i as i32);
+            if e != libc::ENOENT && e != libc::ENOTDIR && first_other.is_none() {
+                first_other = Some(last);
+            }
+        }
+    }
+    let (e, i) = first_other.unwrap_or(last);
+    Err((STEP_EXEC, e, i))
 }
 
 #[cfg(test)]

@@ -111,6 +111,7 @@ fn context<'a>(
         scratch: scratch.as_mut_ptr(),
         scratch_len: scratch.len(),
         notify_fd: -1,
+        try_all: plan.exec.search == crate::PathSearch::TryAll,
         pre_exec,
     }
 }
