@@ -41,7 +41,7 @@ pub struct CpuRow {
 /// method at a time (turns of 10 charge the rows that touch more memory for the caches the
 /// others evicted, as in the latency method), while load that comes and goes on a shared
 /// machine is still spread over every row.
-const BLOCK: usize = 50;
+pub const BLOCK: usize = 50;
 
 /// One spawn, waited for; with `capture` a fresh pipe is made, the child's output read to EOF.
 fn once(row: Row, prog: &CStr, null_fd: RawFd, capture: bool) -> Result<(), String> {

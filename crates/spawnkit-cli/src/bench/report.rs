@@ -3,7 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::cpu::{self, CpuRow};
-use super::latency::{LatencyRow, Size};
+use super::latency::{self, LatencyRow, Size};
 use super::Results;
 
 /// A ratio of minimum latencies that matters, with its target.
@@ -78,8 +78,10 @@ fn print_latency(res: &Results) {
     let c = &res.config;
     println!("== Latency (Josh Triplett, LPC 2022): spawn -> the child's own CLOCK_MONOTONIC, µs");
     println!(
-        "   {} runs per row and parent size, rows interleaved; the child is found through PATH",
-        c.runs
+        "   {} runs per row and parent size, rows taking turns in blocks of {}; the child is \
+         found through PATH",
+        c.runs,
+        latency::BLOCK
     );
     let w = 34;
     print!("{:<w$}", "");
@@ -135,7 +137,11 @@ fn print_throughput(res: &Results) {
 
 fn print_cpu(res: &Results) {
     println!("== CPU (popen_noshell benchmarks): user + system µs per spawn, parent and child");
-    println!("   {} spawns per row and mode; relative to vfork+exec", res.config.cpu_spawns);
+    println!(
+        "   {} spawns per row and mode, rows taking turns in blocks of {}; relative to vfork+exec",
+        res.config.cpu_spawns,
+        cpu::BLOCK
+    );
     let base = res.cpu.iter().find(|r| r.id == "vfork_exec");
     let w = 34;
     println!("{:<w$} | {:^32} | {:^32}", "", "stdout to /dev/null", "stdout captured (pipe)");
@@ -306,6 +312,7 @@ pub fn json(res: &Results) -> Value {
                     "python": res.python.as_ref().map(|p| json!({"version": p.version,
                                                                 "executable": p.executable}))},
         "config": {"preset": c.preset, "runs": c.runs, "fork_touched_runs": c.fork_touched_runs,
+                   "latency_block": latency::BLOCK, "cpu_block": cpu::BLOCK,
                    "totals": c.totals, "iterations": c.iterations, "active": c.active,
                    "cpu_spawns": c.cpu_spawns},
         "seconds": res.seconds,
