@@ -6,13 +6,16 @@ Two faces:
   (``from spawnkit import subprocess``);
 * :class:`Command` -- the native API, for what ``subprocess`` cannot say: resource limits,
   nice, CPU affinity, parent-death signal, no_new_privs, arbitrary fd maps, the signal mask,
-  the spawn strategy; the child it starts is a :class:`spawnkit.subprocess.Popen` with a
-  ``pidfd``.
+  the spawn strategy, and isolation (namespaces, uid/gid maps, private /tmp and network,
+  read-only binds, hostname, chroot, a lock held for the child's life, cgroup placement); the
+  child it starts is a :class:`spawnkit.subprocess.Popen` with a ``pidfd``.
 
 >>> from spawnkit import Command, PIPE
 >>> out = Command("sh").args(["-c", "ulimit -n"]).rlimit("nofile", 64).output()
 >>> out.stdout
 b'64\\n'
+>>> Command("hostname").hostname("box").output().stdout
+b'box\\n'
 """
 
 import os as _os
@@ -32,6 +35,8 @@ __all__ = [
     "INHERIT",
     "RLIM_INFINITY",
     "STRATEGIES",
+    "NAMESPACES",
+    "PATH_SEARCHES",
     "reap_orphans",
     "uses_clone3",
     "subprocess",
@@ -43,6 +48,11 @@ INHERIT = None
 RLIM_INFINITY = -1
 #: The spawn strategies, by name: ``clone-vfork`` (default), ``posix-spawn``, ``fork-exec``.
 STRATEGIES = tuple(_native.STRATEGIES)
+#: The namespaces :meth:`Command.unshare` takes, by name (as unshare(1)).
+NAMESPACES = tuple(_native.NAMESPACES)
+#: How :meth:`Command.path_search` walks PATH: ``execvp`` (default) or ``try-all`` (CPython's).
+PATH_SEARCHES = ("execvp", "try-all")
+_NS_ALIASES = {"mnt": "mount", "network": "net"}
 reap_orphans = _native.reap_orphans
 uses_clone3 = _native.uses_clone3
 
@@ -61,6 +71,17 @@ class Options:
     signal_default: tuple = ()
     strategy: "str | None" = None
     kill_on_drop: bool = False
+    # isolation (see Command)
+    unshare: str = ""  # comma-separated names
+    user_map: "str | tuple | None" = None  # "root", "current", or (uid_lines, gid_lines)
+    private_tmp: "tuple | None" = None  # (dir or None, nosuid, nodev, noexec)
+    ro_binds: tuple = ()  # ((src, dst), ...)
+    private_network: bool = False
+    hostname: "str | None" = None
+    chroot: "object | None" = None
+    lock: "tuple | None" = None  # (path, shared, timeout seconds or None)
+    cgroup: "object | None" = None
+    path_search: "str | None" = None
 
 
 def _signum(sig):
@@ -112,6 +133,16 @@ class Command:
         self._strategy = None
         self._pre_exec = None
         self._kill_on_drop = False
+        self._unshare = set()
+        self._user_map = None
+        self._private_tmp = None
+        self._ro_binds = []
+        self._private_network = False
+        self._hostname = None
+        self._chroot = None
+        self._lock = None
+        self._cgroup = None
+        self._path_search = None
 
     def __repr__(self):
         return f"Command({self._program!r}, args={self._args!r})"
@@ -287,6 +318,124 @@ class Command:
         self._kill_on_drop = bool(on)
         return self
 
+    def path_search(self, how):
+        """How the child walks PATH when an execve fails: ``"execvp"`` (the default: stop at
+        an error other than ENOENT, ENOTDIR, EACCES...) or ``"try-all"`` (CPython's
+        ``subprocess``: try every entry, report the first error that is not ENOENT or
+        ENOTDIR). The posix-spawn strategy always follows glibc's execvp."""
+        how = how.replace("_", "-")
+        if how not in PATH_SEARCHES:
+            raise ValueError(f"unknown path search {how!r} (use one of {', '.join(PATH_SEARCHES)})")
+        self._path_search = how
+        return self
+
+    # isolation
+    def unshare(self, namespaces):
+        """Create these namespaces for the child: names from :data:`NAMESPACES` (``"user"``,
+        ``"mount"``, ``"net"``, ``"pid"``, ``"uts"``, ``"ipc"``, ``"cgroup"``; ``"mnt"`` and
+        ``"network"`` too), as an iterable or a comma-separated string; adds to earlier
+        calls. With the default strategy the clone creates them, so the child starts inside;
+        with ``pid`` it is pid 1, and with ``pid`` and ``mount`` a fresh /proc is mounted.
+        Without root, a user namespace mapping you to yourself is added."""
+        names = namespaces.split(",") if isinstance(namespaces, str) else namespaces
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"a namespace name is a str, not {type(name).__name__}")
+            name = name.strip()
+            if not name:
+                continue
+            canon = _NS_ALIASES.get(name, name)
+            if canon not in NAMESPACES:
+                raise ValueError(f"unknown namespace {name!r} (use {', '.join(NAMESPACES)})")
+            self._unshare.add(canon)
+        return self
+
+    def map_root_user(self):
+        """A new user namespace where your effective uid and gid are 0 (``unshare -r``)."""
+        self._user_map = "root"
+        return self
+
+    def map_current_user(self):
+        """A new user namespace where your uid and gid stay the same."""
+        self._user_map = "current"
+        return self
+
+    def uid_map(self, lines):
+        """A new user namespace with this uid_map: ``(inside, outside, count)`` lines. More
+        than your own id needs privilege outside; written by the parent (clone-vfork only)."""
+        self._user_map = (_id_lines(lines), self._custom_map()[1])
+        return self
+
+    def gid_map(self, lines):
+        """A new user namespace with this gid_map: ``(inside, outside, count)`` lines."""
+        self._user_map = (self._custom_map()[0], _id_lines(lines))
+        return self
+
+    def _custom_map(self):
+        return self._user_map if isinstance(self._user_map, tuple) else ((), ())
+
+    def private_tmp(self, dir=None, *, nosuid=True, nodev=True, noexec=False):
+        """A private /tmp in a new mount namespace: a fresh tmpfs (``dir`` None or True), or
+        the directory ``dir`` bound on /tmp; mounted nosuid and nodev by default (``False``
+        turns the private /tmp off again)."""
+        if dir is False:
+            self._private_tmp = None
+        else:
+            self._private_tmp = (None if dir is True else dir,
+                                 bool(nosuid), bool(nodev), bool(noexec))
+        return self
+
+    def ro_bind(self, src, dst=None):
+        """Bind ``src`` read-only (recursively) on ``dst`` (default: ``src`` itself, which must
+        exist) in a new mount namespace."""
+        self._ro_binds.append((src, src if dst is None else dst))
+        return self
+
+    def private_network(self, on=True):
+        """A new network namespace with only the loopback interface, up (127.0.0.1 works)."""
+        self._private_network = bool(on)
+        return self
+
+    def hostname(self, name):
+        """The hostname (1 to 64 bytes), in a new uts namespace."""
+        self._hostname = name
+        return self
+
+    def chroot(self, dir):
+        """chroot into ``dir`` after the mounts, then ``chdir("/")``; :meth:`current_dir` is
+        resolved inside it."""
+        self._chroot = dir
+        return self
+
+    def lock(self, path, *, shared=False, timeout=None, nonblock=False):
+        """Hold an flock(2) lock on ``path`` (created if missing, as flock(1)) for the child's
+        whole life: the child holds the only fd of it, so it is released when the child (and
+        anything it hands the fd to) exits. Exclusive unless ``shared``. Waits as long as it
+        takes (``timeout=None``), at most ``timeout`` seconds, or not at all (``nonblock``,
+        or ``timeout=0``); the wait releases the GIL and Ctrl-C interrupts it.
+
+        A lock held elsewhere raises ``BlockingIOError`` (errno EWOULDBLOCK) with
+        ``nonblock``, and ``TimeoutError`` (errno ETIMEDOUT) once ``timeout`` runs out; both
+        have ``filename`` set to ``path`` and ``step == "flock"``."""
+        if nonblock:
+            if timeout is not None and timeout != 0:
+                raise ValueError("nonblock and a timeout exclude each other")
+            timeout = 0.0
+        elif timeout is not None:
+            timeout = float(timeout)
+            if not timeout >= 0:
+                raise ValueError(f"lock timeout must be a number of seconds >= 0, not {timeout}")
+            if timeout == float("inf"):
+                timeout = None
+        self._lock = (path, bool(shared), timeout)
+        return self
+
+    def cgroup(self, path):
+        """Start the child in this cgroup v2 directory from its first instruction (clone3
+        CLONE_INTO_CGROUP; fork-exec moves it first thing; posix-spawn cannot)."""
+        self._cgroup = path
+        return self
+
     # doing it
     def _options(self):
         fds = dict(self._fds)
@@ -301,6 +450,16 @@ class Command:
             signal_default=tuple(self._signal_default),
             strategy=self._strategy,
             kill_on_drop=self._kill_on_drop,
+            unshare=",".join(n for n in NAMESPACES if n in self._unshare),
+            user_map=self._user_map,
+            private_tmp=self._private_tmp,
+            ro_binds=tuple(self._ro_binds),
+            private_network=self._private_network,
+            hostname=self._hostname,
+            chroot=self._chroot,
+            lock=self._lock,
+            cgroup=self._cgroup,
+            path_search=self._path_search,
         )
 
     def _argv(self):
@@ -397,6 +556,17 @@ class Command:
             self._program, self._argv(), kw["env"], self._cwd, *codes,
             self._close_other_fds, (), self._restore_signals, self._setsid,
             self._pgid, uid, gid, groups, self._umask, self._pre_exec, self._options())
+
+
+def _id_lines(lines):
+    """uid_map/gid_map lines as (inside, outside, count) int triples."""
+    out = []
+    for line in lines:
+        line = tuple(line)
+        if len(line) != 3:
+            raise ValueError(f"an id map line is (inside, outside, count), not {line!r}")
+        out.append(tuple(int(x) for x in line))
+    return tuple(out)
 
 
 def _resolve_ids(uid, gid, groups):

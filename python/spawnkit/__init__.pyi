@@ -24,6 +24,8 @@ __all__ = [
     "INHERIT",
     "RLIM_INFINITY",
     "STRATEGIES",
+    "NAMESPACES",
+    "PATH_SEARCHES",
     "reap_orphans",
     "uses_clone3",
     "subprocess",
@@ -32,6 +34,8 @@ __all__ = [
 INHERIT: None
 RLIM_INFINITY: int
 STRATEGIES: tuple[str, ...]
+NAMESPACES: tuple[str, ...]
+PATH_SEARCHES: tuple[str, ...]
 
 def reap_orphans() -> int: ...
 def uses_clone3() -> bool: ...
@@ -39,6 +43,8 @@ def uses_clone3() -> bool: ...
 _Signal = int | str | signal.Signals
 _Stream = int | IO[Any] | None
 _Id = int | str
+_IdLine = tuple[int, int, int]
+_UserMap = str | tuple[tuple[_IdLine, ...], tuple[_IdLine, ...]]
 
 @dataclass(frozen=True)
 class Options:
@@ -54,6 +60,16 @@ class Options:
     signal_default: tuple[int, ...] = ()
     strategy: str | None = None
     kill_on_drop: bool = False
+    unshare: str = ""
+    user_map: _UserMap | None = None
+    private_tmp: tuple[StrOrBytesPath | None, bool, bool, bool] | None = None
+    ro_binds: tuple[tuple[StrOrBytesPath, StrOrBytesPath], ...] = ()
+    private_network: bool = False
+    hostname: str | None = None
+    chroot: StrOrBytesPath | None = None
+    lock: tuple[StrOrBytesPath, bool, float | None] | None = None
+    cgroup: StrOrBytesPath | None = None
+    path_search: str | None = None
 
 class Command:
     """A process to start, built like the Rust spawnkit::Command; every method chains."""
@@ -93,6 +109,33 @@ class Command:
     def strategy(self, name: str) -> Command: ...
     def pre_exec(self, fn: Callable[[], object]) -> Command: ...
     def kill_on_drop(self, on: bool = True) -> Command: ...
+    def path_search(self, how: str) -> Command: ...
+    def unshare(self, namespaces: str | Iterable[str]) -> Command: ...
+    def map_root_user(self) -> Command: ...
+    def map_current_user(self) -> Command: ...
+    def uid_map(self, lines: Iterable[Iterable[int]]) -> Command: ...
+    def gid_map(self, lines: Iterable[Iterable[int]]) -> Command: ...
+    def private_tmp(
+        self,
+        dir: StrOrBytesPath | bool | None = None,
+        *,
+        nosuid: bool = True,
+        nodev: bool = True,
+        noexec: bool = False,
+    ) -> Command: ...
+    def ro_bind(self, src: StrOrBytesPath, dst: StrOrBytesPath | None = None) -> Command: ...
+    def private_network(self, on: bool = True) -> Command: ...
+    def hostname(self, name: str) -> Command: ...
+    def chroot(self, dir: StrOrBytesPath) -> Command: ...
+    def lock(
+        self,
+        path: StrOrBytesPath,
+        *,
+        shared: bool = False,
+        timeout: float | None = None,
+        nonblock: bool = False,
+    ) -> Command: ...
+    def cgroup(self, path: StrOrBytesPath) -> Command: ...
     def spawn(self, **popen_kwargs: Any) -> Popen[Any]: ...
     def output(
         self, input: bytes | str | None = None, timeout: float | None = None, **popen_kwargs: Any

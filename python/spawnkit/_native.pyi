@@ -5,10 +5,20 @@ from typing import Any, final
 
 from _typeshed import StrOrBytesPath
 
-__all__ = ["Child", "spawn", "plan", "reap_orphans", "uses_clone3", "STRATEGIES", "RLIM_INFINITY"]
+__all__ = [
+    "Child",
+    "spawn",
+    "plan",
+    "reap_orphans",
+    "uses_clone3",
+    "STRATEGIES",
+    "RLIM_INFINITY",
+    "NAMESPACES",
+]
 
 STRATEGIES: list[str]
 RLIM_INFINITY: int
+NAMESPACES: list[str]
 
 @final
 class Child:

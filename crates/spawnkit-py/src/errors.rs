@@ -6,6 +6,11 @@
 //! dup2...) is `OSError(errno, strerror, cwd)`, an exception in `preexec_fn` is
 //! `SubprocessError("Exception occurred in preexec_fn.")`; `OSError(...)` picks the subclass
 //! from the errno, as `raise OSError(2, ...)` does in Python.
+//!
+//! For the native API (`spawnkit.Command`) the engine's message is the `strerror`, and `step` /
+//! `in_child` say where it failed. A lock held elsewhere is `BlockingIOError` (EWOULDBLOCK) when
+//! the caller would not wait, `TimeoutError` (ETIMEDOUT) when the wait timed out; both have the
+//! lock path as `filename`.
 
 use pyo3::exceptions::{PyChildProcessError, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -14,10 +19,11 @@ use pyo3::types::PyType;
 use spawnkit::{Error, ErrorKind};
 
 /// The file names CPython puts on a spawn error: the executable as given and the cwd as given
-/// (either may be `None`).
+/// (either may be `None`); and the lock path as given, for lock errors.
 pub(crate) struct Names<'a, 'py> {
     pub executable: &'a Bound<'py, PyAny>,
     pub cwd: &'a Bound<'py, PyAny>,
+    pub lock: Option<&'a Bound<'py, PyAny>>,
 }
 
 static SUBPROCESS_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -46,19 +52,69 @@ pub(crate) fn os_error(errno: i32) -> PyErr {
     PyOSError::new_err((errno, strerror(errno)))
 }
 
+/// The engine's message without Rust's " (os error N)".
+fn message(e: &Error) -> String {
+    let msg = e.to_string();
+    match msg.rfind(" (os error ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg,
+    }
+}
+
+/// The native API's extra attributes: which step failed, and whether in the child.
+fn with_step(py: Python<'_>, err: PyErr, step: &str, in_child: bool) -> PyErr {
+    let value = err.value(py);
+    let _ = value.setattr("step", step);
+    let _ = value.setattr("in_child", in_child);
+    err
+}
+
+/// `TimeoutError(ETIMEDOUT, "flock PATH: still locked after T s", PATH)`: the lock was still
+/// held elsewhere when the timeout the caller gave ran out.
+pub(crate) fn lock_timeout_error(
+    py: Python<'_>,
+    names: &Names<'_, '_>,
+    waited: std::time::Duration,
+) -> PyErr {
+    let shown = names
+        .lock
+        .and_then(|p| py.import("os").ok()?.call_method1("fsdecode", (p,)).ok())
+        .and_then(|p| p.extract::<String>().ok())
+        .unwrap_or_default();
+    let msg = format!("flock {shown}: still locked after {:.3} s", waited.as_secs_f64());
+    let err = match names.lock {
+        Some(p) => PyOSError::new_err((libc::ETIMEDOUT, msg, p.clone().unbind())),
+        None => PyOSError::new_err((libc::ETIMEDOUT, msg)),
+    };
+    with_step(py, err, "flock", false)
+}
+
 /// The exception for a failed spawn. `compat`: CPython's `subprocess` rules; otherwise the
-/// native API's: the engine's message as `strerror`, `filename` for exec and chdir failures,
-/// and `step` / `in_child` attributes saying which step failed where.
+/// native API's: the engine's message as `strerror`, `filename` for exec, chdir and lock
+/// failures, and `step` / `in_child` attributes saying which step failed where.
 pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, compat: bool) -> PyErr {
     if e.step() == "pre_exec" && e.is_in_child() {
         // preexec_fn raised (crate::preexec::RAISED), or the hook panicked.
         return subprocess_error(py, "Exception occurred in preexec_fn.".into());
     }
+    let filename = match e.step() {
+        "execve" => Some(names.executable),
+        "chdir" => Some(names.cwd),
+        "flock" => names.lock,
+        _ => None,
+    };
     let err = match (e.kind(), e.raw_os_error()) {
         (ErrorKind::InvalidInput | ErrorKind::Unsupported, _) => {
-            return PyValueError::new_err(e.to_string())
+            PyValueError::new_err(e.to_string())
         }
-        (ErrorKind::Timeout, _) => return PyOSError::new_err(e.to_string()),
+        (ErrorKind::Timeout, _) => {
+            // Not reached through spawn (the glue waits for locks itself), kept for safety.
+            let msg = message(e);
+            match filename {
+                Some(f) => PyOSError::new_err((libc::ETIMEDOUT, msg, f.clone().unbind())),
+                None => PyOSError::new_err((libc::ETIMEDOUT, msg)),
+            }
+        }
         (_, None) if compat => {
             // The child died before exec without a report (killed while setting up).
             return subprocess_error(py, e.to_string());
@@ -75,27 +131,14 @@ pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, comp
             };
             PyOSError::new_err((errno, strerror(errno), filename.clone().unbind()))
         }
-        (_, Some(errno)) => {
-            let msg = e.to_string();
-            let msg = match msg.rfind(" (os error ") {
-                Some(i) => msg[..i].to_string(),
-                None => msg,
-            };
-            let filename = match e.step() {
-                "execve" => Some(names.executable),
-                "chdir" => Some(names.cwd),
-                _ => None,
-            };
-            match filename {
-                Some(f) => PyOSError::new_err((errno, msg, f.clone().unbind())),
-                None => PyOSError::new_err((errno, msg)),
-            }
-        }
+        (_, Some(errno)) => match filename {
+            Some(f) => PyOSError::new_err((errno, message(e), f.clone().unbind())),
+            None => PyOSError::new_err((errno, message(e))),
+        },
     };
-    if !compat {
-        let value = err.value(py);
-        let _ = value.setattr("step", e.step());
-        let _ = value.setattr("in_child", e.is_in_child());
+    if compat {
+        err
+    } else {
+        with_step(py, err, e.step(), e.is_in_child())
     }
-    err
 }

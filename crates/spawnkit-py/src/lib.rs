@@ -22,6 +22,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(uses_clone3, m)?)?;
     m.add("STRATEGIES", spawnkit::Strategy::ALL.map(|s| s.name()).to_vec())?;
     m.add("RLIM_INFINITY", spawnkit::RLIM_INFINITY)?;
+    m.add("NAMESPACES", spawnkit::Namespaces::from_bits(u64::MAX).names())?;
     Ok(())
 }
 

@@ -21,6 +21,9 @@ pub(crate) struct Preexec {
     pub f: Py<PyAny>,
     /// Mark fds close-on-exec after the hook, except 0-2 and these (sorted).
     pub close_fds_except: Option<Vec<i32>>,
+    /// Also spare every fd open (and not close-on-exec) when the hook starts: the engine has
+    /// closed the others by then, and a lock's fd number is only known to the engine.
+    pub keep_open_at_entry: bool,
 }
 
 impl Preexec {
@@ -30,17 +33,58 @@ impl Preexec {
         // SAFETY: called in the fork()ed child on the thread that held the GIL at the fork
         // (spawn keeps it for a preexec_fn), exactly where CPython's _posixsubprocess calls it.
         unsafe { ffi::PyOS_AfterFork_Child() };
+        let open_at_entry = match &self.close_fds_except {
+            Some(keep) if self.keep_open_at_entry => {
+                let mut all = inheritable_fds();
+                all.extend_from_slice(keep);
+                all.sort_unstable();
+                all.dedup();
+                Some(all)
+            }
+            _ => None,
+        };
         let ok = Python::attach(|py| self.f.call0(py).is_ok());
         if !ok {
             // The exception is not shown (formatting it could deadlock, as CPython notes);
             // the parent raises SubprocessError("Exception occurred in preexec_fn.").
             return Err(io::Error::from_raw_os_error(RAISED));
         }
-        if let Some(keep) = &self.close_fds_except {
+        if let Some(keep) = open_at_entry.as_ref().or(self.close_fds_except.as_ref()) {
             cloexec_all_but(keep);
         }
         Ok(())
     }
+}
+
+/// The open fds above 2 without close-on-exec: from /proc/self/fd, or where it cannot be read
+/// (a chroot without /proc) by asking every number below RLIMIT_NOFILE (at most 65536).
+fn inheritable_fds() -> Vec<i32> {
+    let candidates: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&fd| fd > 2)
+            .collect(),
+        Err(_) => {
+            // SAFETY: rlimit is plain old data; getrlimit only writes it.
+            let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid pointer to a local.
+            let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+                lim.rlim_cur.min(65536) as i32
+            } else {
+                1024
+            };
+            (3..max).collect()
+        }
+    };
+    candidates
+        .into_iter()
+        .filter(|&fd| {
+            // SAFETY: fcntl(F_GETFD) on an fd number only reads its flags (EBADF if it is not
+            // open, as the directory's own fd, closed by now).
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+        })
+        .collect()
 }
 
 /// close_range(first, last, CLOSE_RANGE_CLOEXEC) over the gaps between 0-2 and `keep`.

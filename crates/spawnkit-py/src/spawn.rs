@@ -8,11 +8,16 @@ use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList};
-use spawnkit::{Command, Resource, SigSet, Signal, Stdio, Strategy};
+use std::time::{Duration, Instant};
+
+use spawnkit::{
+    Command, IdMap, Lock, Namespaces, PathSearch, Resource, SigSet, Signal, Stdio, Strategy,
+    TmpOptions, UserMap,
+};
 
 use crate::child::Child;
 use crate::convert::{fs_bytes, fs_os};
-use crate::errors::{spawn_error, Names};
+use crate::errors::{lock_timeout_error, spawn_error, Names};
 use crate::preexec::Preexec;
 
 /// The arguments `spawn` and `plan` share, as Python gave them.
@@ -33,6 +38,8 @@ struct Spec<'a, 'py> {
     umask: Option<&'a Bound<'py, PyAny>>,
     preexec_fn: Option<&'a Bound<'py, PyAny>>,
     options: Option<&'a Bound<'py, PyAny>>,
+    /// `spawnkit.subprocess`: CPython's PATH search (and exception rules, see errors.rs).
+    compat: bool,
 }
 
 /// `subprocess.PIPE`, `STDOUT`, `DEVNULL`, or a file descriptor; `None` inherits.
@@ -138,12 +145,117 @@ fn groups_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u32>>> {
     Ok(Some(out))
 }
 
-/// What `spawnkit.Options` set that the preexec hook must know about.
+/// What `spawnkit.Options` set that the preexec hook and the spawn loop must know about.
 #[derive(Default)]
 struct Extras {
     strategy: Option<Strategy>,
     signal_mask: Option<SigSet>,
     fd_targets: Vec<i32>,
+    /// The lock as asked (the spawn waits for it in slices, see `spawn_waiting`).
+    lock: Option<Lock>,
+}
+
+fn value_error(e: spawnkit::Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// `(inside, outside, count)` triples: one uid_map or gid_map.
+fn id_maps(obj: &Bound<'_, PyAny>) -> PyResult<Vec<IdMap>> {
+    let mut out = Vec::new();
+    for line in obj.try_iter()? {
+        let (inside, outside, count): (u32, u32, u32) = line?.extract()?;
+        out.push(IdMap { inside, outside, count });
+    }
+    Ok(out)
+}
+
+/// `"root"`, `"current"`, or `(uid_map, gid_map)`.
+fn user_map(obj: &Bound<'_, PyAny>) -> PyResult<UserMap> {
+    if let Ok(kind) = obj.extract::<String>() {
+        return match kind.as_str() {
+            "root" => Ok(UserMap::Root),
+            "current" => Ok(UserMap::Current),
+            _ => Err(PyValueError::new_err(format!(
+                "unknown user map {kind:?} (use \"root\", \"current\" or (uid_map, gid_map))"
+            ))),
+        };
+    }
+    let (uid, gid): (Bound<'_, PyAny>, Bound<'_, PyAny>) = obj.extract()?;
+    Ok(UserMap::Custom { uid: id_maps(&uid)?, gid: id_maps(&gid)? })
+}
+
+/// Seconds as a `Duration` (non-negative and finite).
+fn seconds(obj: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    let secs: f64 = obj.extract()?;
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        PyValueError::new_err(format!("lock timeout must be a number of seconds >= 0, not {secs}"))
+    })
+}
+
+fn path_search(name: &str) -> PyResult<PathSearch> {
+    match name {
+        "execvp" => Ok(PathSearch::Execvp),
+        "try-all" | "try_all" => Ok(PathSearch::TryAll),
+        _ => Err(PyValueError::new_err(format!(
+            "unknown path search {name:?} (use \"execvp\" or \"try-all\")"
+        ))),
+    }
+}
+
+/// The isolation fields of `spawnkit.Options` (see `python/spawnkit/__init__.py`).
+fn apply_isolation(
+    cmd: &mut Command,
+    opts: &Bound<'_, PyAny>,
+    extras: &mut Extras,
+) -> PyResult<()> {
+    let get = |name: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
+        let v = opts.getattr(name)?;
+        Ok(if v.is_none() { None } else { Some(v) })
+    };
+    if let Some(ns) = get("unshare")? {
+        let names: String = ns.extract()?;
+        let ns: Namespaces = names.parse().map_err(value_error)?;
+        if !ns.is_empty() {
+            cmd.unshare(ns);
+        }
+    }
+    if let Some(map) = get("user_map")? {
+        cmd.user_map(user_map(&map)?);
+    }
+    if let Some(tmp) = get("private_tmp")? {
+        let (dir, nosuid, nodev, noexec): (Bound<'_, PyAny>, bool, bool, bool) = tmp.extract()?;
+        let dir = if dir.is_none() { None } else { Some(fs_os(&dir)?.into()) };
+        cmd.private_tmp(dir, TmpOptions { nosuid, nodev, noexec });
+    }
+    if let Some(binds) = get("ro_binds")? {
+        for bind in binds.try_iter()? {
+            let (src, dst): (Bound<'_, PyAny>, Bound<'_, PyAny>) = bind?.extract()?;
+            cmd.ro_bind(fs_os(&src)?, fs_os(&dst)?);
+        }
+    }
+    if let Some(on) = get("private_network")? {
+        cmd.private_network(on.is_truthy()?);
+    }
+    if let Some(name) = get("hostname")? {
+        cmd.hostname(name.extract::<String>()?);
+    }
+    if let Some(dir) = get("chroot")? {
+        cmd.chroot(fs_os(&dir)?);
+    }
+    if let Some(lock) = get("lock")? {
+        let (path, shared, timeout): (Bound<'_, PyAny>, bool, Bound<'_, PyAny>) = lock.extract()?;
+        let timeout = if timeout.is_none() { None } else { Some(seconds(&timeout)?) };
+        let lock = Lock { path: fs_os(&path)?.into(), shared, timeout };
+        cmd.lock(lock.clone());
+        extras.lock = Some(lock);
+    }
+    if let Some(dir) = get("cgroup")? {
+        cmd.cgroup(fs_os(&dir)?);
+    }
+    if let Some(search) = get("path_search")? {
+        cmd.path_search(path_search(&search.extract::<String>()?)?);
+    }
+    Ok(())
 }
 
 /// The extras of `spawnkit.Options` (attributes read by name; see `python/spawnkit`).
@@ -200,11 +312,17 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<Extras>
     if let Some(on) = get("kill_on_drop")? {
         cmd.kill_on_drop(on.is_truthy()?);
     }
+    apply_isolation(cmd, opts, &mut extras)?;
     Ok(extras)
 }
 
-fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
+/// The command, and the lock it asks for (if any).
+fn build(spec: &Spec<'_, '_>) -> PyResult<(Command, Option<Lock>)> {
     let mut cmd = Command::new(fs_os(spec.program)?);
+    if spec.compat {
+        // CPython's _posixsubprocess tries every PATH entry (see PathSearch::TryAll).
+        cmd.path_search(PathSearch::TryAll);
+    }
     // argv, argv[0] included (the program may differ from it: `executable=`).
     let mut first = true;
     let mut add = |cmd: &mut Command, a: &Bound<'_, PyAny>| -> PyResult<()> {
@@ -312,7 +430,10 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
             keep.dedup();
             keep
         });
-        let hook = Preexec { f: f.clone().unbind(), close_fds_except };
+        // The lock fd's number is picked at spawn time: the hook keeps every fd open when it
+        // starts (the engine has closed the others by then), which includes it.
+        let keep_open_at_entry = extras.lock.is_some();
+        let hook = Preexec { f: f.clone().unbind(), close_fds_except, keep_open_at_entry };
         // SAFETY: the hook runs Python code in a fork()ed child, which is not
         // async-signal-safe; this is exactly the hazard CPython documents for preexec_fn
         // ("not safe to use in the presence of threads") and takes the same way: the GIL is
@@ -323,7 +444,7 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<Command> {
             cmd.strategy(s);
         }
     }
-    Ok(cmd)
+    Ok((cmd, extras.lock))
 }
 
 /// Spawn a child: returns its `Child` handle. Positional, in the order
@@ -371,31 +492,118 @@ pub(crate) fn spawn<'py>(
         umask,
         preexec_fn,
         options,
+        compat,
     };
-    let mut cmd = build(&spec)?;
-    let result = if spec.preexec_fn.is_some() {
-        // As CPython's _posixsubprocess with a preexec_fn: keep the GIL (the child runs Python
-        // on this thread), stop the GC, and let the interpreter prepare for the fork and
-        // recover from it in the parent.
-        // SAFETY: the GIL is held; PyGC_Disable/Enable and PyOS_BeforeFork/AfterFork_Parent
-        // are called in the pairs CPython itself uses around fork().
-        let gc_was_enabled = unsafe { ffi::PyGC_Disable() };
-        // SAFETY: see above.
-        unsafe { ffi::PyOS_BeforeFork() };
-        let r = cmd.spawn();
-        // SAFETY: see above; the parent side after the fork, whether or not it succeeded.
-        unsafe { ffi::PyOS_AfterFork_Parent() };
-        if gc_was_enabled != 0 {
+    let (mut cmd, lock) = build(&spec)?;
+    let with_gil = spec.preexec_fn.is_some();
+    let mut once = |cmd: &mut Command| -> spawnkit::Result<spawnkit::Child> {
+        if with_gil {
+            // As CPython's _posixsubprocess with a preexec_fn: keep the GIL (the child runs
+            // Python on this thread), stop the GC, and let the interpreter prepare for the
+            // fork and recover from it in the parent.
+            // SAFETY: the GIL is held; PyGC_Disable/Enable and PyOS_BeforeFork/AfterFork_Parent
+            // are called in the pairs CPython itself uses around fork().
+            let gc_was_enabled = unsafe { ffi::PyGC_Disable() };
             // SAFETY: see above.
-            unsafe { ffi::PyGC_Enable() };
+            unsafe { ffi::PyOS_BeforeFork() };
+            let r = cmd.spawn();
+            // SAFETY: see above; the parent side after the fork, whether or not it succeeded.
+            unsafe { ffi::PyOS_AfterFork_Parent() };
+            if gc_was_enabled != 0 {
+                // SAFETY: see above.
+                unsafe { ffi::PyGC_Enable() };
+            }
+            r
+        } else {
+            py.detach(|| cmd.spawn())
         }
-        r
-    } else {
-        py.detach(|| cmd.spawn())
     };
+    let result = match lock {
+        Some(lock) if lock.timeout != Some(Duration::ZERO) => {
+            spawn_waiting(py, &mut cmd, &lock, &mut once)?
+        }
+        _ => once(&mut cmd).map_err(Failed::Engine),
+    };
+    let lock_path = options
+        .filter(|o| !o.is_none())
+        .and_then(|o| o.getattr("lock").ok())
+        .filter(|l| !l.is_none())
+        .and_then(|l| l.get_item(0).ok());
+    let names = Names { executable: program, cwd, lock: lock_path.as_ref() };
     match result {
         Ok(child) => Ok(Child::new(child)),
-        Err(e) => Err(spawn_error(py, &e, &Names { executable: program, cwd }, compat)),
+        Err(Failed::Engine(e)) => Err(spawn_error(py, &e, &names, compat)),
+        Err(Failed::LockTimeout(t)) => Err(lock_timeout_error(py, &names, t)),
+    }
+}
+
+/// Why a spawn failed.
+enum Failed {
+    Engine(spawnkit::Error),
+    /// The lock was still held elsewhere after this long.
+    LockTimeout(Duration),
+}
+
+/// Whether the engine refused because the lock is held elsewhere.
+fn is_lock_conflict(e: &spawnkit::Error) -> bool {
+    e.step() == "flock" && e.raw_os_error() == Some(libc::EWOULDBLOCK)
+}
+
+/// Spawn under a lock that may have to be waited for. The engine would wait inside the spawn
+/// (retrying flock on EINTR, and with the GIL held when there is a preexec_fn); here every
+/// attempt asks it not to wait, and between attempts this thread waits for the lock to look
+/// free with the GIL released, running Python's signal handlers (Ctrl-C interrupts the wait).
+fn spawn_waiting(
+    py: Python<'_>,
+    cmd: &mut Command,
+    lock: &Lock,
+    once: &mut impl FnMut(&mut Command) -> spawnkit::Result<spawnkit::Child>,
+) -> PyResult<Result<spawnkit::Child, Failed>> {
+    let deadline = lock.timeout.and_then(|t| Instant::now().checked_add(t));
+    cmd.lock(Lock { timeout: Some(Duration::ZERO), ..lock.clone() });
+    loop {
+        match once(cmd) {
+            Err(e) if is_lock_conflict(&e) => {}
+            other => return Ok(other.map_err(Failed::Engine)),
+        }
+        if !wait_until_free(py, lock, deadline)? {
+            return Ok(Err(Failed::LockTimeout(lock.timeout.unwrap_or_default())));
+        }
+    }
+}
+
+/// Wait until `lock` could be taken, probing with a lock of our own on a descriptor of our own
+/// (released at once by closing it); false once `deadline` has passed. Naps grow from 1 ms to
+/// 50 ms, as the engine's own timed wait.
+fn wait_until_free(py: Python<'_>, lock: &Lock, deadline: Option<Instant>) -> PyResult<bool> {
+    let op = if lock.shared { libc::LOCK_SH } else { libc::LOCK_EX } | libc::LOCK_NB;
+    let mut nap = Duration::from_millis(1);
+    loop {
+        // A file that cannot be opened is left to the engine to report (or create).
+        let free = match std::fs::File::open(&lock.path) {
+            Ok(file) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: flock(2) on a descriptor this function owns; closing it (the only
+                // descriptor of this open file) drops the probe's lock.
+                let r = unsafe { libc::flock(file.as_raw_fd(), op) };
+                r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK)
+            }
+            Err(_) => true,
+        };
+        if free {
+            return Ok(true);
+        }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return Ok(false),
+            },
+            None => nap,
+        };
+        let pause = nap.min(left);
+        py.detach(|| std::thread::sleep(pause));
+        py.check_signals()?;
+        nap = (nap * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -443,9 +651,10 @@ pub(crate) fn plan<'py>(
         umask,
         preexec_fn,
         options,
+        compat: false,
     };
-    let cmd = build(&spec)?;
+    let (cmd, _) = build(&spec)?;
     cmd.plan()
         .map(|p| p.to_string())
-        .map_err(|e| spawn_error(py, &e, &Names { executable: program, cwd }, false))
+        .map_err(|e| spawn_error(py, &e, &Names { executable: program, cwd, lock: None }, false))
 }
