@@ -9,11 +9,24 @@ fn spawnkit() -> &'static str {
     env!("CARGO_BIN_EXE_spawnkit")
 }
 
+/// The probe, at a path a private /tmp does not hide (a copy under /var/tmp, made by cp(1),
+/// when the build lives under /tmp, as in a clone there).
 fn probe() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().and_then(|d| d.parent()).unwrap().join("spawnkit-probe");
-    assert!(p.is_file(), "{} missing: run `cargo build --workspace --bins` first", p.display());
-    p
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let p = exe.parent().and_then(|d| d.parent()).unwrap().join("spawnkit-probe");
+        assert!(p.is_file(), "{} missing: run `cargo build --workspace --bins` first", p.display());
+        if !p.starts_with("/tmp") {
+            return p;
+        }
+        let dir = PathBuf::from(format!("/var/tmp/spawnkit-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("spawnkit-probe");
+        assert!(Command::new("cp").arg(&p).arg(&copy).status().unwrap().success());
+        copy
+    })
+    .clone()
 }
 
 fn run(args: &[&str]) -> Output {

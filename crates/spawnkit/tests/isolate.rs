@@ -7,7 +7,18 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{probe_cmd, TempDir, FULL};
+use common::{TempDir, FULL};
+
+/// The probe, from a path a private /tmp does not hide.
+fn probe_cmd<I, S>(strategy: Strategy, args: I) -> spawnkit::Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = spawnkit::Command::new(common::probe_outside_tmp());
+    cmd.args(args).strategy(strategy);
+    cmd
+}
 use spawnkit::{ErrorKind, IdMap, Lock, Namespaces, Stdio, Strategy, TmpOptions, UserMap};
 
 /// Run the probe in `mode` with `configure`, return its key=value lines.

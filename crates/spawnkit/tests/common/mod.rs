@@ -44,6 +44,26 @@ pub fn probe() -> PathBuf {
     probe
 }
 
+/// The probe at a path a private /tmp does not hide: a copy under /var/tmp when the build
+/// lives under /tmp (a clone in /tmp, as CI may use). Copied by cp(1), so no fd of this
+/// (multi-threaded, forking) test process ever holds the file open for writing.
+pub fn probe_outside_tmp() -> PathBuf {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let probe = probe();
+        if !probe.starts_with("/tmp") {
+            return probe;
+        }
+        let dir = PathBuf::from(format!("/var/tmp/spawnkit-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("create /var/tmp dir");
+        let copy = dir.join("spawnkit-probe");
+        let ok = std::process::Command::new("cp").arg(&probe).arg(&copy).status();
+        assert!(ok.map(|s| s.success()).unwrap_or(false), "cp the probe to {}", copy.display());
+        copy
+    })
+    .clone()
+}
+
 /// A command running the probe with `args`, under `strategy`.
 pub fn probe_cmd<I, S>(strategy: Strategy, args: I) -> Command
 where
