@@ -193,6 +193,29 @@ def test_path_search_skips_a_directory_and_a_non_executable(tmp_path):
     assert e["type"] is PermissionError
 
 
+def test_path_search_tries_every_entry(tmp_path):
+    # CPython tries every PATH entry: a first candidate that is executable but no program
+    # (ENOEXEC) does not hide a working one further on; the first error that is not
+    # ENOENT/ENOTDIR is the one reported when none works.
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    garbage = a / "spawnkit-tool"
+    garbage.write_bytes(b"\x00\x01\x02 not a program")
+    garbage.chmod(0o755)
+    good = b / "spawnkit-tool"
+    good.write_text("#!/bin/sh\necho second\n")
+    good.chmod(0o755)
+    (c / "spawnkit-tool").write_text("#!/bin/sh\necho no\n")  # not executable: EACCES
+    env = {"PATH": f"{a}:{b}"}
+    assert agree(lambda m: m.check_output(["spawnkit-tool"], env=env)) == ("ok", b"second\n")
+    assert agree(lambda m: m.check_output("spawnkit-tool", env=env)) == ("ok", b"second\n")
+    kind, e = agree(lambda m: m.run(["spawnkit-tool"], env={"PATH": f"/nonexistent:{a}:{c}"}))
+    assert e["type"] is OSError and e["errno"] == errno.ENOEXEC  # the first, not EACCES
+    kind, e = agree(lambda m: m.run(["spawnkit-tool"], env={"PATH": f"{c}:{a}"}))
+    assert e["type"] is PermissionError
+
+
 def test_relative_program_resolves_from_cwd(tmp_path):
     tool = tmp_path / "tool.sh"
     tool.write_text("#!/bin/sh\npwd\n")
@@ -232,6 +255,18 @@ def test_env_replaces_the_environment():
     agree(lambda m: m.check_output(py(ENV_DUMP), env={}))
     agree(lambda m: m.check_output(py(ENV_DUMP), env={"A": "1", b"B": b"2", "C": "\xe9"}))
     agree(lambda m: m.check_output(py(ENV_DUMP), env={"P": pathlib.Path("/x")}))
+
+
+def test_env_keeps_the_dict_order():
+    # The child's environment is in the dict's order, as CPython passes it.
+    names = "import os; print([k for k in os.environ if k != 'LC_CTYPE'])"
+    env = {"B": "1", "A": "2", "C": "3", b"0": b"4"}
+    assert agree(lambda m: m.check_output(py(names), env=env)) == \
+        ("ok", b"['B', 'A', 'C', '0']\n")
+    assert agree(lambda m: m.check_output(["env"], env=env)) == ("ok", b"B=1\nA=2\nC=3\n0=4\n")
+    # A copy of os.environ with a value changed and a name added: the same order.
+    env = dict(os.environ, PATH=os.environ.get("PATH", "/usr/bin:/bin"), SPAWNKIT_NEW="x")
+    agree(lambda m: m.check_output(["env"], env=env))
 
 
 def test_env_inherited(monkeypatch):

@@ -32,6 +32,13 @@ USAGE = textwrap.dedent('''
     child = cmd.spawn(text=True)
     n: int = spawnkit.Command("true").status()
     steps: str = spawnkit.Command("true").plan()
+    fenced = (spawnkit.Command("sh").unshare("pid,mount").unshare(["net"]).map_root_user()
+              .private_tmp().private_tmp("/var/tmp", noexec=True).ro_bind("/usr")
+              .ro_bind("/etc", "/mnt/etc").private_network().hostname("box").chroot("/")
+              .lock("/tmp/x.lock", shared=True, timeout=1.5).lock("/tmp/y", nonblock=True)
+              .cgroup("/sys/fs/cgroup/job").path_search("try-all"))
+    mapped = spawnkit.Command("id").uid_map([(0, 1000, 1)]).gid_map([(0, 1000, 1)])
+    names: tuple[str, ...] = spawnkit.NAMESPACES
 ''')
 
 

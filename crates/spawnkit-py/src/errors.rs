@@ -10,7 +10,8 @@
 //! For the native API (`spawnkit.Command`) the engine's message is the `strerror`, and `step` /
 //! `in_child` say where it failed. A lock held elsewhere is `BlockingIOError` (EWOULDBLOCK) when
 //! the caller would not wait, `TimeoutError` (ETIMEDOUT) when the wait timed out; both have the
-//! lock path as `filename`.
+//! lock path as `filename`. A strategy that cannot do what was asked (posix-spawn and
+//! namespaces) is `ValueError`, as other invalid combinations.
 
 use pyo3::exceptions::{PyChildProcessError, PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -19,11 +20,12 @@ use pyo3::types::PyType;
 use spawnkit::{Error, ErrorKind};
 
 /// The file names CPython puts on a spawn error: the executable as given and the cwd as given
-/// (either may be `None`); and the lock path as given, for lock errors.
+/// (either may be `None`); and, for the native API, the lock path and chroot as given.
 pub(crate) struct Names<'a, 'py> {
     pub executable: &'a Bound<'py, PyAny>,
     pub cwd: &'a Bound<'py, PyAny>,
     pub lock: Option<&'a Bound<'py, PyAny>>,
+    pub chroot: Option<&'a Bound<'py, PyAny>>,
 }
 
 static SUBPROCESS_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -90,8 +92,8 @@ pub(crate) fn lock_timeout_error(
 }
 
 /// The exception for a failed spawn. `compat`: CPython's `subprocess` rules; otherwise the
-/// native API's: the engine's message as `strerror`, `filename` for exec, chdir and lock
-/// failures, and `step` / `in_child` attributes saying which step failed where.
+/// native API's: the engine's message as `strerror`, `filename` for exec, chdir, chroot and
+/// lock failures, and `step` / `in_child` attributes saying which step failed where.
 pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, compat: bool) -> PyErr {
     if e.step() == "pre_exec" && e.is_in_child() {
         // preexec_fn raised (crate::preexec::RAISED), or the hook panicked.
@@ -101,6 +103,7 @@ pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, comp
         "execve" => Some(names.executable),
         "chdir" => Some(names.cwd),
         "flock" => names.lock,
+        "chroot" => names.chroot,
         _ => None,
     };
     let err = match (e.kind(), e.raw_os_error()) {

@@ -524,12 +524,13 @@ pub(crate) fn spawn<'py>(
         }
         _ => once(&mut cmd).map_err(Failed::Engine),
     };
-    let lock_path = options
-        .filter(|o| !o.is_none())
-        .and_then(|o| o.getattr("lock").ok())
-        .filter(|l| !l.is_none())
-        .and_then(|l| l.get_item(0).ok());
-    let names = Names { executable: program, cwd, lock: lock_path.as_ref() };
+    let option = |name: &str| {
+        options.filter(|o| !o.is_none()).and_then(|o| o.getattr(name).ok()).filter(|v| !v.is_none())
+    };
+    let lock_path = option("lock").and_then(|l| l.get_item(0).ok());
+    let chroot = option("chroot");
+    let names =
+        Names { executable: program, cwd, lock: lock_path.as_ref(), chroot: chroot.as_ref() };
     match result {
         Ok(child) => Ok(Child::new(child)),
         Err(Failed::Engine(e)) => Err(spawn_error(py, &e, &names, compat)),
@@ -654,7 +655,7 @@ pub(crate) fn plan<'py>(
         compat: false,
     };
     let (cmd, _) = build(&spec)?;
-    cmd.plan()
-        .map(|p| p.to_string())
-        .map_err(|e| spawn_error(py, &e, &Names { executable: program, cwd, lock: None }, false))
+    cmd.plan().map(|p| p.to_string()).map_err(|e| {
+        spawn_error(py, &e, &Names { executable: program, cwd, lock: None, chroot: None }, false)
+    })
 }
