@@ -33,6 +33,18 @@ def child(code):
     return Command(PY).args(["-S", "-c", textwrap.dedent(code)])
 
 
+# The interpreter itself, not the venv's link to it: a private /tmp hides a venv made under
+# /tmp (a fresh clone there), and the probes need only the standard library.
+REAL_PY = os.path.realpath(PY)
+
+
+def child_outside_tmp(code):
+    """`child(code)` with an interpreter that a private /tmp does not hide."""
+    if REAL_PY.startswith("/tmp/"):
+        pytest.skip(f"the interpreter {REAL_PY} lives under /tmp, which a private /tmp hides")
+    return Command(REAL_PY).args(["-S", "-c", textwrap.dedent(code)])
+
+
 def run_json(cmd):
     """Run the child, which prints one JSON value; return it."""
     r = cmd.output()
@@ -253,20 +265,20 @@ def test_private_tmp_is_fresh_and_does_not_leak(strategy):
     marker = f"/tmp/spawnkit-outside-{uuid.uuid4().hex}"
     open(marker, "w").close()
     try:
-        listing, opts = run_json(child(TMP_PROBE).private_tmp().strategy(strategy))
+        listing, opts = run_json(child_outside_tmp(TMP_PROBE).private_tmp().strategy(strategy))
     finally:
         os.unlink(marker)
     assert listing == ["made-inside"]  # nothing of ours; the child's directory...
     assert not os.path.exists("/tmp/made-inside")  # ...never reached our /tmp
     assert {"nosuid", "nodev"} <= set(opts) and "noexec" not in opts
-    _, opts = run_json(child(TMP_PROBE).private_tmp(True, nosuid=False, noexec=True))
+    _, opts = run_json(child_outside_tmp(TMP_PROBE).private_tmp(True, nosuid=False, noexec=True))
     assert "noexec" in opts and "nosuid" not in opts
 
 
 def test_private_tmp_from_a_directory(tmp_path):
     userns_or_skip()
     (tmp_path / "seen").write_text("")
-    listing, opts = run_json(child(TMP_PROBE).private_tmp(tmp_path, noexec=True))
+    listing, opts = run_json(child_outside_tmp(TMP_PROBE).private_tmp(tmp_path, noexec=True))
     assert listing == ["made-inside", "seen"]
     assert (tmp_path / "made-inside").is_dir()  # writes land in the directory
     assert "noexec" in opts
@@ -274,7 +286,7 @@ def test_private_tmp_from_a_directory(tmp_path):
 
 
 def test_private_tmp_false_turns_it_off():
-    seen = run_json(child(NS_PROBE).private_tmp().private_tmp(False))
+    seen = run_json(child_outside_tmp(NS_PROBE).private_tmp().private_tmp(False))
     assert seen["mnt"] == own_ns("mnt")
 
 
