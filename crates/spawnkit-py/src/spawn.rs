@@ -448,7 +448,8 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<(Command, Option<Lock>)> {
 }
 
 /// Spawn a child: returns its `Child` handle. Positional, in the order
-/// `Popen._execute_child` has the values; `compat` picks CPython's exception rules.
+/// `Popen._execute_child` has the values; `compat` picks CPython's exception rules and PATH
+/// search (`spawnkit.subprocess`).
 #[pyfunction]
 #[pyo3(signature = (program, argv, env, cwd, stdin, stdout, stderr, close_fds, pass_fds,
     restore_signals, setsid, pgid, uid, gid, groups, umask, preexec_fn, options, compat))]
