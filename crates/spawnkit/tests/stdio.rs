@@ -472,10 +472,24 @@ fn stdio_file_is_closed_in_the_parent_after_spawn() {
         cmd.stdout(Stdio::File(w));
         let mut child = cmd.spawn().unwrap();
         assert!(child.wait().unwrap().success(), "{s}");
-        // The only write end left would be the parent's copy: EOF means it was closed.
+        // The only write end left would be the parent's copy: EOF means it was closed. A
+        // spawn of another test thread may hold a copy for a moment (between its clone and
+        // its close_range/exec), so EOF may take a little while, but it must come.
         common::set_nonblocking(&r);
         let mut buf = [0u8; 16];
-        let n = r.read(&mut buf);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let n = loop {
+            let n = r.read(&mut buf);
+            match &n {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if std::time::Instant::now() >= deadline {
+                        break n;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                _ => break n,
+            }
+        };
         assert!(matches!(n, Ok(0)), "{s}: read gave {n:?}; the Command still holds the write end");
         drop(cmd);
     }
