@@ -192,5 +192,10 @@ fn spawns_work_after_disable_clone3() {
     assert_eq!(out.stdout, b"through clone(2)");
     let st = run_state(probe_cmd(s, ["state"]).setsid(true));
     assert_eq!(st.int("sid"), st.int("pid"));
+
+    // A user namespace with its maps, on the clone(2) path too (no clone3-only flag needed:
+    // privileged, the spawning thread writes the maps between the clone and the exec).
+    let st = run_state(probe_cmd(s, ["state"]).user_map(spawnkit::UserMap::Root));
+    assert!(st.get("uid").starts_with("0\t0\t0\t0"), "{}", st.get("uid"));
     assert!(!spawnkit::uses_clone3());
 }

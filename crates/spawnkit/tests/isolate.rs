@@ -182,6 +182,38 @@ fn a_bad_uid_map_names_the_file() {
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
 }
 
+/// As root the spawning thread itself writes the maps, between a clone without CLONE_VFORK
+/// and the child's exec, then waits for EOF on a close-on-exec pipe. Spawns from several
+/// threads at once, fenced and plain interleaved (a plain child may hold a fenced spawn's pipe
+/// until its own exec), all start, and every fenced child reads its maps back.
+#[test]
+fn parent_written_maps_from_many_threads_at_once() {
+    if skip_unless_root("maps written by the parent") {
+        return;
+    }
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..12 {
+                    if (t + i) % 2 == 0 {
+                        let kv = probe_kv(Strategy::CloneVfork, "ns", |c| {
+                            c.user_map(UserMap::Root).private_network(true);
+                        });
+                        assert_eq!(kv["uid_map"], "0 0 1", "thread {t}, spawn {i}");
+                        assert_eq!(kv["setgroups"], "allow", "thread {t}, spawn {i}");
+                    } else {
+                        let st = spawnkit::Command::new("true").status().expect("spawn true");
+                        assert!(st.success(), "thread {t}, spawn {i}: {st}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a spawning thread panicked");
+    }
+}
+
 #[test]
 fn private_tmp_is_private_and_gone_after() {
     let name = format!("spawnkit-private-{}", std::process::id());

@@ -35,16 +35,16 @@ pub(crate) struct Prepared {
 }
 
 /// Arbitrary uid/gid maps: only a process outside the new user namespace, with CAP_SETUID and
-/// CAP_SETGID there, may write them (user_namespaces(7)); the vfork parent thread sleeps
-/// during the clone, so a helper thread does it.
+/// CAP_SETGID there, may write them (user_namespaces(7)). The spawning thread does it between
+/// the clone (made without CLONE_VFORK for this) and the child's exec; see
+/// `sys::spawn_clone_vfork`.
 pub(crate) struct IdMapJob {
     pub uid_map: Vec<u8>,
     pub gid_map: Vec<u8>,
-    /// The helper reads the child's "ready" byte here (or the parent's "give up" byte).
-    pub ready_read: OwnedFd,
-    /// The parent's copy of the child's end of the ready pipe, raw (owned by child_ends).
-    pub ready_write: RawFd,
-    /// The helper answers here: 4 bytes, 0 or the errno of the failed write.
+    /// Where the child's "ready" byte goes. The parent needs no signal (the namespace exists
+    /// once the clone returns), but keeps this end open so the child's write succeeds.
+    pub _ready_read: OwnedFd,
+    /// The parent answers here: 4 bytes, 0 or the errno of the failed write.
     pub go_write: OwnedFd,
 }
 
@@ -210,7 +210,7 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
             ));
         }
         if custom || (privileged && strategy == Strategy::CloneVfork) {
-            // Written from outside by the parent (a helper thread while the vfork parent sleeps):
+            // Written from outside by the parent (between the clone and the child's exec):
             // arbitrary maps need privilege in the parent namespace, and a privileged writer
             // leaves setgroups usable (so --groups works inside).
             let (ready_read, ready_write) =
@@ -221,13 +221,8 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
                 go_fd: go_read.as_raw_fd(),
                 parent_fds: [ready_read.as_raw_fd(), go_write.as_raw_fd()],
             });
-            p.id_maps = Some(IdMapJob {
-                uid_map: uids,
-                gid_map: gids,
-                ready_read,
-                ready_write: ready_write.as_raw_fd(),
-                go_write,
-            });
+            p.id_maps =
+                Some(IdMapJob { uid_map: uids, gid_map: gids, _ready_read: ready_read, go_write });
             p.child_ends.push(ready_write);
             p.child_ends.push(go_read);
         } else {
@@ -413,22 +408,17 @@ pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
     }
 }
 
-/// The helper thread's work: wait for the child's "ready" byte, write its maps from outside,
-/// answer with 0 or (file << 16 | errno), file 1 = uid_map, 2 = gid_map. It always answers
-/// once the child is ready (the child waits for it); a "give up" byte from the parent (the
-/// clone returned without the child ever being ready) or EOF ends it.
-pub(crate) fn write_id_maps(job: &IdMapJob, child_tid: &std::sync::atomic::AtomicI32) {
-    if parent::read_byte(job.ready_read.as_raw_fd()) != Some(b'r') {
-        return;
-    }
-    // CLONE_PARENT_SETTID wrote the tid before the child ran; the pipe orders it before us.
-    let tid = child_tid.load(std::sync::atomic::Ordering::Acquire);
+/// Write the child's maps from outside, right after the clone (the user namespace exists from
+/// then on; the child waits for the answer in its AwaitIdMaps step), and answer with 0 or
+/// (file << 16 | errno), file 1 = uid_map, 2 = gid_map. Always answers: the child waits for
+/// it. If the child died before reading, the answer stays in the pipe, harmlessly.
+pub(crate) fn write_id_maps(job: &IdMapJob, pid: i32) {
     let mut answer = 0i32;
     for (file, name, data) in [(1, "uid_map", &job.uid_map), (2, "gid_map", &job.gid_map)] {
         if data.is_empty() {
             continue;
         }
-        if let Err(e) = parent::write_file(&format!("/proc/{tid}/{name}"), data) {
+        if let Err(e) = parent::write_file(&format!("/proc/{pid}/{name}"), data) {
             answer = (file << 16) | e;
             break;
         }

@@ -244,7 +244,7 @@ pub struct Plan {
     pub(crate) cgroup: Option<(OwnedFd, String)>,
     /// The lock the child holds: taken by the parent just before the clone.
     pub(crate) lock: Option<(RawFd, crate::isolate::Lock)>,
-    /// Arbitrary id maps, written by a helper thread of the parent during the clone.
+    /// Id maps written from outside by the spawning thread, between the clone and the exec.
     pub(crate) id_maps: Option<crate::isolate::plan::IdMapJob>,
 }
 

@@ -1,4 +1,6 @@
-//! The clone trampoline: start a `CLONE_VM | CLONE_VFORK` child on a stack of its own.
+//! The clone trampoline: start a `CLONE_VM | CLONE_VFORK` child on a stack of its own (or a
+//! `CLONE_VM` child without `CLONE_VFORK`, when the calling thread has work to do for the
+//! child before it execs: see `spawn_clone_vfork`).
 //!
 //! `clone3(2)` is tried first (it takes `CLONE_CLEAR_SIGHAND` and, later, `CLONE_INTO_CGROUP`
 //! and namespace flags); when it is refused with ENOSYS, EPERM or EINVAL (old kernels,
@@ -56,35 +58,38 @@ pub(crate) struct Cloned {
     pub pidfd: i32,
 }
 
-/// Start the child and return once it has exec'd or exited (CLONE_VFORK).
+/// Start the child. With `vfork` (CLONE_VFORK) return once it has exec'd or exited; without,
+/// return at once, the child running on `stack` in this address space.
 ///
 /// `ctx.reset_handlers` is set here to match the syscall used: clone3 clears handlers with
 /// `CLONE_CLEAR_SIGHAND`; clone(2) leaves it to the child.
 ///
 /// # Safety
 /// All signals must be blocked in the calling thread, and `ctx` must satisfy the child's
-/// rules (sys/mod.rs): every pointer valid until this returns.
+/// rules (sys/mod.rs): every pointer valid until the child has exec'd or exited, which with
+/// `vfork` is when this returns, and without it is for the caller to wait for (EOF on a
+/// close-on-exec pipe in `ctx.notify_fd`) before `ctx`, `stack` or anything they point to is
+/// touched, moved or freed.
 /// `extra` adds `CLONE_NEW*` flags; `cgroup` (a cgroup v2 directory fd) asks for
 /// CLONE_INTO_CGROUP, which only clone3 can do: then there is no fallback.
-/// `parent_tid` asks for CLONE_PARENT_SETTID (clone3 only: clone(2) uses that argument for
-/// the pidfd).
 pub(crate) unsafe fn clone_vfork(
     ctx: &mut ChildCtx<'_>,
     stack: &Stack,
     extra: u64,
     cgroup: Option<i32>,
-    parent_tid: Option<*mut i32>,
+    vfork: bool,
 ) -> Result<Cloned, i32> {
-    let needs_clone3 = cgroup.is_some() || parent_tid.is_some();
+    let needs_clone3 = cgroup.is_some();
+    let flags = if vfork { BASE_FLAGS | libc::CLONE_VFORK as u64 } else { BASE_FLAGS };
     if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
         if needs_clone3 {
             return Err(libc::ENOSYS);
         }
         // SAFETY: the caller's contract.
-        return unsafe { clone_legacy(ctx, stack, extra) };
+        return unsafe { clone_legacy(ctx, stack, flags | extra) };
     }
     // SAFETY: the caller's contract.
-    match unsafe { clone3(ctx, stack, extra, cgroup, parent_tid) } {
+    match unsafe { clone3(ctx, stack, flags | extra, cgroup) } {
         Ok(c) => {
             CLONE3.store(CLONE3_OK, Ordering::Relaxed);
             Ok(c)
@@ -93,7 +98,7 @@ pub(crate) unsafe fn clone_vfork(
         // if clone(2) then works, so a genuine clone3 error is still reported as such.
         Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)) if !needs_clone3 => {
             // SAFETY: the caller's contract.
-            match unsafe { clone_legacy(ctx, stack, extra) } {
+            match unsafe { clone_legacy(ctx, stack, flags | extra) } {
                 Ok(c) => {
                     CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
                     Ok(c)
@@ -105,24 +110,21 @@ pub(crate) unsafe fn clone_vfork(
     }
 }
 
-const BASE_FLAGS: u64 = libc::CLONE_VM as u64 | libc::CLONE_VFORK as u64 | libc::CLONE_PIDFD as u64;
+const BASE_FLAGS: u64 = libc::CLONE_VM as u64 | libc::CLONE_PIDFD as u64;
 
 /// # Safety
-/// As for [`clone_vfork`].
+/// As for [`clone_vfork`]; `flags` holds BASE_FLAGS, CLONE_VFORK if wanted, and CLONE_NEW*.
 unsafe fn clone3(
     ctx: &mut ChildCtx<'_>,
     stack: &Stack,
-    extra: u64,
+    flags: u64,
     cgroup: Option<i32>,
-    parent_tid: Option<*mut i32>,
 ) -> Result<Cloned, i32> {
     ctx.reset_handlers = false;
     let mut pidfd: i32 = -1;
     let into_cgroup = if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 };
-    let settid = if parent_tid.is_some() { libc::CLONE_PARENT_SETTID as u64 } else { 0 };
     let args = CloneArgs {
-        flags: BASE_FLAGS | CLONE_CLEAR_SIGHAND | extra | into_cgroup | settid,
-        parent_tid: parent_tid.map_or(0, |p| p as u64),
+        flags: flags | CLONE_CLEAR_SIGHAND | into_cgroup,
         cgroup: cgroup.unwrap_or(0) as u64,
         pidfd: &mut pidfd as *mut i32 as u64,
         exit_signal: libc::SIGCHLD as u64,
@@ -148,11 +150,11 @@ unsafe fn clone3(
 }
 
 /// # Safety
-/// As for [`clone_vfork`].
-unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, extra: u64) -> Result<Cloned, i32> {
+/// As for [`clone_vfork`]; `flags` as for [`clone3`].
+unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, flags: u64) -> Result<Cloned, i32> {
     ctx.reset_handlers = true;
     let mut pidfd: i32 = -1;
-    let flags = BASE_FLAGS | extra | libc::SIGCHLD as u64;
+    let flags = flags | libc::SIGCHLD as u64;
     // SAFETY: clone(2) with CLONE_PIDFD stores the pidfd through `parent_tid` (the third
     // argument on x86_64 and aarch64); the child starts on the top of `stack` and runs
     // `child_main(ctx)`, which never returns.
@@ -170,7 +172,7 @@ unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, extra: u64) -> Res
     let pid = check(r)? as i32;
     if pidfd < 0 {
         // A kernel before 5.2 ignores CLONE_PIDFD: without a pidfd the child cannot be handed
-        // out safely. It has exec'd or exited by now; stop and reap it.
+        // out safely. Stop and reap it (after which it no longer runs on `stack`).
         // SAFETY: `pid` is our own unreaped child.
         unsafe {
             libc::kill(pid, libc::SIGKILL);

@@ -9,7 +9,9 @@ use super::{context, last_errno, pidfd, Outcome, SignalsBlocked};
 use crate::spawn::command::Hook;
 use crate::spawn::plan::Plan;
 
-fn cloexec_pipe_above(min: i32) -> Result<(OwnedFd, OwnedFd), i32> {
+/// A close-on-exec pipe whose write end is at least `min` (above every fd a dup2 step
+/// writes): EOF on the read end says the child holding the write end has exec'd or exited.
+pub(crate) fn cloexec_pipe_above(min: i32) -> Result<(OwnedFd, OwnedFd), i32> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {

@@ -25,6 +25,14 @@
 //! 5. **Its own stack**: an `mmap`'d region with a `PROT_NONE` guard page below it, so the
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
 //!
+//! One exception to "the calling thread sleeps": when id maps must be written from outside the
+//! new user namespace (arbitrary maps, or a privileged caller, see `isolate/plan.rs`), the
+//! clone omits `CLONE_VFORK`. The calling thread then writes the maps while the child waits
+//! for them in its `AwaitIdMaps` step, and sleeps until EOF on a close-on-exec pipe says the
+//! child has exec'd or exited, as the fork-exec strategy does. Until that EOF it touches
+//! nothing the child uses (the context, its stack, the report); the rules above are
+//! unchanged for the child.
+//!
 //! The `fork-exec` strategy replays the same steps in a real `fork()` child; the rules hold
 //! there too, except for the user's `pre_exec` hook, which is documented as `unsafe`.
 //!
@@ -117,43 +125,46 @@ fn context<'a>(
 }
 
 /// Spawn with clone(CLONE_VM|CLONE_VFORK). Returns the clone's errno if no child started.
+///
+/// Id maps written from outside (`plan.id_maps`): the clone leaves out CLONE_VFORK, this
+/// thread writes the maps to /proc/PID/{uid,gid}_map and answers the child's AwaitIdMaps
+/// step, then waits for EOF on a close-on-exec pipe held only by the child (its write end
+/// above every fd the child's dup2 steps write, and spared by close_range). The kernel
+/// closes it only after the child's exec has switched to the new program's memory (or its
+/// exit has released ours), so from then on the stack and context are free again, exactly
+/// as when a vfork clone returns. (A helper thread per spawn did this while the vfork
+/// parent slept: creating and joining it cost ~35 µs.) As with fork-exec's pipe, a process
+/// forked by another thread during the clone inherits the write end until it execs or
+/// exits, which delays this spawn's return until then.
 pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i32)> {
     let mut report = Report { step: STEP_NONE, errno: 0, detail: 0 };
     let mut scratch = vec![-1i32; plan.scratch];
     let mut ctx = context(plan, &mut report, &mut scratch, None);
     let cgroup = plan.cgroup.as_ref().map(|(fd, _)| std::os::fd::AsRawFd::as_raw_fd(fd));
-    let tid = std::sync::atomic::AtomicI32::new(0);
-    let cloned = std::thread::scope(|scope| {
-        // Arbitrary id maps: a helper thread writes them from outside while this thread
-        // sleeps in the vfork clone (the child waits for it in its AwaitIdMaps step).
-        let helper = match plan.id_maps.as_ref() {
-            None => None,
-            Some(job) => {
-                let tid = &tid;
-                let spawned = std::thread::Builder::new()
-                    .name("spawnkit-idmap".into())
-                    .spawn_scoped(scope, move || crate::isolate::plan::write_id_maps(job, tid));
-                match spawned {
-                    Ok(h) => Some(h),
-                    Err(e) => return Err(("thread", e.raw_os_error().unwrap_or(libc::EAGAIN))),
-                }
-            }
-        };
-        let parent_tid = plan.id_maps.as_ref().map(|_| tid.as_ptr());
-        let r = stack::with_stack(|stack| {
-            let _blocked = SignalsBlocked::new();
-            // SAFETY: signals are blocked; `ctx` points into `plan`, `report` and `scratch`,
-            // which outlive the clone (CLONE_VFORK returns only after execve or exit);
-            // `tid` outlives it too.
-            unsafe { clone::clone_vfork(&mut ctx, stack, plan.clone_flags, cgroup, parent_tid) }
-        });
-        if let (Some(job), Some(helper)) = (&plan.id_maps, helper) {
-            // The child has exec'd or died: if it never said "ready", release the helper.
-            parent::write_byte(job.ready_write, b'x');
-            let _ = helper.join();
+    let mut notify = match plan.id_maps {
+        None => None,
+        Some(_) => Some(fork::cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?),
+    };
+    if let Some((_, w)) = &notify {
+        ctx.notify_fd = std::os::fd::AsRawFd::as_raw_fd(w);
+    }
+    let (vfork, flags) = (notify.is_none(), plan.clone_flags);
+    let cloned = stack::with_stack(|stack| {
+        let _blocked = SignalsBlocked::new();
+        // SAFETY: signals are blocked; `ctx` points into `plan`, `report` and `scratch`, which
+        // outlive the child's use of them: with CLONE_VFORK the clone returns only after
+        // execve or exit; without it, the wait for EOF below comes before this closure
+        // returns (and with it `stack`) and before `ctx` or `report` is touched again.
+        let cloned = unsafe { clone::clone_vfork(&mut ctx, stack, flags, cgroup, vfork) }?;
+        if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
+            // Only the child holds the write end now: EOF comes when it execs or exits.
+            drop(wr);
+            crate::isolate::plan::write_id_maps(job, cloned.pid);
+            parent::wait_eof(std::os::fd::AsRawFd::as_raw_fd(&rd));
         }
-        r.map_err(|e| ("mmap", e))
-    })?
+        Ok(cloned)
+    })
+    .map_err(|e| ("mmap", e))?
     .map_err(|e| ("clone", e))?;
     // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
     let pidfd = unsafe { OwnedFd::from_raw_fd(cloned.pidfd) };

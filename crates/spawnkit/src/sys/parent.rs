@@ -88,20 +88,6 @@ pub(crate) fn getegid() -> u32 {
     unsafe { libc::getegid() }
 }
 
-/// Read one byte; None on EOF or error (EINTR retried).
-pub(crate) fn read_byte(fd: i32) -> Option<u8> {
-    let mut b = 0u8;
-    loop {
-        // SAFETY: reads one byte into a local.
-        let n = unsafe { libc::read(fd, &mut b as *mut u8 as *mut libc::c_void, 1) };
-        match n {
-            1 => return Some(b),
-            n if n < 0 && last_errno() == libc::EINTR => continue,
-            _ => return None,
-        }
-    }
-}
-
 /// Write all of `data` (errors ignored: the reader may be gone).
 pub(crate) fn write_all(fd: i32, mut data: &[u8]) {
     while !data.is_empty() {
@@ -181,10 +167,22 @@ pub(crate) fn flock(fd: i32, op: i32) -> Result<(), i32> {
     }
 }
 
-/// Write one byte to an fd (errors ignored: the reader may be gone).
-pub(crate) fn write_byte(fd: i32, b: u8) {
-    // SAFETY: writes one byte from a local.
-    unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
+/// Read from `fd` (a pipe of ours) until EOF, discarding what comes. Returns only at EOF: a
+/// caller's memory may still be in use by the child until then. (A read of our own pipe into
+/// a local buffer has no error to give but EINTR; anything else is retried after a pause
+/// rather than trusted.)
+pub(crate) fn wait_eof(fd: i32) {
+    let mut buf = [0u8; 16];
+    loop {
+        // SAFETY: reads into a local buffer.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+        match n {
+            0 => return,
+            n if n > 0 => {}
+            _ if last_errno() == libc::EINTR => {}
+            _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
 }
 
 /// The fds open in this process now (a snapshot: other threads may change it).
