@@ -9,7 +9,7 @@
  * that is part of what they cost.
  *
  * Built by crates/spawnkit-cli/build.rs with the `cc` crate and linked into the spawnkit
- * binary; the Rust side is crates/spawnkit-cli/src/bench/baselines.rs.
+ * binary; the Rust side is crates/spawnkit-cli/src/bench/sys.rs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -46,6 +46,23 @@ int bl_vfork_exec(const char *prog, int out_fd)
         if (out_fd != 1 && dup2(out_fd, 1) < 0)
             _exit(126);
         execvp(prog, argv);
+        _exit(127);
+    }
+    return pid < 0 ? -errno : pid;
+}
+
+/* vfork(), then in the child dup2 + execvp(ARGV[0], ARGV): bl_vfork_exec with arguments, the
+ * launcher of the fence method's shell-chain and bubblewrap rows. ERR_FD >= 0 becomes stderr
+ * (only the untimed trial run asks for it). Returns the pid, or -errno. */
+int bl_vfork_execvp_argv(char *const argv[], int out_fd, int err_fd)
+{
+    pid_t pid = vfork();
+    if (pid == 0) {
+        if (out_fd != 1 && dup2(out_fd, 1) < 0)
+            _exit(126);
+        if (err_fd >= 0 && err_fd != 2 && dup2(err_fd, 2) < 0)
+            _exit(126);
+        execvp(argv[0], argv);
         _exit(127);
     }
     return pid < 0 ? -errno : pid;

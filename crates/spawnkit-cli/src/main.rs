@@ -36,7 +36,8 @@ enum Cmd {
     /// it, and exit with its status.
     Run(Box<run::RunArgs>),
     /// The field's published spawn benchmarks (latency, throughput, CPU) on this machine,
-    /// spawnkit's strategies beside fork, vfork, posix_spawn, system(), popen() and Python.
+    /// spawnkit's strategies beside fork, vfork, posix_spawn, system(), popen() and Python;
+    /// and the cost of a fence (private /tmp + network + user namespace) beside unshare, bwrap.
     Bench(bench::BenchArgs),
 }
 

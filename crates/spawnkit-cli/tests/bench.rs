@@ -1,6 +1,8 @@
 //! `spawnkit bench`, driven through the real binary with tiny sizes: every row and method
 //! shows up in the tables and the JSON file, the ratios are there, the charts are written.
 //! No timing assertions: these machines are shared and noisy (benchmarks are programs).
+//! `--no-install` everywhere: a test never installs bubblewrap (the fence method's bwrap row is
+//! then measured if bwrap is here, else skipped with that reason).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -66,11 +68,15 @@ fn every_method_every_row_in_the_json_file() {
         "--iterations",
         "2",
         "--no-python",
+        "--no-install",
         "--json",
         json.to_str().unwrap(),
     ]);
     let stdout = ok(&out);
     let v = read_json(&json);
+
+    // Fence: every row, measured or skipped (checked in detail below).
+    assert_eq!(ids(&v["fence"]["rows"]), FENCE_ROWS);
 
     // Latency: every row, every parent size, positive minimum <= median.
     let lat = &v["latency"]["rows"];
@@ -171,11 +177,12 @@ fn plots_are_png_and_svg() {
         "--iterations",
         "2",
         "--no-python",
+        "--no-install",
         "--plot",
         dir.to_str().unwrap(),
     ]);
     ok(&out);
-    for chart in ["latency", "throughput", "cpu"] {
+    for chart in ["latency", "throughput", "cpu", "fence"] {
         let png = std::fs::read(dir.join(format!("{chart}.png"))).unwrap();
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{chart}.png is not a PNG");
         assert!(png.len() > 10_000, "{chart}.png is suspiciously small: {} bytes", png.len());
@@ -227,6 +234,205 @@ fn python_rows_measured_or_skipped_with_a_reason() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+const FENCE_ROWS: [&str; 5] =
+    ["spawnkit_plain", "vfork_exec_plain", "spawnkit_fence", "shell_unshare_mount_ip", "bwrap"];
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// The fence method: every row is measured or skipped with a reason (never estimated), fence
+/// costs are taken against the row's own launcher without a fence, the chart is written, and
+/// the summary line precedes nothing but the other methods' lines.
+#[test]
+fn fence_rows_measured_or_skipped_with_a_reason() {
+    let dir = tmp("fence");
+    let json = dir.join("bench.json");
+    let out = bench(&[
+        "fence",
+        "--runs",
+        "3",
+        "--no-install",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    let v = read_json(&json);
+    let f = &v["fence"];
+    assert_eq!(f["unit"], "µs");
+    assert_eq!(f["runs"], 3);
+    assert_eq!(ids(&f["rows"]), FENCE_ROWS);
+    let rows = f["rows"].as_array().unwrap();
+    let by_id = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap();
+    for row in rows {
+        let id = row["id"].as_str().unwrap();
+        assert!(row["command"].as_str().is_some_and(|c| !c.is_empty()), "{row}");
+        if let Some(why) = row["skipped"].as_str() {
+            assert!(!why.is_empty(), "{id}: an empty reason");
+            assert!(row["min_us"].is_null() && row["fence_cost_min_us"].is_null(), "{row}");
+            assert!(stdout.contains(&format!("skipped: {}", &why[..why.len().min(40)])), "{why}");
+            continue;
+        }
+        let (min, median) = (row["min_us"].as_f64().unwrap(), row["median_us"].as_f64().unwrap());
+        assert!(min > 0.0 && min <= median, "{row}");
+        assert_eq!(row["runs"], 3, "{row}");
+        match row["base"].as_str() {
+            None => assert!(row["fence_cost_min_us"].is_null(), "{row}"),
+            Some(base) => {
+                let b = by_id(base);
+                assert!(b["base"].is_null(), "{id}: its base {base} has a base itself");
+                let cost = row["fence_cost_min_us"].as_f64().unwrap();
+                assert!((cost - (min - b["min_us"].as_f64().unwrap())).abs() < 1e-6, "{row}");
+                let cost = row["fence_cost_median_us"].as_f64().unwrap();
+                assert!((cost - (median - b["median_us"].as_f64().unwrap())).abs() < 1e-6);
+            }
+        }
+    }
+    assert!(rows.iter().all(|r| r["previous"].is_null()), "no steps without --steps");
+    // The bases are plain spawns: they always run. The fenced rows name their base.
+    for id in ["spawnkit_plain", "vfork_exec_plain"] {
+        assert!(by_id(id)["skipped"].is_null(), "{}", by_id(id));
+    }
+    assert_eq!(by_id("spawnkit_fence")["base"], "spawnkit_plain");
+    assert_eq!(by_id("shell_unshare_mount_ip")["base"], "vfork_exec_plain");
+    assert_eq!(by_id("bwrap")["base"], "vfork_exec_plain");
+    if !on_path("bwrap") {
+        assert!(by_id("bwrap")["skipped"].as_str().unwrap().contains("--no-install"));
+    }
+    if by_id("spawnkit_fence")["skipped"].is_null() {
+        assert!(stdout.contains("fence cost (minimum, µs): spawnkit "), "{stdout}");
+    }
+    // Only this method ran.
+    assert!(v["latency"]["rows"].as_array().unwrap().is_empty());
+    assert!(v["cpu"]["rows"].as_array().unwrap().is_empty());
+    let png = std::fs::read(dir.join("fence.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "fence.png is not a PNG");
+    let svg = std::fs::read_to_string(dir.join("fence.svg")).unwrap();
+    assert!(svg.contains("spawnkit clone-vfork, no fence"), "the chart names the rows");
+    if by_id("spawnkit_fence")["skipped"].is_null() {
+        assert!(svg.contains("spawnkit, fence in one spawn"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--steps`: each fence built one piece at a time; every step names the one it adds to, and
+/// what it adds is the difference of the two rows.
+#[test]
+fn fence_steps_add_up() {
+    let dir = tmp("fence-steps");
+    let json = dir.join("bench.json");
+    let out = bench(&[
+        "fence",
+        "--steps",
+        "--runs",
+        "2",
+        "--no-install",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    assert!(stdout.contains("== Fence, step by step"), "{stdout}");
+    let v = read_json(&json);
+    assert_eq!(v["fence"]["steps"], true);
+    let rows = v["fence"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 13);
+    for id in FENCE_ROWS {
+        assert!(rows.iter().any(|r| r["id"] == id), "{id} missing");
+    }
+    let by_id = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap();
+    // Each chain starts at its launcher without a fence and ends at the method's row.
+    for (end, start) in [
+        ("spawnkit_fence", "spawnkit_plain"),
+        ("shell_unshare_mount_ip", "vfork_exec_plain"),
+        ("bwrap", "vfork_exec_plain"),
+    ] {
+        let mut id = end.to_string();
+        let mut hops = 0;
+        while let Some(prev) = by_id(&id)["previous"].as_str() {
+            let (row, p) = (by_id(&id), by_id(prev));
+            if let (Some(a), Some(b)) = (row["min_us"].as_f64(), p["min_us"].as_f64()) {
+                assert!((row["added_min_us"].as_f64().unwrap() - (a - b)).abs() < 1e-6, "{row}");
+            } else {
+                assert!(row["added_min_us"].is_null(), "{row}");
+            }
+            id = prev.to_string();
+            hops += 1;
+        }
+        assert_eq!(id, start, "{end}'s steps");
+        assert!(hops >= 3, "{end}: {hops} steps");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A chain whose tools are missing is skipped with the tool's name, and the bwrap row says it
+/// was not installed; the rest still runs. (PATH holds only sh, unshare and mount here.)
+#[test]
+fn fence_rows_without_their_tools_are_skipped_by_name() {
+    let dir = tmp("fence-path");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["sh", "unshare", "mount"] {
+        let Some(found) = std::env::var_os("PATH")
+            .and_then(|p| std::env::split_paths(&p).map(|d| d.join(tool)).find(|p| p.is_file()))
+        else {
+            eprintln!("no {tool} here: nothing to check");
+            return;
+        };
+        std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+    }
+    let json = dir.join("bench.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_spawnkit"))
+        .args(["bench", "fence", "--runs", "2", "--no-install", "--json"])
+        .arg(&json)
+        .env("PATH", &bin)
+        .output()
+        .expect("run spawnkit bench");
+    let stdout = ok(&out);
+    let v = read_json(&json);
+    let rows = v["fence"]["rows"].as_array().unwrap();
+    let skipped = |id: &str| {
+        rows.iter().find(|r| r["id"] == id).unwrap()["skipped"].as_str().map(String::from)
+    };
+    assert_eq!(skipped("shell_unshare_mount_ip").as_deref(), Some("ip not found in PATH"));
+    assert_eq!(skipped("bwrap").as_deref(), Some("bwrap not found in PATH (--no-install)"));
+    assert_eq!(skipped("spawnkit_plain"), None);
+    assert_eq!(skipped("vfork_exec_plain"), None);
+    assert!(
+        stdout.contains("note: fence: bubblewrap (bwrap) skipped: bwrap not found"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Under `cargo run` the bench drops the directories cargo put in LD_LIBRARY_PATH (they slow
+/// down the dynamically linked programs some rows start), keeps the others, and says so.
+#[test]
+fn cargos_library_path_is_dropped_and_the_rest_kept() {
+    let exe = Path::new(env!("CARGO_BIN_EXE_spawnkit"));
+    let target = exe.parent().unwrap().parent().unwrap();
+    let lib = format!("{}:/opt/not-cargos/lib", target.join("release/deps").display());
+    let args = ["bench", "latency", "--sizes", "0", "--rows", "vfork_exec", "--runs", "1"];
+    let run = |cargo: bool| {
+        let mut cmd = Command::new(exe);
+        cmd.args(args).arg("--no-python").env("LD_LIBRARY_PATH", &lib);
+        if cargo {
+            cmd.env("CARGO", "cargo");
+        } else {
+            cmd.env_remove("CARGO");
+        }
+        ok(&cmd.output().expect("run spawnkit bench"))
+    };
+    let stdout = run(true);
+    assert!(
+        stdout.contains("note: LD_LIBRARY_PATH: dropped 1 of its 2 entries, cargo's"),
+        "{stdout}"
+    );
+    assert!(!run(false).contains("LD_LIBRARY_PATH"), "not run by cargo: left alone");
 }
 
 #[test]

@@ -1,12 +1,15 @@
 //! `spawnkit bench`: the field's three published spawn benchmarks, reproduced, with spawnkit
-//! beside the alternatives in one run.
+//! beside the alternatives in one run, and the cost of a fence.
 //!
 //! 1. **latency** ([`latency`], Josh Triplett, LPC 2022): spawn → the child's own
 //!    CLOCK_MONOTONIC, from a small parent, 1 GiB allocated, and 1 GiB touched;
 //! 2. **throughput** ([`throughput`], Gregory P. Smith, CPython PR #99309): processes per
 //!    second with at most N alive;
 //! 3. **cpu** ([`cpu`], the popen_noshell benchmarks): user + system CPU per spawn, without and
-//!    with stdout captured, relative to vfork+exec.
+//!    with stdout captured, relative to vfork+exec;
+//! 4. **fence** ([`fence`]): the latency method for a launch inside a user namespace with a
+//!    private /tmp and a private network, built by spawnkit in one spawn, by `unshare -Urmn` +
+//!    mount + ip in a shell, and by bubblewrap, against the same launches without a fence.
 //!
 //! Every row starts the same tiny static child (bench/tinychild.c, embedded) by the same bare
 //! name, found through the same PATH whose first entry is the directory it was written to; the
@@ -14,6 +17,7 @@
 //! between rows; rows are interleaved so noise on a shared machine hits them alike.
 
 mod cpu;
+mod fence;
 mod latency;
 mod plot;
 mod python;
@@ -46,7 +50,10 @@ pub enum Method {
     Throughput,
     /// User + system CPU per spawn, without and with stdout captured.
     Cpu,
-    /// All three.
+    /// Spawn-to-running with a private /tmp, private network and user namespace: spawnkit,
+    /// unshare + mount + ip in a shell, bubblewrap; the fence's cost in µs.
+    Fence,
+    /// All four.
     All,
 }
 
@@ -56,12 +63,13 @@ pub enum Method {
 Examples:
   spawnkit bench                          (all methods, --quick: under a minute)
   spawnkit bench latency --full           (the published 2000 runs per row and parent size)
+  spawnkit bench fence --runs 1000        (the cost of a private /tmp + network + user namespace)
   spawnkit bench all --full --json bench.json --plot docs/bench")]
 pub struct BenchArgs {
     /// Which method to run.
     #[arg(value_enum, default_value_t = Method::All)]
     pub method: Method,
-    /// Spawns per row and parent size (latency) and per row and mode (cpu)
+    /// Spawns per row and parent size (latency), per row and mode (cpu), per row (fence)
     /// [default: 500 with --quick, 2000 with --full].
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
@@ -84,8 +92,8 @@ pub struct BenchArgs {
     /// Latency: the parent sizes to measure [default: 0,1GiB,1GiB-touched].
     #[arg(long, value_delimiter = ',', value_name = "SIZE,...", value_parser = parse_size)]
     pub sizes: Option<Vec<Size>>,
-    /// Only these rows (ids as in the JSON file: vfork_exec, spawnkit_clone_vfork, ...)
-    /// [default: every row].
+    /// Latency, throughput, cpu: only these rows (ids as in the JSON file: vfork_exec,
+    /// spawnkit_clone_vfork, ...) [default: every row]. The fence method runs all of its rows.
     #[arg(long, value_delimiter = ',', value_name = "ID,...", value_parser = parse_row)]
     pub rows: Option<Vec<rows::Row>>,
     /// Write every row, the machine and the ratios as JSON.
@@ -100,6 +108,15 @@ pub struct BenchArgs {
     /// Skip the Python rows.
     #[arg(long)]
     pub no_python: bool,
+    /// Fence: when bwrap is missing, skip its row instead of installing Debian's bubblewrap
+    /// package with apt-get.
+    #[arg(long)]
+    pub no_install: bool,
+    /// Fence: also build each fence one piece at a time (spawnkit: user ns, + mount ns and
+    /// tmpfs, + net ns, + lo up; unshare, + sh, + mount, + ip; bwrap: user ns, + tmpfs, + net)
+    /// and print what each piece adds.
+    #[arg(long)]
+    pub steps: bool,
 }
 
 fn parse_row(s: &str) -> Result<rows::Row, String> {
@@ -124,6 +141,8 @@ pub struct Config {
     pub iterations: usize,
     pub active: usize,
     pub cpu_spawns: usize,
+    pub fence_runs: usize,
+    pub fence_steps: bool,
 }
 
 impl Config {
@@ -143,6 +162,8 @@ impl Config {
             iterations: a.iterations.unwrap_or(iterations),
             active: a.active.unwrap_or(2 * cores + 1),
             cpu_spawns: runs,
+            fence_runs: runs,
+            fence_steps: a.steps,
         };
         if c.runs == 0 || c.iterations == 0 || c.active == 0 || c.totals.contains(&0) {
             return Err("--runs, --iterations, --active and --totals must be at least 1".into());
@@ -232,9 +253,21 @@ fn utc_now() -> String {
 /// The temporary directory holding the tiny child, first in PATH; removed on drop.
 struct ChildDir(PathBuf);
 
+/// Where the tiny child's directory goes: the temporary directory, unless that is /tmp (or
+/// below it), which the fence method replaces with a tmpfs: then /var/tmp, when there is one.
+fn child_base() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    let var_tmp = Path::new("/var/tmp");
+    if tmp.starts_with("/tmp") && var_tmp.is_dir() {
+        var_tmp.to_owned()
+    } else {
+        tmp
+    }
+}
+
 impl ChildDir {
     fn create() -> Result<ChildDir, String> {
-        let dir = std::env::temp_dir().join(format!("spawnkit-bench-{}", std::process::id()));
+        let dir = child_base().join(format!("spawnkit-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let d = ChildDir(dir);
         let tiny = d.0.join(TINY_NAME);
@@ -262,6 +295,40 @@ impl Drop for ChildDir {
     }
 }
 
+/// `cargo run` puts its own directories (the target directory's, the toolchain's libraries)
+/// in front of LD_LIBRARY_PATH. Every dynamically linked program a row starts (the shell of
+/// system() and popen(); unshare, sh, mount, ip and bwrap in the fence method) would then look
+/// for each of its libraries there first: ~0.85 ms more for the shell chain, ~0.2 ms for
+/// bwrap, here. Drop those entries, so `cargo run -- bench` measures what running the binary
+/// measures; returns a note saying so. Call while this process has no other thread.
+fn drop_cargo_library_path() -> Option<String> {
+    std::env::var_os("CARGO")?;
+    let old = std::env::var_os("LD_LIBRARY_PATH")?;
+    let target = std::env::current_exe().ok()?.parent()?.parent()?.to_path_buf();
+    let toolchains = std::env::var_os("RUSTUP_HOME").map(|h| PathBuf::from(h).join("toolchains"));
+    let is_cargos = |d: &Path| {
+        d.starts_with(&target)
+            || toolchains.as_ref().is_some_and(|t| d.starts_with(t))
+            || d.to_string_lossy().contains("/.rustup/toolchains/")
+    };
+    let all: Vec<PathBuf> = std::env::split_paths(&old).collect();
+    let kept: Vec<&PathBuf> = all.iter().filter(|d| !is_cargos(d)).collect();
+    let dropped = all.len() - kept.len();
+    if dropped == 0 {
+        return None;
+    }
+    if kept.is_empty() {
+        std::env::remove_var("LD_LIBRARY_PATH");
+    } else {
+        std::env::set_var("LD_LIBRARY_PATH", std::env::join_paths(kept).ok()?);
+    }
+    Some(format!(
+        "LD_LIBRARY_PATH: dropped {dropped} of its {} entries, cargo's (they slow down every \
+         dynamically linked program a row starts)",
+        all.len()
+    ))
+}
+
 /// Everything one run measured; what is not run stays empty.
 pub struct Results {
     pub machine: Machine,
@@ -270,6 +337,9 @@ pub struct Results {
     pub latency_sizes: Vec<Size>,
     pub throughput: Vec<throughput::ThroughputRow>,
     pub cpu: Vec<cpu::CpuRow>,
+    pub fence: Vec<fence::FenceRow>,
+    /// The fence rows' tools and their versions (unshare, sh, mount, ip, bwrap).
+    pub fence_tools: Vec<(String, String)>,
     pub notes: Vec<String>,
     pub python: Option<python::PythonInfo>,
     pub seconds: f64,
@@ -295,11 +365,15 @@ fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row]) -> u
             .sum();
         n += c.cpu_spawns * cells;
     }
+    if matches!(m, Method::Fence | Method::All) {
+        n += fence::planned(c.fence_runs, c.fence_steps);
+    }
     n as u64
 }
 
 fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
     let started = Instant::now();
+    let cargo_note = drop_cargo_library_path();
     let dir = ChildDir::create()?;
     let prog = CString::new(TINY_NAME).map_err(|e| e.to_string())?;
     let null = sys::dev_null()?;
@@ -309,7 +383,9 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
         latency_sizes: Vec::new(),
         throughput: Vec::new(),
         cpu: Vec::new(),
-        notes: Vec::new(),
+        fence: Vec::new(),
+        fence_tools: Vec::new(),
+        notes: cargo_note.into_iter().collect(),
         python: None,
         seconds: 0.0,
         config,
@@ -317,8 +393,11 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
     let c = res.config.clone();
     let sizes = args.sizes.clone().unwrap_or(latency::SIZES.to_vec());
     let all: Vec<rows::Row> = args.rows.clone().unwrap_or(rows::ALL.to_vec());
-    let progress = Progress::new(planned_spawns(&c, args.method, &sizes, &all));
     let m = args.method;
+    // Before the progress bar: this may run apt-get, whose output goes to stderr.
+    let fence_setup = matches!(m, Method::Fence | Method::All)
+        .then(|| fence::setup(TINY_NAME, dir.path(), !args.no_install, c.fence_steps));
+    let progress = Progress::new(planned_spawns(&c, args.method, &sizes, &all));
     if matches!(m, Method::Latency | Method::All) {
         res.latency_sizes = sizes.clone();
         res.latency_sizes.sort();
@@ -377,6 +456,16 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
     }
     if matches!(m, Method::Cpu | Method::All) {
         res.cpu = cpu::run(&all, c.cpu_spawns, &prog, null.as_raw_fd(), &progress)?;
+    }
+    if let Some(setup) = &fence_setup {
+        res.fence = fence::run(setup, c.fence_runs, &prog, &progress);
+        res.fence_tools = setup.tools.clone();
+        res.notes.extend(setup.notes.iter().cloned());
+        for r in &res.fence {
+            if let Some(why) = &r.skipped {
+                res.notes.push(format!("fence: {} skipped: {why}", r.fence.name()));
+            }
+        }
     }
     progress.0.finish_and_clear();
     res.seconds = started.elapsed().as_secs_f64();

@@ -1,5 +1,6 @@
 //! Charts a person can read, as SVG and PNG: latency bars per row and parent size, CPU bars
-//! per row and mode, throughput curves. Text uses DejaVu Sans, embedded (no system fonts).
+//! per row and mode, throughput curves, fence bars (time to the child running, and the
+//! fence's cost). Text uses DejaVu Sans, embedded (no system fonts).
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -62,6 +63,9 @@ struct Bars<'a> {
     x_label: &'a str,
     groups: Vec<String>,
     rows: Vec<(String, Vec<Bar>)>,
+    /// The legend in the upper right corner (where the top rows' bars are short) instead of a
+    /// third of the way down.
+    legend_top: bool,
 }
 
 fn draw_bars<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, b: &Bars<'_>) -> Result<(), String>
@@ -143,11 +147,16 @@ where
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
     }
     // The legend sits at the right, a third of the way down: the longest bars (fork from a
-    // large parent) are at the top and bottom rows.
+    // large parent) are at the top and bottom rows. Or at the top, when asked.
     let (w, h) = chart.plotting_area().dim_in_pixel();
+    let at = if b.legend_top {
+        SeriesLabelPosition::UpperRight
+    } else {
+        SeriesLabelPosition::Coordinate(w as i32 - 200, h as i32 / 3)
+    };
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::Coordinate(w as i32 - 200, h as i32 / 3))
+        .position(at)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .label_font((FONT, 13))
@@ -258,6 +267,7 @@ fn latency_bars(res: &Results) -> Bars<'static> {
         x_label: "µs from spawn to the child running (log scale)",
         groups,
         rows,
+        legend_top: false,
     }
 }
 
@@ -280,6 +290,31 @@ fn cpu_bars(res: &Results) -> Bars<'static> {
         x_label: "µs of CPU per spawn (log scale)",
         groups: vec!["stdout to /dev/null".into(), "stdout captured (pipe)".into()],
         rows,
+        legend_top: false,
+    }
+}
+
+fn fence_bars(res: &Results) -> Bars<'static> {
+    let rows = super::fence::ALL
+        .iter()
+        .filter_map(|f| res.fence.iter().find(|r| r.fence == *f && r.stats.is_some()))
+        .map(|r| {
+            let run = r.stats.map(|s| (s.min_us, Some(s.median_us)));
+            // A cost at or below zero (noise on a base-sized difference) has no bar on a log axis.
+            let cost = r.cost(&res.fence).filter(|c| c.0 > 0.0).map(|c| (c.0, Some(c.1.max(c.0))));
+            (r.fence.name().to_string(), vec![run, cost])
+        })
+        .collect();
+    Bars {
+        title:
+            "Fence (private /tmp + network + user ns): minimum (bar), median (line), µs, log scale",
+        x_label: "µs (log scale); lower is better",
+        groups: vec![
+            "spawn → the child running".into(),
+            "fence cost (− same launcher, no fence)".into(),
+        ],
+        rows,
+        legend_top: true,
     }
 }
 
@@ -294,6 +329,9 @@ pub fn write_all(res: &Results, dir: &Path) -> Result<Vec<PathBuf>, String> {
     }
     if !res.cpu.is_empty() {
         bars.push(("cpu", cpu_bars(res)));
+    }
+    if res.fence.iter().any(|r| r.stats.is_some()) {
+        bars.push(("fence", fence_bars(res)));
     }
     for (name, b) in &bars {
         let h = 120 + 32 * b.rows.len() as u32 * (b.groups.len() as u32).max(2) / 2;

@@ -3,6 +3,7 @@
 use serde_json::{json, Map, Value};
 
 use super::cpu::{self, CpuRow};
+use super::fence::{self, FenceRow};
 use super::latency::{self, LatencyRow, Size};
 use super::Results;
 
@@ -179,6 +180,96 @@ fn print_cpu(res: &Results) {
     println!();
 }
 
+fn print_fence(res: &Results) {
+    println!(
+        "== Fence: private /tmp + private network (lo up) + user namespace (uid 0 inside), \
+         spawn -> the child running, µs"
+    );
+    println!(
+        "   {} runs per row, rows taking turns in blocks of {}; fence cost = the row minus the \
+         same launcher without a fence",
+        res.config.fence_runs,
+        latency::BLOCK
+    );
+    let w = 34;
+    println!(
+        "{:<w$} | {:>9} {:>9} | {:>9} {:>9} | cost taken against",
+        "row", "min", "median", "cost min", "median"
+    );
+    let main = fence::ALL.iter().filter_map(|f| res.fence.iter().find(|r| r.fence == *f));
+    for row in main {
+        print!("{:<w$}", row.fence.name());
+        if let Some(why) = &row.skipped {
+            let short: String = why.chars().take(90).collect();
+            println!(" | skipped: {short}");
+            continue;
+        }
+        let Some(st) = row.stats else {
+            println!(" | -");
+            continue;
+        };
+        print!(" | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us));
+        match (row.cost(&res.fence), row.fence.base()) {
+            (Some((min, med)), Some(base)) => {
+                println!(" | {:>9} {:>9} | {}", fmt_us(min), fmt_us(med), base.name())
+            }
+            (None, Some(base)) => {
+                println!(" | {:>9} {:>9} | {} (not measured)", "-", "-", base.name())
+            }
+            (_, None) => println!(" | {:>9} {:>9} |", "(base)", ""),
+        }
+    }
+    if !res.fence_tools.is_empty() {
+        let tools: Vec<String> = res.fence_tools.iter().map(|(t, v)| format!("{t}: {v}")).collect();
+        println!("   tools: {}", tools.join("; "));
+    }
+    println!();
+    if res.config.fence_steps {
+        print_fence_steps(res);
+    }
+}
+
+/// `--steps`: each fence built one piece at a time, with what each piece adds.
+fn print_fence_steps(res: &Results) {
+    println!("== Fence, step by step: each line adds one piece to the line above it, µs");
+    let w = 34;
+    println!("{:<w$} | {:>9} {:>9} | {:>9} {:>9}", "step", "min", "median", "adds min", "median");
+    for row in &res.fence {
+        print!("{:<w$}", row.fence.step());
+        if let Some(why) = &row.skipped {
+            let short: String = why.chars().take(90).collect();
+            println!(" | skipped: {short}");
+            continue;
+        }
+        let Some(st) = row.stats else {
+            println!(" | -");
+            continue;
+        };
+        print!(" | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us));
+        match row.added(&res.fence) {
+            Some((min, med)) => println!(" | {:>9} {:>9}", fmt_us(min), fmt_us(med)),
+            None => println!(" |"),
+        }
+    }
+    println!();
+}
+
+/// The fence's cost (minimum) per fenced row, and each as a multiple of spawnkit's.
+fn fence_summary(rows: &[FenceRow]) -> Option<String> {
+    let cost = |f: fence::Fence| rows.iter().find(|r| r.fence == f)?.cost(rows).map(|c| c.0);
+    let sk = cost(fence::Fence::Spawnkit);
+    let mut parts = Vec::new();
+    for f in [fence::Fence::Spawnkit, fence::Fence::Shell, fence::Fence::Bwrap] {
+        let Some(c) = cost(f) else { continue };
+        let times = match sk {
+            Some(s) if f != fence::Fence::Spawnkit && s > 0.0 => format!(" ({:.1}×)", c / s),
+            _ => String::new(),
+        };
+        parts.push(format!("{} {}{times}", f.short(), fmt_us(c)));
+    }
+    (!parts.is_empty()).then(|| format!("fence cost (minimum, µs): {}", parts.join(", ")))
+}
+
 fn fmt_ratio(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |v| format!("{v:.2}"))
 }
@@ -200,11 +291,17 @@ pub fn print(res: &Results) {
     if !res.cpu.is_empty() {
         print_cpu(res);
     }
+    if !res.fence.is_empty() {
+        print_fence(res);
+    }
     for n in &res.notes {
         println!("note: {n}");
     }
     println!("({:.0} s)", res.seconds);
     println!();
+    if let Some(line) = fence_summary(&res.fence) {
+        println!("{line}");
+    }
     let [plain, captured] = cpu_vs_vfork(&res.cpu);
     if plain.is_some() || captured.is_some() {
         let p = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:+.1} %"));
@@ -295,6 +392,31 @@ pub fn json(res: &Results) -> Value {
                    "captured": cell_json(r.captured, base.and_then(|b| b.captured))})
         })
         .collect();
+    let fence: Vec<Value> = res
+        .fence
+        .iter()
+        .map(|r| {
+            let cost = r.cost(&res.fence);
+            let steps = res.config.fence_steps;
+            let previous = r.fence.previous().filter(|_| steps);
+            let added = previous.and_then(|_| r.added(&res.fence));
+            json!({"id": r.fence.id(), "name": r.fence.name(), "kind": r.fence.kind(),
+                   "command": r.command,
+                   "min_us": r.stats.map(|s| s.min_us),
+                   "median_us": r.stats.map(|s| s.median_us),
+                   "mean_us": r.stats.map(|s| s.mean_us),
+                   "runs": r.stats.map_or(0, |s| s.runs),
+                   "base": r.fence.base().map(|b| b.id()),
+                   "fence_cost_min_us": cost.map(|c| c.0),
+                   "fence_cost_median_us": cost.map(|c| c.1),
+                   "previous": previous.map(|p| p.id()),
+                   "added_min_us": added.map(|a| a.0),
+                   "added_median_us": added.map(|a| a.1),
+                   "skipped": r.skipped})
+        })
+        .collect();
+    let tools: Map<String, Value> =
+        res.fence_tools.iter().map(|(t, v)| (t.clone(), json!(v))).collect();
     let mut ratios = Map::new();
     for r in &RATIOS {
         let mut per = Map::new();
@@ -314,12 +436,20 @@ pub fn json(res: &Results) -> Value {
         "config": {"preset": c.preset, "runs": c.runs, "fork_touched_runs": c.fork_touched_runs,
                    "latency_block": latency::BLOCK, "cpu_block": cpu::BLOCK,
                    "totals": c.totals, "iterations": c.iterations, "active": c.active,
-                   "cpu_spawns": c.cpu_spawns},
+                   "cpu_spawns": c.cpu_spawns, "fence_runs": c.fence_runs},
         "seconds": res.seconds,
         "latency": {"unit": "µs", "parent_sizes": res.latency_sizes.iter().map(|s| s.key()).collect::<Vec<_>>(),
                     "rows": latency},
         "throughput": {"unit": "processes/s", "rows": throughput},
         "cpu": {"unit": "µs per spawn", "rows": cpu},
+        "fence": {"unit": "µs", "runs": c.fence_runs, "block": latency::BLOCK,
+                  "steps": c.fence_steps,
+                  "measures": "spawn -> the tiny child running (its own CLOCK_MONOTONIC)",
+                  "fence": "user namespace (caller = uid 0), mount namespace with a tmpfs on /tmp, \
+                            network namespace with lo up",
+                  "fence_cost": "min_us/median_us minus those of the row named by base \
+                                 (the same launcher without a fence)",
+                  "tools": tools, "rows": fence},
         "notes": res.notes,
         "ratios": ratios,
         "other_ratios": {

@@ -1,7 +1,7 @@
 //! The few system calls the benchmark itself makes (parent side only): the monotonic clock,
 //! pipes, reads, waits, CPU usage, and the memory a "large parent" holds.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
@@ -75,6 +75,25 @@ pub fn read_to_eof(fd: RawFd) -> Result<usize, String> {
             return Ok(total);
         }
         total += n as usize;
+    }
+}
+
+/// Read until EOF, appending to `out` (a trial run's captured stderr).
+pub fn read_to_vec(fd: RawFd, out: &mut Vec<u8>) -> Result<(), String> {
+    let mut buf = [0u8; 512];
+    loop {
+        // SAFETY: reads into `buf`.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len()) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return last_error("read");
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        out.extend_from_slice(&buf[..n as usize]);
     }
 }
 
@@ -196,6 +215,7 @@ impl Drop for Ballast {
 extern "C" {
     fn bl_fork_exec(prog: *const c_char, out_fd: c_int) -> c_int;
     fn bl_vfork_exec(prog: *const c_char, out_fd: c_int) -> c_int;
+    fn bl_vfork_execvp_argv(argv: *const *const c_char, out_fd: c_int, err_fd: c_int) -> c_int;
     fn bl_posix_spawnp(prog: *const c_char, out_fd: c_int) -> c_int;
     fn bl_system(prog: *const c_char, out_fd: c_int) -> c_int;
     fn bl_popen(prog: *const c_char, handle: *mut *mut c_void) -> c_int;
@@ -235,6 +255,38 @@ impl Baseline {
         };
         check(what, r)
     }
+}
+
+/// An argument vector for [`vfork_execvp`]: the strings and the NULL-terminated pointer array
+/// into them, built once, outside any timed window.
+pub struct Argv {
+    _strings: Vec<CString>,
+    ptrs: Vec<*const c_char>,
+}
+
+impl Argv {
+    pub fn new<S: AsRef<str>>(args: &[S]) -> Result<Argv, String> {
+        let strings = args
+            .iter()
+            .map(|a| CString::new(a.as_ref()).map_err(|_| format!("{:?}: NUL byte", a.as_ref())))
+            .collect::<Result<Vec<CString>, String>>()?;
+        if strings.is_empty() {
+            return Err("empty argument vector".into());
+        }
+        let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        Ok(Argv { _strings: strings, ptrs })
+    }
+}
+
+/// vfork + dup2 + execvp(argv[0], argv) (bench/baselines.c): the launcher of the fence
+/// method's shell and bubblewrap rows. stdout goes to `out_fd`; stderr to `err_fd` when given
+/// (the trial run captures it for the skip reason), else it stays ours. Returns the pid.
+pub fn vfork_execvp(argv: &Argv, out_fd: RawFd, err_fd: Option<RawFd>) -> Result<c_int, String> {
+    // SAFETY: `argv.ptrs` is a NULL-terminated array of pointers into `argv._strings`, alive
+    // for the call; the C function passes it to execvp in the vfork child; the fds are ours.
+    let r = unsafe { bl_vfork_execvp_argv(argv.ptrs.as_ptr(), out_fd, err_fd.unwrap_or(-1)) };
+    check("vfork", r)
 }
 
 /// A popen()ed child: its FILE* and the read end of its pipe.
