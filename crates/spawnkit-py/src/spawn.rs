@@ -434,10 +434,10 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<(Command, Option<Lock>)> {
         // starts (the engine has closed the others by then), which includes it.
         let keep_open_at_entry = extras.lock.is_some();
         let hook = Preexec { f: f.clone().unbind(), close_fds_except, keep_open_at_entry };
-        // SAFETY: the hook runs Python code in a fork()ed child, which is not
-        // async-signal-safe; this is exactly the hazard CPython documents for preexec_fn
-        // ("not safe to use in the presence of threads") and takes the same way: the GIL is
-        // held across the fork and PyOS_AfterFork_Child runs before any Python code.
+        // The hook runs Python code in a fork()ed child, which is not async-signal-safe: the
+        // hazard CPython documents for preexec_fn ("not safe in the presence of threads").
+        // SAFETY: taken the same way as CPython: the GIL is held across the fork and
+        // PyOS_AfterFork_Child runs before any Python code.
         unsafe { cmd.pre_exec(move || hook.run()) };
         // pre_exec picked fork-exec: an explicit other strategy is refused by the engine.
         if let Some(s) = extras.strategy {

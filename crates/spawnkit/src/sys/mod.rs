@@ -151,10 +151,10 @@ pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i
     let (vfork, flags) = (notify.is_none(), plan.clone_flags);
     let cloned = stack::with_stack(|stack| {
         let _blocked = SignalsBlocked::new();
-        // SAFETY: signals are blocked; `ctx` points into `plan`, `report` and `scratch`, which
-        // outlive the child's use of them: with CLONE_VFORK the clone returns only after
-        // execve or exit; without it, the wait for EOF below comes before this closure
-        // returns (and with it `stack`) and before `ctx` or `report` is touched again.
+        // Without CLONE_VFORK, the wait for EOF below comes before this closure returns (and
+        // with it `stack`) and before `ctx` or `report` is touched again.
+        // SAFETY: signals are blocked; `ctx`, `report`, `scratch` and `stack` outlive the
+        // child's use of them (CLONE_VFORK returns only after execve or exit).
         let cloned = unsafe { clone::clone_vfork(&mut ctx, stack, flags, cgroup, vfork) }?;
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
             // Only the child holds the write end now: EOF comes when it execs or exits.
