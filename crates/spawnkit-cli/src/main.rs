@@ -6,6 +6,8 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod mem;
+mod ps;
 mod run;
 
 /// The exit code of a usage error (bad flag or value), as env(1) and `spawnkit run` use it for
@@ -39,6 +41,12 @@ enum Cmd {
     /// spawnkit's strategies beside fork, vfork, posix_spawn, system(), popen() and Python;
     /// and the cost of a fence (private /tmp + network + user namespace) beside unshare, bwrap.
     Bench(bench::BenchArgs),
+    /// List processes: pid, ppid, comm, state, uid, threads, start time, rss, command line;
+    /// from a BPF task iterator (one read for all tasks) or a lean /proc walker.
+    Ps(ps::PsArgs),
+    /// Memory per process (RSS, PSS, USS, swap, shared memory kept apart) and anonymous
+    /// shared regions counted once each, with the processes that map them.
+    Mem(mem::MemArgs),
 }
 
 fn main() {
@@ -55,6 +63,8 @@ fn main() {
     let code = match &cli.command {
         Cmd::Run(args) => run::main(args),
         Cmd::Bench(args) => bench::main(args),
+        Cmd::Ps(args) => ps::main(args),
+        Cmd::Mem(args) => mem::main(args),
     };
     std::process::exit(code);
 }

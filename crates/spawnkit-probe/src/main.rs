@@ -11,6 +11,9 @@
 
 use std::io::{Read, Write};
 
+mod shm;
+mod tree;
+
 fn status_field(status: &str, key: &str) -> String {
     status
         .lines()
@@ -108,6 +111,8 @@ fn main() {
     let num = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
     match mode {
         "state" => state(),
+        "tree" => tree::main(&args[2..]),
+        "shm-fixture" => shm::main(&args[2..]),
         "fds" => {
             let list: Vec<String> = fds().into_iter().map(|(fd, _, _)| fd.to_string()).collect();
             println!("{}", list.join(" "));

@@ -23,6 +23,7 @@
 
 mod error;
 mod isolate;
+pub mod observe;
 mod orphans;
 mod spawn;
 #[allow(unsafe_code)]

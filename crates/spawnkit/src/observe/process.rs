@@ -1,0 +1,155 @@
+//! The record every backend fills: one process (thread-group leader) of the table.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// A process's short name as the kernel keeps it (`comm`: at most 15 bytes, any bytes but
+/// NUL: spaces, parentheses and newlines included), stored inline so that listing allocates
+/// nothing per process.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Comm {
+    len: u8,
+    bytes: [u8; 16],
+}
+
+impl Comm {
+    /// The kernel's limit: TASK_COMM_LEN (16) minus the NUL.
+    pub const MAX: usize = 15;
+
+    /// From raw bytes; stops at the first NUL and keeps at most [`Comm::MAX`] bytes.
+    pub fn new(raw: &[u8]) -> Comm {
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len()).min(Self::MAX);
+        let mut bytes = [0u8; 16];
+        bytes[..end].copy_from_slice(&raw[..end]);
+        Comm { len: end as u8, bytes }
+    }
+
+    /// The raw bytes, without the NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+
+    /// As text; bytes that are not UTF-8 become U+FFFD.
+    pub fn to_string_lossy(&self) -> Cow<'_, str> {
+        String::from_utf8_lossy(self.as_bytes())
+    }
+}
+
+impl fmt::Display for Comm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_string_lossy())
+    }
+}
+
+impl fmt::Debug for Comm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.to_string_lossy(), f)
+    }
+}
+
+/// The state letter `ps` shows (procps `s`/`state`), from `/proc/PID/stat` field 3 or from the
+/// kernel's task state bits (see `fs/proc/array.c`: "RSDTtXZPI").
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum State {
+    /// R: running or runnable.
+    Running,
+    /// S: interruptible sleep.
+    Sleeping,
+    /// D: uninterruptible sleep.
+    DiskSleep,
+    /// T: stopped by a signal.
+    Stopped,
+    /// t: stopped by a tracer.
+    TracingStop,
+    /// X: dead (never seen in practice).
+    Dead,
+    /// Z: zombie, exited and not yet reaped.
+    Zombie,
+    /// P: parked kernel thread.
+    Parked,
+    /// I: idle kernel thread.
+    Idle,
+    /// Any other letter a future kernel may report.
+    Other(u8),
+}
+
+impl State {
+    /// From the letter in `/proc/PID/stat`.
+    pub fn from_letter(c: u8) -> State {
+        match c {
+            b'R' => State::Running,
+            b'S' => State::Sleeping,
+            b'D' => State::DiskSleep,
+            b'T' => State::Stopped,
+            b't' => State::TracingStop,
+            b'X' | b'x' => State::Dead,
+            b'Z' => State::Zombie,
+            b'P' => State::Parked,
+            b'I' => State::Idle,
+            other => State::Other(other),
+        }
+    }
+
+    /// The letter `ps` prints.
+    pub fn letter(self) -> char {
+        match self {
+            State::Running => 'R',
+            State::Sleeping => 'S',
+            State::DiskSleep => 'D',
+            State::Stopped => 'T',
+            State::TracingStop => 't',
+            State::Dead => 'X',
+            State::Zombie => 'Z',
+            State::Parked => 'P',
+            State::Idle => 'I',
+            State::Other(c) => c as char,
+        }
+    }
+}
+
+/// One process (thread-group leader) as a backend saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    /// Process id (tgid), in the caller's pid namespace view of /proc.
+    pub pid: i32,
+    /// Parent's process id; 0 for init and kthreadd.
+    pub ppid: i32,
+    /// Short name (`comm`).
+    pub comm: Comm,
+    /// State letter.
+    pub state: State,
+    /// Effective uid; `None` when [`Fields::uid`] was not asked for.
+    pub uid: Option<u32>,
+    /// Number of threads.
+    pub threads: u32,
+    /// Start time in clock ticks (USER_HZ = 100) after boot, as `/proc/PID/stat` field 22.
+    pub start_ticks: u64,
+    /// Resident set size in bytes, from the kernel's mm counters (`/proc/PID/stat` field 24
+    /// times the page size); 0 for kernel threads.
+    pub rss_bytes: u64,
+    /// The raw `/proc/PID/cmdline` (arguments separated by NUL); `None` when
+    /// [`Fields::cmdline`] was not asked for or the process had vanished by then.
+    pub cmdline: Option<Vec<u8>>,
+}
+
+/// Fields that cost extra per process and are filled only when asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fields {
+    /// Fill [`Process::uid`] (the procfs backend then reads `status` as well as `stat`).
+    pub uid: bool,
+    /// Fill [`Process::cmdline`] (one more read per process, for either backend).
+    pub cmdline: bool,
+}
+
+/// Which way to read the process table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The BPF task iterator when it loads (root or CAP_BPF+CAP_PERFMON, kernel >= 5.8, this
+    /// build has the BPF program), else the procfs walker.
+    #[default]
+    Auto,
+    /// One read of a BPF task iterator yields binary records for every task.
+    Bpf,
+    /// getdents64 over /proc and one read of `stat` per process.
+    Procfs,
+}
