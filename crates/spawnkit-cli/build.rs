@@ -2,6 +2,7 @@
 //! - `tinychild`: the tiny static child of the latency method (no libc, three raw system
 //!   calls), compiled with the C compiler the `cc` crate picks for the target and embedded in
 //!   the binary (`include_bytes!` from OUT_DIR);
+//! - `herd`: bench/herd.c, N sleeping processes for `spawnkit bench ps`, built the same way;
 //! - `baselines.c`: fork+exec, vfork+exec, posix_spawnp, system(), popen(), as a static
 //!   library linked into the binary.
 //!
@@ -15,8 +16,10 @@ fn main() {
     let bench = manifest.join("../../bench");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let tiny_src = bench.join("tinychild.c");
+    let herd_src = bench.join("herd.c");
     let baselines = bench.join("baselines.c");
     println!("cargo:rerun-if-changed={}", tiny_src.display());
+    println!("cargo:rerun-if-changed={}", herd_src.display());
     println!("cargo:rerun-if-changed={}", baselines.display());
 
     cc::Build::new()
@@ -27,24 +30,26 @@ fn main() {
         .compile("spawnkit_bench_baselines");
 
     let compiler = cc::Build::new().get_compiler();
-    let tiny = out.join("tinychild");
-    let status = Command::new(compiler.path())
-        .args([
-            "-static",
-            "-nostdlib",
-            "-nostartfiles",
-            "-O2",
-            "-fno-stack-protector",
-            "-fno-asynchronous-unwind-tables",
-            "-fno-pie",
-            "-no-pie",
-            "-Wl,--build-id=none",
-            "-s",
-            "-o",
-        ])
-        .arg(&tiny)
-        .arg(&tiny_src)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", compiler.path().display()));
-    assert!(status.success(), "building {} failed: {status}", tiny_src.display());
+    for (name, src) in [("tinychild", &tiny_src), ("herd", &herd_src)] {
+        let bin = out.join(name);
+        let status = Command::new(compiler.path())
+            .args([
+                "-static",
+                "-nostdlib",
+                "-nostartfiles",
+                "-O2",
+                "-fno-stack-protector",
+                "-fno-asynchronous-unwind-tables",
+                "-fno-pie",
+                "-no-pie",
+                "-Wl,--build-id=none",
+                "-s",
+                "-o",
+            ])
+            .arg(&bin)
+            .arg(src)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", compiler.path().display()));
+        assert!(status.success(), "building {} failed: {status}", src.display());
+    }
 }

@@ -9,7 +9,9 @@
 //!    with stdout captured, relative to vfork+exec;
 //! 4. **fence** ([`fence`]): the latency method for a launch inside a user namespace with a
 //!    private /tmp and a private network, built by spawnkit in one spawn, by `unshare -Urmn` +
-//!    mount + ip in a shell, and by bubblewrap, against the same launches without a fence.
+//!    mount + ip in a shell, and by bubblewrap, against the same launches without a fence;
+//! 5. **ps** ([`ps`]): N sleeping processes, then `spawnkit ps` (BPF and /proc backends)
+//!    beside `ps ax`, `spawnkit.ps()` beside psutil, `spawnkit mem` beside smem.
 //!
 //! Every row starts the same tiny static child (bench/tinychild.c, embedded) by the same bare
 //! name, found through the same PATH whose first entry is the directory it was written to; the
@@ -20,6 +22,7 @@ mod cpu;
 mod fence;
 mod latency;
 mod plot;
+mod ps;
 mod python;
 mod report;
 mod rows;
@@ -53,7 +56,10 @@ pub enum Method {
     /// Spawn-to-running with a private /tmp, private network and user namespace: spawnkit,
     /// unshare + mount + ip in a shell, bubblewrap; the fence's cost in µs.
     Fence,
-    /// All four.
+    /// N sleeping processes, then `spawnkit ps` (BPF, /proc) beside `ps ax`, `spawnkit.ps()`
+    /// beside psutil's process_iter, `spawnkit mem` beside smem.
+    Ps,
+    /// All five.
     All,
 }
 
@@ -64,6 +70,7 @@ Examples:
   spawnkit bench                          (all methods, --quick: under a minute)
   spawnkit bench latency --full           (the published 2000 runs per row and parent size)
   spawnkit bench fence --runs 1000        (the cost of a private /tmp + network + user namespace)
+  spawnkit bench ps --full                (10,000 sleeping processes: spawnkit ps beside ps, psutil, smem)
   spawnkit bench all --full --json bench.json --plot docs/bench")]
 pub struct BenchArgs {
     /// Which method to run.
@@ -108,8 +115,11 @@ pub struct BenchArgs {
     /// Skip the Python rows.
     #[arg(long)]
     pub no_python: bool,
-    /// Fence: when bwrap is missing, skip its row instead of installing Debian's bubblewrap
-    /// package with apt-get.
+    /// Ps: how many sleeping processes to start [default: 1000 with --quick, 10000 with --full].
+    #[arg(long, value_name = "N")]
+    pub procs: Option<usize>,
+    /// Fence, ps: when bwrap, smem or psutil is missing, skip its row instead of installing it
+    /// (bubblewrap and smem from Debian's packages with apt-get, psutil with pip).
     #[arg(long)]
     pub no_install: bool,
     /// Fence: also build each fence one piece at a time (spawnkit: user ns, + mount ns and
@@ -143,6 +153,9 @@ pub struct Config {
     pub cpu_spawns: usize,
     pub fence_runs: usize,
     pub fence_steps: bool,
+    pub ps_procs: usize,
+    pub ps_runs: usize,
+    pub ps_mem_runs: usize,
 }
 
 impl Config {
@@ -153,6 +166,7 @@ impl Config {
         } else {
             ("quick", 500, 50, vec![32, 128, 384], 5)
         };
+        let (ps_procs, ps_runs, ps_mem_runs) = if a.full { (10_000, 10, 3) } else { (1000, 5, 2) };
         let runs = a.runs.unwrap_or(runs);
         let c = Config {
             preset,
@@ -164,6 +178,9 @@ impl Config {
             cpu_spawns: runs,
             fence_runs: runs,
             fence_steps: a.steps,
+            ps_procs: a.procs.unwrap_or(ps_procs),
+            ps_runs,
+            ps_mem_runs,
         };
         if c.runs == 0 || c.iterations == 0 || c.active == 0 || c.totals.contains(&0) {
             return Err("--runs, --iterations, --active and --totals must be at least 1".into());
@@ -340,6 +357,7 @@ pub struct Results {
     pub fence: Vec<fence::FenceRow>,
     /// The fence rows' tools and their versions (unshare, sh, mount, ip, bwrap).
     pub fence_tools: Vec<(String, String)>,
+    pub ps: Option<ps::PsResults>,
     pub notes: Vec<String>,
     pub python: Option<python::PythonInfo>,
     pub seconds: f64,
@@ -368,6 +386,9 @@ fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row]) -> u
     if matches!(m, Method::Fence | Method::All) {
         n += fence::planned(c.fence_runs, c.fence_steps);
     }
+    if matches!(m, Method::Ps | Method::All) {
+        n += ps::planned(c.ps_runs, c.ps_mem_runs);
+    }
     n as u64
 }
 
@@ -385,6 +406,7 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
         cpu: Vec::new(),
         fence: Vec::new(),
         fence_tools: Vec::new(),
+        ps: None,
         notes: cargo_note.into_iter().collect(),
         python: None,
         seconds: 0.0,
@@ -466,6 +488,20 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
                 res.notes.push(format!("fence: {} skipped: {why}", r.fence.name()));
             }
         }
+    }
+    if matches!(m, Method::Ps | Method::All) {
+        let py = python::interpreter(args.python.as_deref());
+        let r = ps::run(
+            c.ps_procs,
+            c.ps_runs,
+            c.ps_mem_runs,
+            dir.path(),
+            &py,
+            !args.no_install,
+            &progress,
+        )?;
+        res.notes.extend(r.notes.iter().cloned());
+        res.ps = Some(r);
     }
     progress.0.finish_and_clear();
     res.seconds = started.elapsed().as_secs_f64();

@@ -318,6 +318,23 @@ fn fence_bars(res: &Results) -> Bars<'static> {
     }
 }
 
+fn ps_bars(res: &Results) -> Bars<'static> {
+    let rows = res
+        .ps
+        .iter()
+        .flat_map(|p| p.rows.iter())
+        .filter(|r| r.skipped.is_none())
+        .map(|r| (r.name.clone(), vec![r.min_ms().map(|m| (m, r.median_ms()))]))
+        .collect();
+    Bars {
+        title: "Process table and memory: minimum (bar), median (line), ms, log scale",
+        x_label: "ms (log scale); lower is better",
+        groups: vec![format!("{} sleeping processes", res.ps.as_ref().map_or(0, |p| p.herd))],
+        rows,
+        legend_top: false,
+    }
+}
+
 /// Write every chart the run has data for; returns the files written.
 pub fn write_all(res: &Results, dir: &Path) -> Result<Vec<PathBuf>, String> {
     register_font()?;
@@ -332,6 +349,9 @@ pub fn write_all(res: &Results, dir: &Path) -> Result<Vec<PathBuf>, String> {
     }
     if res.fence.iter().any(|r| r.stats.is_some()) {
         bars.push(("fence", fence_bars(res)));
+    }
+    if res.ps.as_ref().is_some_and(|p| p.rows.iter().any(|r| r.skipped.is_none())) {
+        bars.push(("ps", ps_bars(res)));
     }
     for (name, b) in &bars {
         let h = 120 + 32 * b.rows.len() as u32 * (b.groups.len() as u32).max(2) / 2;

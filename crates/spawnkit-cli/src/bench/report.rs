@@ -294,12 +294,18 @@ pub fn print(res: &Results) {
     if !res.fence.is_empty() {
         print_fence(res);
     }
+    if let Some(ps) = &res.ps {
+        super::ps::print(ps);
+    }
     for n in &res.notes {
         println!("note: {n}");
     }
     println!("({:.0} s)", res.seconds);
     println!();
     if let Some(line) = fence_summary(&res.fence) {
+        println!("{line}");
+    }
+    for line in res.ps.iter().flat_map(super::ps::summary) {
         println!("{line}");
     }
     let [plain, captured] = cpu_vs_vfork(&res.cpu);
@@ -436,7 +442,8 @@ pub fn json(res: &Results) -> Value {
         "config": {"preset": c.preset, "runs": c.runs, "fork_touched_runs": c.fork_touched_runs,
                    "latency_block": latency::BLOCK, "cpu_block": cpu::BLOCK,
                    "totals": c.totals, "iterations": c.iterations, "active": c.active,
-                   "cpu_spawns": c.cpu_spawns, "fence_runs": c.fence_runs},
+                   "cpu_spawns": c.cpu_spawns, "fence_runs": c.fence_runs,
+                   "ps_procs": c.ps_procs, "ps_runs": c.ps_runs, "ps_mem_runs": c.ps_mem_runs},
         "seconds": res.seconds,
         "latency": {"unit": "µs", "parent_sizes": res.latency_sizes.iter().map(|s| s.key()).collect::<Vec<_>>(),
                     "rows": latency},
@@ -450,6 +457,7 @@ pub fn json(res: &Results) -> Value {
                   "fence_cost": "min_us/median_us minus those of the row named by base \
                                  (the same launcher without a fence)",
                   "tools": tools, "rows": fence},
+        "ps": res.ps.as_ref().map(super::ps::json),
         "notes": res.notes,
         "ratios": ratios,
         "other_ratios": {
