@@ -1,1 +1,306 @@
-//! (to be written)
+//! The procfs backend: getdents64 over /proc, one `openat(procfd, "PID/stat")` + `read` +
+//! `close` per process, parsed in place.
+//!
+//! Nothing is allocated per process in the walk: the directory buffer, the file buffer and
+//! the caller's output vector are reused from one refresh to the next, paths are built in a
+//! stack buffer, and a [`Process`] keeps its comm inline. `status` is read only when the uid
+//! is asked for, `cmdline` only when the command line is (that one allocates its result).
+//!
+//! A process that exits while it is being read (ENOENT or ESRCH from openat or read, an empty
+//! read, a file that no longer parses) is skipped without an error: it is simply not in the
+//! table. Only a failure to open or read /proc itself, or a resource shortage (EMFILE,
+//! ENOMEM...) on a per-process file, is an error.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, OwnedFd};
+
+use super::parse;
+use super::process::{Fields, Process};
+use crate::error::quoted;
+use crate::sys::procfs as sys;
+use crate::{Error, Result};
+
+/// The getdents64 buffer: about 2,000 /proc entries per call.
+const DENTS_BUF: usize = 64 * 1024;
+/// One read of `stat` (at most ~1.3 KiB) or of the head of `status` (~1.5 KiB; the lines we
+/// need are in its first 20).
+const FILE_BUF: usize = 4096;
+
+/// The per-process errors that mean "it is gone" (or was never visible to us): skip it.
+fn vanished(errno: i32) -> bool {
+    matches!(errno, libc::ENOENT | libc::ESRCH | libc::EACCES | libc::EPERM)
+}
+
+/// `PID/NAME\0` in a stack buffer.
+struct PidPath {
+    buf: [u8; 32],
+}
+
+impl PidPath {
+    /// `name` is a `PID/file` suffix such as `b"/stat\0"` (at most 16 bytes).
+    fn new(pid: &[u8], name: &[u8]) -> Option<PidPath> {
+        let mut buf = [0u8; 32];
+        let end = pid.len() + name.len();
+        if pid.is_empty() || end > buf.len() || name.last() != Some(&0) {
+            return None;
+        }
+        buf[..pid.len()].copy_from_slice(pid);
+        buf[pid.len()..end].copy_from_slice(name);
+        Some(PidPath { buf })
+    }
+
+    fn from_pid(pid: i32, name: &[u8]) -> Option<PidPath> {
+        let mut digits = [0u8; 12];
+        let mut i = digits.len();
+        let mut n = u32::try_from(pid).ok().filter(|&n| n > 0)?;
+        while n > 0 {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        PidPath::new(&digits[i..], name)
+    }
+
+    fn as_cstr(&self) -> &CStr {
+        // The buffer always holds a NUL (names end in one; the rest is zeros).
+        CStr::from_bytes_until_nul(&self.buf).unwrap_or(c"")
+    }
+}
+
+/// The /proc walker, kept open between refreshes.
+pub(crate) struct Walker {
+    proc: OwnedFd,
+    dents: Vec<u8>,
+    file: Vec<u8>,
+    page_size: u64,
+}
+
+impl Walker {
+    /// Open /proc (`O_RDONLY | O_DIRECTORY | O_CLOEXEC`) and the buffers.
+    pub(crate) fn open() -> Result<Walker> {
+        let proc = sys::open_dir(c"/proc").map_err(|e| Error::os("open", quoted("/proc"), e))?;
+        Ok(Walker {
+            proc,
+            dents: vec![0; DENTS_BUF],
+            file: vec![0; FILE_BUF],
+            page_size: sys::page_size(),
+        })
+    }
+
+    /// Every process in /proc, appended to `out` in the order /proc lists them (increasing
+    /// pid).
+    pub(crate) fn read_all(&mut self, fields: Fields, out: &mut Vec<Process>) -> Result<()> {
+        sys::rewind(self.proc.as_fd()).map_err(|e| Error::os("lseek", quoted("/proc"), e))?;
+        loop {
+            let n = sys::getdents64(self.proc.as_fd(), &mut self.dents)
+                .map_err(|e| Error::os("getdents64", quoted("/proc"), e))?;
+            if n == 0 {
+                return Ok(());
+            }
+            // The names borrow `dents` while `file` is written: split the borrows.
+            let Walker { proc, dents, file, page_size } = self;
+            for name in sys::dirents(&dents[..n]) {
+                if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+                    continue;
+                }
+                let Some(path) = PidPath::new(name, b"/stat\0") else { continue };
+                let Some(p) = read_stat(proc.as_fd(), &path, file, *page_size)? else {
+                    continue;
+                };
+                if let Some(p) = complete(proc.as_fd(), p, name, fields, file, false)? {
+                    out.push(p);
+                }
+            }
+        }
+    }
+
+    /// The processes among `pids` (each read directly, no directory walk), appended to
+    /// `out` in the order given. Pids that do not exist, or that name a thread other than
+    /// its group's leader, give nothing.
+    pub(crate) fn read_pids(
+        &mut self,
+        pids: &[i32],
+        fields: Fields,
+        out: &mut Vec<Process>,
+    ) -> Result<()> {
+        let Walker { proc, file, page_size, .. } = self;
+        for &pid in pids {
+            let Some(path) = PidPath::from_pid(pid, b"/stat\0") else { continue };
+            let Some(p) = read_stat(proc.as_fd(), &path, file, *page_size)? else { continue };
+            if p.pid != pid {
+                continue;
+            }
+            let name = pid.to_string();
+            // /proc/TID/stat exists for any thread: check the tgid in status.
+            if let Some(p) = complete(proc.as_fd(), p, name.as_bytes(), fields, file, true)? {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// `/proc/PID/cmdline`, or `None` when the process is gone.
+    pub(crate) fn cmdline(&mut self, pid: i32) -> Result<Option<Vec<u8>>> {
+        let Some(path) = PidPath::from_pid(pid, b"/cmdline\0") else { return Ok(None) };
+        read_whole(self.proc.as_fd(), &path, &mut self.file)
+    }
+}
+
+/// Read and parse `PID/stat`: `Ok(None)` when the process is gone.
+fn read_stat(
+    proc: std::os::fd::BorrowedFd<'_>,
+    path: &PidPath,
+    buf: &mut [u8],
+    page_size: u64,
+) -> Result<Option<Process>> {
+    let Some(n) = read_once(proc, path, buf)? else { return Ok(None) };
+    let Some(s) = parse::stat(&buf[..n]) else { return Ok(None) };
+    Ok(Some(Process {
+        pid: s.pid,
+        ppid: s.ppid,
+        comm: s.comm,
+        state: s.state,
+        uid: None,
+        threads: s.threads,
+        start_ticks: s.start_ticks,
+        rss_bytes: s.rss_pages.saturating_mul(page_size),
+        cmdline: None,
+    }))
+}
+
+/// Fill what `fields` asks beyond `stat`: the uid from `status` (also read when
+/// `check_leader`, to drop a pid that names a non-leader thread), the command line.
+fn complete(
+    proc: std::os::fd::BorrowedFd<'_>,
+    mut p: Process,
+    name: &[u8],
+    fields: Fields,
+    buf: &mut Vec<u8>,
+    check_leader: bool,
+) -> Result<Option<Process>> {
+    if fields.uid || check_leader {
+        let Some(path) = PidPath::new(name, b"/status\0") else { return Ok(None) };
+        let Some(n) = read_once(proc, &path, buf)? else { return Ok(None) };
+        let status = &buf[..n];
+        if check_leader && parse::status_tgid(status) != Some(p.pid) {
+            return Ok(None);
+        }
+        if fields.uid {
+            let Some(uid) = parse::status_euid(status) else { return Ok(None) };
+            p.uid = Some(uid);
+        }
+    }
+    if fields.cmdline {
+        let Some(path) = PidPath::new(name, b"/cmdline\0") else { return Ok(None) };
+        p.cmdline = read_whole(proc, &path, buf)?;
+    }
+    Ok(Some(p))
+}
+
+/// openat + one read + close: the byte count, or `None` when the process is gone (an
+/// empty read included: the file of a process being torn down).
+fn read_once(
+    proc: std::os::fd::BorrowedFd<'_>,
+    path: &PidPath,
+    buf: &mut [u8],
+) -> Result<Option<usize>> {
+    let fd = match sys::open_in(proc, path.as_cstr()) {
+        Ok(fd) => fd,
+        Err(e) if vanished(e) => return Ok(None),
+        Err(e) => return Err(Error::os("openat", quoted(proc_path(path)), e)),
+    };
+    match sys::read(fd.as_fd(), buf) {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(e) if vanished(e) => Ok(None),
+        Err(e) => Err(Error::os("read", quoted(proc_path(path)), e)),
+    }
+}
+
+/// The whole file (cmdline can be longer than the buffer): `None` when the process is gone.
+/// An empty file (kernel thread, zombie) is `Some(empty)`.
+fn read_whole(
+    proc: std::os::fd::BorrowedFd<'_>,
+    path: &PidPath,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Vec<u8>>> {
+    let fd = match sys::open_in(proc, path.as_cstr()) {
+        Ok(fd) => fd,
+        Err(e) if vanished(e) => return Ok(None),
+        Err(e) => return Err(Error::os("openat", quoted(proc_path(path)), e)),
+    };
+    let mut have = 0;
+    loop {
+        if have == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match sys::read(fd.as_fd(), &mut buf[have..]) {
+            Ok(0) => return Ok(Some(buf[..have].to_vec())),
+            Ok(n) => have += n,
+            Err(e) if vanished(e) => return Ok(None),
+            Err(e) => return Err(Error::os("read", quoted(proc_path(path)), e)),
+        }
+    }
+}
+
+fn proc_path(path: &PidPath) -> String {
+    format!("/proc/{}", path.as_cstr().to_string_lossy())
+}
+
+/// `/proc/PID/cmdline` read on its own (for the BPF backend, or any caller): the raw bytes
+/// (arguments each followed by a NUL), `Some(empty)` for a kernel thread or a zombie,
+/// `None` when the process is gone or /proc cannot be read.
+pub(crate) fn read_cmdline(pid: i32) -> Option<Vec<u8>> {
+    Walker::open().ok()?.cmdline(pid).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_paths() {
+        assert_eq!(PidPath::from_pid(1234, b"/stat\0").unwrap().as_cstr(), c"1234/stat");
+        assert_eq!(
+            PidPath::from_pid(i32::MAX, b"/cmdline\0").unwrap().as_cstr(),
+            c"2147483647/cmdline"
+        );
+        assert!(PidPath::from_pid(0, b"/stat\0").is_none());
+        assert!(PidPath::from_pid(-5, b"/stat\0").is_none());
+        assert!(PidPath::new(b"1", b"/stat").is_none());
+        assert!(PidPath::new(&[b'9'; 30], b"/stat\0").is_none());
+    }
+
+    #[test]
+    fn walker_sees_itself_and_its_threads_are_not_processes() {
+        let mut w = Walker::open().unwrap();
+        let me = std::process::id() as i32;
+        let mut out = Vec::new();
+        let all = Fields { uid: true, cmdline: true };
+        w.read_all(all, &mut out).unwrap();
+        let p = out.iter().find(|p| p.pid == me).expect("listed");
+        assert_eq!(p.ppid, std::os::unix::process::parent_id() as i32);
+        assert!(p.uid.is_some());
+        assert!(p.cmdline.as_ref().is_some_and(|c| !c.is_empty()));
+        assert!(out.windows(2).all(|w| w[0].pid < w[1].pid));
+
+        // A thread of ours: /proc/TID/stat exists, but it is no process.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // This thread's id, from /proc/thread-self -> PID/task/TID.
+            let tid = std::fs::read_link("/proc/thread-self").unwrap();
+            let tid: i32 = tid.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            tx.send(tid).unwrap();
+            done_rx.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        out.clear();
+        w.read_pids(&[tid, me, 0, -1, i32::MAX], Fields::default(), &mut out).unwrap();
+        assert_eq!(out.iter().map(|p| p.pid).collect::<Vec<_>>(), [me]);
+        assert_eq!(out[0].uid, None);
+        assert_eq!(out[0].cmdline, None);
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+}
