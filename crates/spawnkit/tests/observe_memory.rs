@@ -1,0 +1,601 @@
+//! Per-process memory and shared regions, checked against a known fixture and against /proc
+//! as seen independently.
+//!
+//! The fixture is `spawnkit-probe shm-fixture TOTAL A B [PARENT]`: a parent maps TOTAL MiB
+//! `MAP_SHARED | MAP_ANONYMOUS`, child A writes the first A MiB and exits, child B the first
+//! B MiB and exits; the parent optionally reads PARENT MiB itself, prints
+//! `ready PID START END` and waits for EOF on stdin.
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use spawnkit::observe::{
+    meminfo_shmem, memory, memory_all, memory_of, parse_smaps_rollup, shared_regions,
+    shared_regions_of, shared_regions_with, top_by_rss, Dev, MapsMethod, MemoryStatus, SharedKind,
+    SharedRegion, SharedReport,
+};
+use spawnkit::ErrorKind;
+
+const MIB: u64 = 1 << 20;
+
+/// A running shm-fixture; dropping it closes its stdin and waits for it.
+struct Fixture {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pid: i32,
+    start: u64,
+    end: u64,
+}
+
+impl Fixture {
+    fn start(args: &[&str]) -> Fixture {
+        let mut child = Command::new(common::probe())
+            .arg("shm-fixture")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn shm-fixture");
+        let stdin = child.stdin.take();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert!(f.len() == 4 && f[0] == "ready", "fixture said {line:?}");
+        Fixture {
+            pid: f[1].parse().unwrap(),
+            start: u64::from_str_radix(f[2], 16).unwrap(),
+            end: u64::from_str_radix(f[3], 16).unwrap(),
+            child,
+            stdin,
+        }
+    }
+
+    /// The region's entry in /proc/PID/map_files, as stat(2) sees the object behind it.
+    fn stat_object(&self) -> fs::Metadata {
+        fs::metadata(format!("/proc/{}/map_files/{:x}-{:x}", self.pid, self.start, self.end))
+            .expect("stat map_files (needs root)")
+    }
+
+    /// The fixture's regions in a report: those its pid maps.
+    fn regions<'a>(&self, report: &'a SharedReport) -> Vec<&'a SharedRegion> {
+        report.regions.iter().filter(|r| r.pids.contains(&self.pid)).collect()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn skip_unless_root(test: &str) -> bool {
+    if common::is_root() {
+        return false;
+    }
+    println!("skipping {test}: reading /proc/PID/map_files needs root (CAP_SYS_ADMIN)");
+    true
+}
+
+/// A pid that existed a moment ago and does not now.
+fn vanished_pid() -> i32 {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id() as i32;
+    child.wait().expect("wait");
+    assert!(fs::metadata(format!("/proc/{pid}")).is_err());
+    pid
+}
+
+/// `Key: N kB` of a smaps_rollup, read by the test itself.
+fn rollup_field(pid: i32, key: &str) -> u64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).expect("smaps_rollup");
+    let line = text.lines().find(|l| l.starts_with(&format!("{key}:"))).expect(key);
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+// ---------------------------------------------------------------------------------------
+// The fixture: one region, 200 MiB virtual, 100 MiB real, written by children that
+// have exited.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn fixture_region_is_counted_once_at_100_mib_and_matches_meminfo() {
+    if skip_unless_root("fixture_region_is_counted_once_at_100_mib_and_matches_meminfo") {
+        return;
+    }
+    let _serial = common::serial();
+    // Shmem is system-wide: anything else on the machine can move it while we look. Try a
+    // few times; every attempt checks the fixture's region exactly, and the totals must
+    // agree in one of them.
+    let mut last = String::new();
+    for attempt in 1..=4 {
+        let before_total = shared_regions().expect("report before").total_resident_bytes;
+        let before_shmem = meminfo_shmem().expect("Shmem in /proc/meminfo");
+        let fx = Fixture::start(&["200", "50", "100"]);
+        let after_shmem = meminfo_shmem().unwrap();
+        let report = shared_regions().expect("report after");
+
+        // Exactly one region for the fixture, reported once, as the object itself says.
+        let mine = fx.regions(&report);
+        assert_eq!(mine.len(), 1, "fixture regions: {mine:#?}");
+        let r = mine[0];
+        let object = fx.stat_object();
+        assert_eq!(r.dev, Dev::from_dev_t(object.dev()));
+        assert_eq!(r.inode, object.ino());
+        let same_key = report.regions.iter().filter(|x| (x.dev, x.inode) == (r.dev, r.inode));
+        assert_eq!(same_key.count(), 1, "the region is listed once");
+        assert_eq!(r.resident_bytes, Some(100 * MIB), "{r:#?}");
+        assert_eq!(r.size_bytes, 200 * MIB);
+        assert_eq!(r.pids, vec![fx.pid], "the parent is the only mapper left");
+        assert_eq!(r.kind, SharedKind::Anonymous);
+        assert_eq!(r.name, "/dev/zero (deleted)");
+        assert_eq!(report.method, MapsMethod::ProcmapQuery, "kernel 6.11+ has the ioctl");
+        assert_eq!(report.unknown_resident, 0);
+        assert_eq!(
+            report.difference_bytes,
+            Some(report.meminfo_shmem_bytes.unwrap() as i64 - report.total_resident_bytes as i64)
+        );
+
+        // What every per-process view says: the survivor holds none of it.
+        let m = memory(fx.pid).unwrap().expect("fixture alive");
+        assert!(m.pss_shmem < MIB, "the parent never touched the region: {m:#?}");
+        assert!(m.rss < 100 * MIB, "{m:#?}");
+
+        let grew = report.total_resident_bytes as i64 - before_total as i64;
+        let shmem_grew = after_shmem as i64 - before_shmem as i64;
+        let want = (100 * MIB) as i64;
+        last = format!(
+            "attempt {attempt}: report total grew by {grew}, Shmem by {shmem_grew}, want {want}"
+        );
+        drop(fx);
+        if grew == want && (shmem_grew - grew).abs() <= want / 100 {
+            return;
+        }
+        println!("{last}; retrying (other activity moves Shmem)");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("the report's growth never matched the fixture and Shmem: {last}");
+}
+
+#[test]
+fn fixture_parent_shows_its_shmem_apart_from_uss() {
+    let _serial = common::serial();
+    // The parent reads the 100 MiB the children wrote: its page tables map them now, and it
+    // is their only mapper, so smaps counts them as Private. They are shmem all the same.
+    let fx = Fixture::start(&["200", "50", "100", "100"]);
+    let m = memory(fx.pid).unwrap().expect("fixture alive");
+    assert_eq!(m.status, MemoryStatus::Measured);
+    assert_eq!(m.pid, fx.pid);
+    assert_eq!(m.comm.as_bytes(), b"spawnkit-probe");
+    assert!((100 * MIB..101 * MIB).contains(&m.pss_shmem), "{m:#?}");
+    assert!(m.rss >= 100 * MIB && m.pss >= 100 * MIB, "{m:#?}");
+    assert!(m.shmem_private >= 100 * MIB, "{m:#?}");
+    assert!(m.uss < 20 * MIB, "USS must not include the shmem: {m:#?}");
+    assert_eq!(m.uss + m.shmem_private, m.private_clean + m.private_dirty);
+    assert_eq!(m.pss, m.pss_anon + m.pss_file + m.pss_shmem);
+
+    // Independently: the smem/psutil USS (Private_Clean + Private_Dirty) would count it.
+    let naive = rollup_field(fx.pid, "Private_Clean") + rollup_field(fx.pid, "Private_Dirty");
+    assert!(naive >= 100 * MIB, "smem's USS counts the shmem as private: {naive}");
+    assert_eq!(rollup_field(fx.pid, "Pss_Shmem"), m.pss_shmem);
+
+    // The same through memory_of and memory_all.
+    let of = memory_of(&[fx.pid]).unwrap();
+    assert_eq!(of.len(), 1);
+    assert_eq!(of[0].pss_shmem, m.pss_shmem);
+    assert_eq!(of[0].shmem_private, m.shmem_private);
+    let all = memory_all().unwrap();
+    let here = all.iter().find(|x| x.pid == fx.pid).expect("fixture in memory_all");
+    assert_eq!(here.shmem_private, m.shmem_private);
+
+    // The biggest processes by RSS, largest first; the fixture holds > 100 MiB.
+    let top = top_by_rss(all.len() + 10).unwrap();
+    assert!(top.windows(2).all(|w| w[0].rss >= w[1].rss), "sorted by RSS");
+    assert!(top.iter().any(|x| x.pid == fx.pid));
+    let three = top_by_rss(3).unwrap();
+    assert_eq!(three.len(), 3);
+    assert!(three.windows(2).all(|w| w[0].rss >= w[1].rss));
+
+    // And its region still counts 100 MiB, once.
+    if !skip_unless_root("fixture_parent_shows_its_shmem_apart_from_uss (region part)") {
+        let report = shared_regions_of(&[fx.pid]).unwrap();
+        let mine = fx.regions(&report);
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].resident_bytes, Some(100 * MIB));
+    }
+}
+
+#[test]
+fn maps_text_and_procmap_query_give_the_same_regions() {
+    let _serial = common::serial();
+    let fx = Fixture::start(&["64", "8", "16"]);
+    let by_ioctl = shared_regions_with(MapsMethod::ProcmapQuery, Some(&[fx.pid])).unwrap();
+    let by_text = shared_regions_with(MapsMethod::MapsText, Some(&[fx.pid])).unwrap();
+    assert_eq!(by_ioctl.method, MapsMethod::ProcmapQuery);
+    assert_eq!(by_text.method, MapsMethod::MapsText);
+    assert_eq!(by_ioctl.regions, by_text.regions);
+    assert_eq!(by_ioctl.processes_scanned, 1);
+    assert_eq!(by_text.processes_scanned, 1);
+    let mine = fx.regions(&by_text);
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].pids, vec![fx.pid]);
+    if common::is_root() {
+        assert_eq!(mine[0].resident_bytes, Some(16 * MIB));
+        assert_eq!(mine[0].size_bytes, 64 * MIB);
+    } else {
+        // Without map_files: the largest mapping stands in for the size.
+        assert_eq!(mine[0].resident_bytes, None);
+        assert_eq!(mine[0].size_bytes, fx.end - fx.start);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Every kind of shmem object, mapped by this test process.
+// ---------------------------------------------------------------------------------------
+
+/// A memfd, a SysV segment and a /dev/shm file, each mapped shared and partly written.
+struct Kinds {
+    memfd: (*mut u8, usize),
+    sysv: (*mut u8, i32),
+    shm_file: (*mut u8, usize, std::path::PathBuf),
+}
+
+fn map_shared(fd: i32, len: usize) -> *mut u8 {
+    // SAFETY: a fresh shared mapping of an fd we own; no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    p as *mut u8
+}
+
+fn write_pages(p: *mut u8, len: usize) {
+    for off in (0..len).step_by(4096) {
+        // SAFETY: `p..p+len` lies inside a writable mapping this test made.
+        unsafe { p.add(off).write_volatile(7) };
+    }
+}
+
+impl Kinds {
+    fn new() -> Kinds {
+        // memfd: 1 MiB, 256 KiB written.
+        // SAFETY: memfd_create reads a NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"spawnkit-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fd is our memfd.
+        assert_eq!(unsafe { libc::ftruncate(fd, MIB as i64) }, 0);
+        let memfd = map_shared(fd, MIB as usize);
+        write_pages(memfd, 256 << 10);
+        // SAFETY: the mapping keeps the memfd alive; the fd is ours to close.
+        unsafe { libc::close(fd) };
+
+        // SysV: 1 MiB, 128 KiB written.
+        // SAFETY: shmget takes integers.
+        let id = unsafe { libc::shmget(libc::IPC_PRIVATE, MIB as usize, libc::IPC_CREAT | 0o600) };
+        assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
+        // SAFETY: attaches the segment just created at an address the kernel picks.
+        let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+        assert_ne!(p as isize, -1, "shmat");
+        let sysv = p as *mut u8;
+        write_pages(sysv, 128 << 10);
+
+        // A file on /dev/shm: 1 MiB, 64 KiB written.
+        let path =
+            std::path::PathBuf::from(format!("/dev/shm/spawnkit-test-{}", std::process::id()));
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("create a /dev/shm file");
+        file.set_len(MIB).unwrap();
+        let shm = map_shared(std::os::fd::AsRawFd::as_raw_fd(&file), MIB as usize);
+        write_pages(shm, 64 << 10);
+        Kinds {
+            memfd: (memfd, MIB as usize),
+            sysv: (sysv, id),
+            shm_file: (shm, MIB as usize, path),
+        }
+    }
+
+    /// Detach the SysV segment (it stays, unattached, until removed).
+    fn detach_sysv(&mut self) {
+        if !self.sysv.0.is_null() {
+            // SAFETY: detaches the segment attached in `new`; nothing uses it afterwards.
+            unsafe { libc::shmdt(self.sysv.0 as *const libc::c_void) };
+            self.sysv.0 = std::ptr::null_mut();
+        }
+    }
+}
+
+impl Drop for Kinds {
+    fn drop(&mut self) {
+        self.detach_sysv();
+        // SAFETY: unmaps the mappings made in `new` and removes the segment; nothing uses
+        // them afterwards.
+        unsafe {
+            libc::munmap(self.memfd.0 as *mut libc::c_void, self.memfd.1);
+            libc::munmap(self.shm_file.0 as *mut libc::c_void, self.shm_file.1);
+            libc::shmctl(self.sysv.1, libc::IPC_RMID, std::ptr::null_mut());
+        }
+        let _ = fs::remove_file(&self.shm_file.2);
+    }
+}
+
+fn dev_shm_is_tmpfs() -> bool {
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.get(4) == Some(&"/dev/shm")
+            && l.split(" - ").nth(1).is_some_and(|t| t.starts_with("tmpfs "))
+    })
+}
+
+#[test]
+fn memfd_sysv_and_tmpfs_regions_are_found_and_named() {
+    if skip_unless_root("memfd_sysv_and_tmpfs_regions_are_found_and_named") {
+        return;
+    }
+    if !dev_shm_is_tmpfs() {
+        println!(
+            "skipping memfd_sysv_and_tmpfs_regions_are_found_and_named: /dev/shm is not a tmpfs"
+        );
+        return;
+    }
+    let _serial = common::serial();
+    let me = std::process::id() as i32;
+    let mut kinds = Kinds::new();
+    for method in [MapsMethod::ProcmapQuery, MapsMethod::MapsText] {
+        let report = shared_regions_with(method, Some(&[me])).unwrap();
+        let find = |kind: SharedKind| -> Vec<&SharedRegion> {
+            report.regions.iter().filter(|r| r.kind == kind && r.pids == vec![me]).collect()
+        };
+        let memfd = find(SharedKind::Memfd);
+        let memfd: Vec<_> =
+            memfd.into_iter().filter(|r| r.name.starts_with("/memfd:spawnkit-test")).collect();
+        assert_eq!(memfd.len(), 1, "{method:?}: {:#?}", report.regions);
+        assert_eq!(memfd[0].resident_bytes, Some(256 << 10));
+        assert_eq!(memfd[0].size_bytes, MIB);
+
+        let sysv: Vec<_> =
+            find(SharedKind::SysV).into_iter().filter(|r| r.inode == kinds.sysv.1 as u64).collect();
+        assert_eq!(sysv.len(), 1, "{method:?}: the inode of a SysV segment is its shmid");
+        assert_eq!(sysv[0].resident_bytes, Some(128 << 10));
+        assert_eq!(sysv[0].size_bytes, MIB);
+        assert!(sysv[0].name.starts_with("/SYSV"));
+
+        let file = kinds.shm_file.2.to_str().unwrap();
+        let tmpfs: Vec<_> =
+            find(SharedKind::Tmpfs).into_iter().filter(|r| r.name == file).collect();
+        assert_eq!(tmpfs.len(), 1, "{method:?}: {:#?}", report.regions);
+        assert_eq!(tmpfs[0].resident_bytes, Some(64 << 10));
+        let meta = fs::metadata(file).unwrap();
+        assert_eq!(tmpfs[0].dev, Dev::from_dev_t(meta.dev()));
+        assert_eq!(tmpfs[0].inode, meta.ino());
+    }
+
+    // Detached, the segment still holds its memory: the whole-system report lists it with
+    // no mapper.
+    kinds.detach_sysv();
+    let report = shared_regions().unwrap();
+    let seg: Vec<_> = report
+        .regions
+        .iter()
+        .filter(|r| r.kind == SharedKind::SysV && r.inode == kinds.sysv.1 as u64)
+        .collect();
+    assert_eq!(seg.len(), 1, "unattached segment: {:#?}", report.regions);
+    assert!(seg[0].pids.is_empty());
+    assert_eq!(seg[0].resident_bytes, Some(128 << 10));
+    assert_eq!(seg[0].size_bytes, MIB);
+    // Restricted to some pids, unattached segments are not theirs.
+    let of_me = shared_regions_of(&[me]).unwrap();
+    assert!(!of_me
+        .regions
+        .iter()
+        .any(|r| r.kind == SharedKind::SysV && r.inode == kinds.sysv.1 as u64));
+}
+
+// ---------------------------------------------------------------------------------------
+// Vanished, kernel and zombie processes; bad input.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn vanished_processes_are_none_or_skipped() {
+    let gone = vanished_pid();
+    assert!(memory(gone).unwrap().is_none());
+    let me = std::process::id() as i32;
+    let got = memory_of(&[gone, me, gone]).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].pid, me);
+    let report = shared_regions_of(&[gone]).unwrap();
+    assert!(report.regions.is_empty());
+    assert_eq!(report.processes_scanned, 0);
+    let report = shared_regions_with(MapsMethod::MapsText, Some(&[gone])).unwrap();
+    assert!(report.regions.is_empty());
+}
+
+#[test]
+fn bad_pids_are_invalid_input() {
+    for pid in [0, -1, i32::MIN] {
+        let e = memory(pid).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains(&format!("pid {pid}")), "{e}");
+        assert_eq!(memory_of(&[1, pid]).unwrap_err().kind(), ErrorKind::InvalidInput);
+    }
+}
+
+#[test]
+fn own_memory_matches_proc() {
+    let _serial = common::serial(); // odd_comm_values_are_read_exactly renames this process
+    let me = std::process::id() as i32;
+    let m = memory(me).unwrap().expect("self");
+    assert_eq!(m.status, MemoryStatus::Measured);
+    let comm = fs::read("/proc/self/comm").unwrap();
+    assert_eq!(m.comm.as_bytes(), comm.strip_suffix(b"\n").unwrap());
+    assert!(m.rss > 0 && m.pss > 0 && m.pss <= m.rss);
+    assert!(m.uss <= m.rss);
+}
+
+#[test]
+fn kernel_threads_and_zombies_have_no_memory() {
+    // A kernel thread: PF_KTHREAD (0x00200000) in the flags of /proc/PID/stat (field 9).
+    let kthread = fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let flags: u64 = stat[stat.rfind(')')? + 2..].split(' ').nth(6)?.parse().ok()?;
+        (flags & 0x0020_0000 != 0).then_some(pid)
+    });
+    match kthread {
+        Some(pid) => {
+            if let Some(m) = memory(pid).unwrap() {
+                assert_eq!(m.status, MemoryStatus::NoMemory, "{m:#?}");
+                assert_eq!((m.rss, m.pss, m.uss), (0, 0, 0));
+                assert!(!m.comm.as_bytes().is_empty());
+            }
+        }
+        None => println!("no kernel thread visible here (a pid namespace?): part skipped"),
+    }
+
+    let _serial = common::serial();
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id() as i32;
+    assert!(
+        common::wait_until(Duration::from_secs(10), || common::proc_state(pid as u32) == Some('Z'))
+    );
+    let m = memory(pid).unwrap().expect("a zombie still exists");
+    assert_eq!(m.status, MemoryStatus::NoMemory);
+    child.wait().unwrap();
+    assert!(memory(pid).unwrap().is_none());
+}
+
+#[test]
+fn odd_comm_values_are_read_exactly() {
+    // The kernel lets a process rename only itself through /proc/PID/comm: rename this test
+    // process (its thread-group leader), then put the name back.
+    let _serial = common::serial();
+    let me = std::process::id() as i32;
+    let path = format!("/proc/{me}/comm");
+    let original = fs::read(&path).unwrap();
+    let mut failure = None;
+    for odd in [&b"a b) (c"[..], b"x\ny", b"))((", b" lead", b"fifteen bytes!!", b"\n"] {
+        fs::write(&path, odd).expect("write comm");
+        let m = memory(me).unwrap().expect("self");
+        if m.comm.as_bytes() != odd {
+            failure = Some((odd, m.comm));
+            break;
+        }
+    }
+    fs::write(&path, original.strip_suffix(b"\n").unwrap_or(&original)).unwrap();
+    if let Some((odd, got)) = failure {
+        panic!("comm {:?} read back as {got:?}", String::from_utf8_lossy(odd));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The smaps_rollup parser.
+// ---------------------------------------------------------------------------------------
+
+const KEYS: [&str; 11] = [
+    "Rss",
+    "Pss",
+    "Pss_Anon",
+    "Pss_File",
+    "Pss_Shmem",
+    "Shared_Clean",
+    "Shared_Dirty",
+    "Private_Clean",
+    "Private_Dirty",
+    "Swap",
+    "SwapPss",
+];
+
+proptest! {
+    #[test]
+    fn rollup_parser_never_panics(text in proptest::collection::vec(any::<u8>(), 0..2000)) {
+        let _ = parse_smaps_rollup(&text);
+    }
+
+    #[test]
+    fn rollup_parser_survives_near_misses(
+        lines in proptest::collection::vec(
+            "(Rss|Pss|Pss_Shmem|Private_Dirty|Swap)?:? {0,3}[0-9]{0,24} ?(kB|MB|)?",
+            0..20,
+        )
+    ) {
+        let text = lines.join("\n");
+        if let Some(m) = parse_smaps_rollup(text.as_bytes()) {
+            prop_assert_eq!(m.uss, m.private_clean.saturating_add(m.private_dirty));
+        }
+    }
+
+    #[test]
+    fn rollup_parser_reads_every_field(
+        vals in proptest::collection::vec(0u64..(1 << 44), 11),
+        header_name in "[ -~]{0,40}",
+        extra in proptest::collection::vec(("[A-Z][a-z_]{1,12}", 0u64..1000), 0..5),
+    ) {
+        let mut text = format!("55dbb075b000-7ffc3242c000 ---p 00000000 00:00 0 {header_name}\n");
+        for (i, key) in KEYS.iter().enumerate() {
+            text += &format!("{key}:{:>w$} kB\n", vals[i], w = 20 - key.len());
+            if let Some((k, v)) = extra.get(i) {
+                if !KEYS.contains(&k.as_str()) {
+                    text += &format!("{k}: {v} kB\n");
+                }
+            }
+        }
+        let m = parse_smaps_rollup(text.as_bytes()).expect("a rollup");
+        let got = [m.rss, m.pss, m.pss_anon, m.pss_file, m.pss_shmem, m.shared_clean,
+            m.shared_dirty, m.private_clean, m.private_dirty, m.swap, m.swap_pss];
+        for (i, key) in KEYS.iter().enumerate() {
+            prop_assert_eq!(got[i], vals[i] * 1024, "{}", key);
+        }
+        prop_assert_eq!(m.uss, (vals[7] + vals[8]) * 1024);
+        prop_assert_eq!(m.shmem_private, 0);
+    }
+}
+
+#[test]
+fn rollup_parser_reads_the_kernels_own_text() {
+    let me = std::process::id() as i32;
+    let text = fs::read(format!("/proc/{me}/smaps_rollup")).unwrap();
+    let m = parse_smaps_rollup(&text).expect("our own rollup");
+    // The same bytes, read the plain way.
+    let text = String::from_utf8(text).unwrap();
+    let field = |key: &str| -> u64 {
+        let line = text.lines().find(|l| l.split(':').next() == Some(key)).expect(key);
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let got = [
+        m.rss,
+        m.pss,
+        m.pss_anon,
+        m.pss_file,
+        m.pss_shmem,
+        m.shared_clean,
+        m.shared_dirty,
+        m.private_clean,
+        m.private_dirty,
+        m.swap,
+        m.swap_pss,
+    ];
+    for (i, key) in KEYS.iter().enumerate() {
+        assert_eq!(got[i], field(key), "{key}");
+    }
+    assert!(m.rss > 0);
+    assert_eq!(parse_smaps_rollup(b""), None);
+    assert_eq!(parse_smaps_rollup(b"not a rollup\n"), None);
+}
