@@ -1,0 +1,348 @@
+//! `spawnkit mem`, driven through the real binary, against a known fixture and /proc read
+//! independently.
+//!
+//! The fixture is `spawnkit-probe shm-fixture TOTAL A B [PARENT]` (the probe is built by
+//! `cargo build --workspace --bins`): a parent maps TOTAL MiB shared anonymous memory, two
+//! children write A and B MiB and exit, the parent reads PARENT MiB itself, prints
+//! `ready PID START END` and waits for EOF on stdin.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+
+fn spawnkit_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_spawnkit")
+}
+
+/// target/<profile>/spawnkit-probe: the test binary is target/<profile>/deps/mem-xxxx.
+fn probe() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile> directory");
+    let probe = dir.join("spawnkit-probe");
+    assert!(
+        probe.is_file(),
+        "{} is missing: build the helper binaries first with `cargo build --workspace --bins`",
+        probe.display()
+    );
+    probe
+}
+
+/// One fixture at a time: each holds up to 100 MiB.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn is_root() -> bool {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1).map(str::to_string));
+    euid.as_deref() == Some("0")
+}
+
+fn skip_unless_root(test: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    println!("skipping {test}: reading /proc/PID/map_files needs root (CAP_SYS_ADMIN)");
+    true
+}
+
+struct Fixture {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pid: i32,
+    start: u64,
+    end: u64,
+}
+
+impl Fixture {
+    fn start(args: &[&str]) -> Fixture {
+        let mut child = Command::new(probe())
+            .arg("shm-fixture")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn shm-fixture");
+        let stdin = child.stdin.take();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert!(f.len() == 4 && f[0] == "ready", "fixture said {line:?}");
+        Fixture {
+            pid: f[1].parse().unwrap(),
+            start: u64::from_str_radix(f[2], 16).unwrap(),
+            end: u64::from_str_radix(f[3], 16).unwrap(),
+            child,
+            stdin,
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// What `spawnkit` did: exit code, stdout, stderr.
+#[derive(Debug)]
+struct Res {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn spawnkit(args: &[&str]) -> Res {
+    let out = Command::new(spawnkit_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run spawnkit");
+    Res {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn json(res: &Res) -> Vec<Value> {
+    assert_eq!(res.code, Some(0), "{res:?}");
+    match serde_json::from_str(&res.stdout) {
+        Ok(Value::Array(list)) => list,
+        other => panic!("not a JSON array: {other:?}\n{res:?}"),
+    }
+}
+
+/// `Key: N kB` of /proc/PID/smaps_rollup, in bytes, read by the test itself.
+fn rollup(pid: i32, key: &str) -> u64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).expect("smaps_rollup");
+    let line = text.lines().find(|l| l.split(':').next() == Some(key)).expect(key);
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+fn vanished_pid() -> i32 {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id() as i32;
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn mem_pid_prints_one_row_with_the_shmem_apart() {
+    let _s = serial();
+    let fx = Fixture::start(&["200", "50", "100", "100"]);
+    let pid = fx.pid.to_string();
+    let res = spawnkit(&["mem", "--bytes", &pid]);
+    assert_eq!(res.code, Some(0), "{res:?}");
+    let lines: Vec<&str> = res.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{res:?}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["PID", "RSS", "PSS", "USS", "SHMEM", "SWAP", "COMM"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[0], pid);
+    let num = |i: usize| row[i].parse::<u64>().unwrap();
+    assert!(num(1) >= 100 * MIB, "RSS: {row:?}");
+    assert!((100 * MIB..101 * MIB).contains(&num(4)), "SHMEM: {row:?}");
+    assert!(num(3) < 20 * MIB, "USS must leave the shmem out: {row:?}");
+    assert_eq!(num(4), rollup(fx.pid, "Pss_Shmem"));
+    assert_eq!(row[6], "spawnkit-probe");
+
+    // Human-readable by default.
+    let res = spawnkit(&["mem", &pid]);
+    let row: Vec<String> =
+        res.stdout.lines().nth(1).unwrap().split_whitespace().map(String::from).collect();
+    assert_eq!(row[4], "100M", "{res:?}");
+    // KiB.
+    let res = spawnkit(&["mem", "-k", &pid]);
+    let row: Vec<String> =
+        res.stdout.lines().nth(1).unwrap().split_whitespace().map(String::from).collect();
+    assert_eq!(row[4], (rollup(fx.pid, "Pss_Shmem") / 1024).to_string(), "{res:?}");
+}
+
+#[test]
+fn mem_json_gives_objects_with_byte_values() {
+    let _s = serial();
+    let fx = Fixture::start(&["200", "50", "100", "100"]);
+    let me = std::process::id() as i32;
+    let list = json(&spawnkit(&["mem", "--json", &fx.pid.to_string(), &me.to_string()]));
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["pid"], fx.pid, "the order of the PIDs given");
+    assert_eq!(list[1]["pid"], me);
+    let o = list[0].as_object().unwrap();
+    for key in [
+        "pid",
+        "comm",
+        "status",
+        "rss",
+        "pss",
+        "uss",
+        "shmem",
+        "swap",
+        "pss_anon",
+        "pss_file",
+        "shmem_private",
+        "swap_pss",
+        "shared_clean",
+        "shared_dirty",
+        "private_clean",
+        "private_dirty",
+    ] {
+        assert!(o.contains_key(key), "missing {key}: {o:?}");
+    }
+    assert_eq!(o["comm"], "spawnkit-probe");
+    assert_eq!(o["status"], "measured");
+    let n = |k: &str| o[k].as_u64().unwrap_or_else(|| panic!("{k} is not an integer: {o:?}"));
+    // The fixture is idle: its rollup does not change between the two reads.
+    assert_eq!(n("shmem"), rollup(fx.pid, "Pss_Shmem"));
+    assert_eq!(n("rss"), rollup(fx.pid, "Rss"));
+    assert_eq!(n("swap"), rollup(fx.pid, "Swap"));
+    assert!((100 * MIB..101 * MIB).contains(&n("shmem")));
+    assert!(n("shmem_private") >= 100 * MIB);
+    assert!(n("uss") < 20 * MIB);
+    assert_eq!(n("uss") + n("shmem_private"), n("private_clean") + n("private_dirty"));
+    assert_eq!(n("pss"), n("pss_anon") + n("pss_file") + n("shmem"));
+
+    // --all lists it too; --top 2 gives two, largest RSS first.
+    let all = json(&spawnkit(&["mem", "--all", "--json"]));
+    assert!(all.iter().any(|o| o["pid"] == fx.pid));
+    let top = json(&spawnkit(&["mem", "--top", "2", "--json"]));
+    assert_eq!(top.len(), 2);
+    assert!(top[0]["rss"].as_u64() >= top[1]["rss"].as_u64());
+    let sorted = json(&spawnkit(&["mem", "--all", "--json", "--sort", "shmem"]));
+    // Largest first; processes that could not be read (null) at the end.
+    let key = |o: &Value| o["shmem"].as_u64().map_or(-1, |v| v as i128);
+    assert!(sorted.windows(2).all(|w| key(&w[0]) >= key(&w[1])), "{sorted:?}");
+    assert_eq!(sorted[0]["pid"], fx.pid, "the fixture has the most shmem");
+}
+
+#[test]
+fn mem_shared_json_reports_the_region_once() {
+    if skip_unless_root("mem_shared_json_reports_the_region_once") {
+        return;
+    }
+    let _s = serial();
+    let fx = Fixture::start(&["200", "50", "100"]);
+    let object = fs::metadata(format!("/proc/{}/map_files/{:x}-{:x}", fx.pid, fx.start, fx.end))
+        .expect("stat map_files");
+    let dev = format!("{}:{}", libc::major(object.dev()), libc::minor(object.dev()));
+    for method in ["auto", "procmap-query", "maps-text"] {
+        let list = json(&spawnkit(&["mem", "--shared", "--json", "--method", method]));
+        let mine: Vec<&Value> = list
+            .iter()
+            .filter(|o| o["pids"].as_array().unwrap().iter().any(|p| p == fx.pid))
+            .collect();
+        assert_eq!(mine.len(), 1, "{method}: {list:?}");
+        let o = mine[0];
+        for key in ["dev", "inode", "name", "size_bytes", "resident_bytes", "pids", "kind"] {
+            assert!(o.get(key).is_some(), "{method}: missing {key}: {o}");
+        }
+        assert_eq!(o["dev"], dev.as_str());
+        assert_eq!(o["inode"], object.ino());
+        assert_eq!(o["name"], "/dev/zero (deleted)");
+        assert_eq!(o["kind"], "anonymous");
+        assert_eq!(o["size_bytes"], 200 * MIB);
+        assert_eq!(o["resident_bytes"], 100 * MIB);
+        assert_eq!(o["pids"], serde_json::json!([fx.pid]));
+        let same = list.iter().filter(|x| x["dev"] == o["dev"] && x["inode"] == o["inode"]);
+        assert_eq!(same.count(), 1, "{method}: listed once");
+    }
+
+    // Restricted to the fixture: just its region. -v puts the totals on stderr as JSON.
+    let res = spawnkit(&["mem", "--shared", "--json", "-v", &fx.pid.to_string()]);
+    let list = json(&res);
+    assert_eq!(list.len(), 1);
+    let summary: Value = serde_json::from_str(res.stderr.trim()).expect("summary on stderr");
+    assert_eq!(summary["total_resident_bytes"], 100 * MIB);
+    assert_eq!(summary["method"], "procmap-query");
+    let shmem = summary["meminfo_shmem_bytes"].as_i64().unwrap();
+    assert_eq!(summary["difference_bytes"].as_i64().unwrap(), shmem - (100 * MIB) as i64);
+}
+
+#[test]
+fn mem_shared_table_has_the_region_and_the_meminfo_check() {
+    if skip_unless_root("mem_shared_table_has_the_region_and_the_meminfo_check") {
+        return;
+    }
+    let _s = serial();
+    let fx = Fixture::start(&["200", "50", "100"]);
+    let res = spawnkit(&["mem", "--shared", "--bytes"]);
+    assert_eq!(res.code, Some(0), "{res:?}");
+    let mut lines = res.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["DEV", "INODE", "SIZE", "RESIDENT", "PIDS", "KIND", "NAME"]);
+    let pid = fx.pid.to_string();
+    let row = res
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(4) == Some(&pid.as_str()))
+        .unwrap_or_else(|| panic!("no row for {pid}: {res:?}"));
+    assert_eq!(row[2..], ["209715200", "104857600", &pid, "anonymous", "/dev/zero", "(deleted)"]);
+    let value = |label: &str| -> i64 {
+        let line = res.stdout.lines().find(|l| l.starts_with(label)).expect(label);
+        line[label.len()..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let total = value("total resident");
+    let shmem = value("Shmem in /proc/meminfo");
+    assert!(total >= (100 * MIB) as i64);
+    assert_eq!(value("difference"), shmem - total);
+}
+
+#[test]
+fn bad_pids_are_clear_errors() {
+    let gone = vanished_pid();
+    let res = spawnkit(&["mem", &gone.to_string()]);
+    assert_eq!(res.code, Some(1), "{res:?}");
+    assert_eq!(res.stderr.trim(), format!("spawnkit mem: no process {gone}"));
+    assert_eq!(res.stdout.lines().count(), 1, "only the header: {res:?}");
+
+    // The others are still shown.
+    let me = std::process::id().to_string();
+    let res = spawnkit(&["mem", "--json", &gone.to_string(), &me]);
+    assert_eq!(res.code, Some(1));
+    let list: Vec<Value> = serde_json::from_str(&res.stdout).unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["pid"].to_string(), me);
+
+    let res = spawnkit(&["mem", "--shared", &gone.to_string()]);
+    assert_eq!(res.code, Some(1), "{res:?}");
+    assert!(res.stderr.contains(&format!("no process {gone}")), "{res:?}");
+
+    for bad in ["0", "-5", "abc", "12x"] {
+        let res = spawnkit(&["mem", "--", bad]);
+        assert_eq!(res.code, Some(125), "{bad}: {res:?}");
+        assert!(res.stderr.contains("is not a pid"), "{bad}: {res:?}");
+    }
+    let res = spawnkit(&["mem", "--method", "nope", "--shared"]);
+    assert_eq!(res.code, Some(125), "{res:?}");
+    assert!(res.stderr.contains("auto, procmap-query or maps-text"), "{res:?}");
+}
+
+#[test]
+fn closed_stdout_ends_quietly() {
+    for args in [&["mem", "--all"][..], &["mem", "--shared"][..]] {
+        let mut child = Command::new(spawnkit_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert!(out.stderr.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
