@@ -1,0 +1,310 @@
+//! The process table through the library's public API, checked against /proc as read here
+//! independently: a known tree from `spawnkit-probe tree DEPTH WIDTH COMM` (odd names
+//! included), filters, the tree order, the pid fast path, and processes that vanish while
+//! the table is read.
+//!
+//! The tests name [`Backend::Procfs`] where they check values: the BPF backend has its own
+//! tests. [`Backend::Auto`] must work whether or not BPF can load here.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, State};
+use spawnkit::ErrorKind;
+
+/// A process tree from the probe; dies (root first, the rest by PDEATHSIG) when dropped.
+struct Tree {
+    root: Child,
+    stdin: Option<ChildStdin>,
+    /// Every pid, root first, then level by level.
+    pids: Vec<i32>,
+    argv: Vec<Vec<u8>>,
+}
+
+impl Tree {
+    fn start(depth: u32, width: u32, comm: &str) -> Tree {
+        let probe = common::probe();
+        let args = ["tree".to_string(), depth.to_string(), width.to_string(), comm.to_string()];
+        let mut root = Command::new(&probe)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the tree probe");
+        let mut line = String::new();
+        BufReader::new(root.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let pids: Vec<i32> = match line.trim_end().strip_prefix("ready ") {
+            Some(rest) => rest.split(' ').map(|p| p.parse().unwrap()).collect(),
+            None => panic!("the tree probe said {line:?}"),
+        };
+        let expected: u32 = (0..=depth).map(|d| width.pow(d)).sum();
+        assert_eq!(pids.len(), expected as usize, "{line}");
+        let mut argv = vec![probe.as_os_str().as_bytes().to_vec()];
+        argv.extend(args.iter().map(|a| a.as_bytes().to_vec()));
+        Tree { stdin: root.stdin.take(), root, pids, argv }
+    }
+
+    fn root(&self) -> i32 {
+        self.pids[0]
+    }
+
+    /// The raw /proc/PID/cmdline every node has (they fork without exec).
+    fn cmdline(&self) -> Vec<u8> {
+        self.argv.iter().flat_map(|a| a.iter().copied().chain([0])).collect()
+    }
+
+    fn sorted_pids(&self) -> Vec<i32> {
+        let mut v = self.pids.clone();
+        v.sort_unstable();
+        v
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.root.wait();
+    }
+}
+
+/// /proc/PID/stat as read here: the fields after the comm (field 3 is index 0).
+fn stat_fields(pid: i32) -> Vec<String> {
+    let text = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+    let close = text.iter().rposition(|&b| b == b')').unwrap();
+    String::from_utf8(text[close + 2..].to_vec())
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A `Name:\tvalue` line of /proc/PID/status.
+fn status(pid: i32, key: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+}
+
+fn by_pid(procs: &[Process]) -> BTreeMap<i32, &Process> {
+    procs.iter().map(|p| (p.pid, p)).collect()
+}
+
+const ODD: &str = "x) S 1 (y\n) z";
+
+#[test]
+fn the_tree_as_proc_shows_it() {
+    let tree = Tree::start(2, 2, ODD);
+    let mut table = ProcessTable::new(Backend::Procfs).unwrap();
+    assert_eq!(table.backend(), Backend::Procfs);
+    assert_eq!(table.fallback_reason(), None);
+    let all = table.list(Fields { uid: true, cmdline: true }).unwrap();
+    let seen = by_pid(&all);
+    let my_euid: u32 = status(std::process::id() as i32, "Uid:")
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: sysconf takes an integer and touches no memory of ours.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    for &pid in &tree.pids {
+        let p = seen.get(&pid).unwrap_or_else(|| panic!("fixture pid {pid} not listed"));
+        let f = stat_fields(pid);
+        assert_eq!(p.ppid, status(pid, "PPid:").parse::<i32>().unwrap(), "ppid of {pid}");
+        assert_eq!(p.comm.as_bytes(), ODD.as_bytes(), "comm of {pid}");
+        assert_eq!(p.state, State::Sleeping, "state of {pid}");
+        assert_eq!(p.threads, 1);
+        assert_eq!(p.uid, Some(my_euid));
+        assert_eq!(p.start_ticks, f[19].parse::<u64>().unwrap(), "start ticks of {pid}");
+        assert!(p.rss_bytes > 0, "rss of {pid}");
+        assert_eq!(p.rss_bytes, f[21].parse::<u64>().unwrap() * page, "rss of {pid}");
+        assert_eq!(p.cmdline.as_deref(), Some(&tree.cmdline()[..]), "cmdline of {pid}");
+    }
+    assert_eq!(seen[&tree.root()].ppid, std::process::id() as i32);
+    // Every other node's parent is in the tree.
+    for &pid in &tree.pids[1..] {
+        assert!(tree.pids.contains(&seen[&pid].ppid));
+    }
+
+    // Not asked: not read.
+    let lean = table.list(Fields::default()).unwrap();
+    let lean = by_pid(&lean);
+    for &pid in &tree.pids {
+        assert_eq!(lean[&pid].uid, None);
+        assert_eq!(lean[&pid].cmdline, None);
+        assert_eq!(lean[&pid].comm.as_bytes(), ODD.as_bytes());
+    }
+}
+
+#[test]
+fn long_names_are_cut_at_15_bytes() {
+    let tree = Tree::start(1, 1, "0123456789abcdefXYZ");
+    let procs =
+        ProcessTable::new(Backend::Procfs).unwrap().list_pids(&tree.pids, Fields::default());
+    let procs = procs.unwrap();
+    assert_eq!(procs.len(), 2);
+    for p in &procs {
+        assert_eq!(p.comm.as_bytes(), b"0123456789abcde");
+    }
+}
+
+#[test]
+fn filters_and_tree_order_follow_the_tree() {
+    let tree = Tree::start(2, 3, "filters");
+    let root = tree.root();
+    let mut table = ProcessTable::new(Backend::Procfs).unwrap();
+    let all = table.list(Fields::default()).unwrap();
+
+    let mut sub = all.clone();
+    observe::retain_trees(&mut sub, &[root]);
+    let got: Vec<i32> = sub.iter().map(|p| p.pid).collect();
+    assert_eq!(got, tree.sorted_pids(), "the root and all its descendants, nothing else");
+    assert_eq!(observe::tree_pids(&all, &[root]), tree.sorted_pids());
+
+    let mut kids = all.clone();
+    observe::retain_children(&mut kids, &[root]);
+    let mut want: Vec<i32> = tree.pids[1..4].to_vec(); // level 1: 3 children, after the root
+    want.sort_unstable();
+    assert_eq!(kids.iter().map(|p| p.pid).collect::<Vec<_>>(), want);
+    for k in &kids {
+        assert_eq!(status(k.pid, "PPid:"), root.to_string());
+    }
+
+    let mut some = all.clone();
+    observe::retain_pids(&mut some, &[tree.pids[5], root, -1]);
+    assert_eq!(some.len(), 2);
+
+    // Tree order: the root, then each child followed by its own children.
+    let rows = observe::tree_order(&sub);
+    assert_eq!((rows[0].pid, rows[0].depth), (root, 0));
+    let depth: BTreeMap<i32, usize> = rows.iter().map(|r| (r.pid, r.depth)).collect();
+    for (i, r) in rows.iter().enumerate().skip(1) {
+        let parent = sub[r.index].ppid;
+        assert_eq!(r.depth, depth[&parent] + 1);
+        // The nearest row above at depth - 1 is the parent.
+        let above = rows[..i].iter().rev().find(|a| a.depth == r.depth - 1).unwrap();
+        assert_eq!(above.pid, parent, "{} under its parent", r.pid);
+    }
+    assert_eq!(rows.iter().filter(|r| r.depth == 2).count(), 9);
+}
+
+#[test]
+fn list_pids_reads_only_those_that_exist() {
+    let tree = Tree::start(1, 2, "fastpath");
+    let mut dead = Command::new(common::probe()).args(["exit", "0"]).spawn().unwrap();
+    let dead_pid = dead.id() as i32;
+    dead.wait().unwrap();
+    let mut table = ProcessTable::new(Backend::Procfs).unwrap();
+
+    let mut ask = tree.pids.clone();
+    ask.extend([dead_pid, tree.pids[1], 0, -7]);
+    ask.reverse();
+    let got = table.list_pids(&ask, Fields { uid: true, cmdline: true }).unwrap();
+    assert_eq!(got.iter().map(|p| p.pid).collect::<Vec<_>>(), tree.sorted_pids());
+    assert!(got.iter().all(|p| p.uid.is_some() && p.cmdline.is_some()));
+    assert!(got.iter().all(|p| p.comm.as_bytes() == b"fastpath"));
+
+    assert!(table.list_pids(&[dead_pid], Fields::default()).unwrap().is_empty());
+    let mut out = vec![got[0].clone()];
+    table.list_pids_into(&[dead_pid], Fields::default(), &mut out).unwrap();
+    assert!(out.is_empty(), "the _into variant clears its output");
+}
+
+#[test]
+fn vanishing_processes_are_no_error() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let spawned = Arc::new(AtomicUsize::new(0));
+    let churn = {
+        let (stop, spawned) = (stop.clone(), spawned.clone());
+        std::thread::spawn(move || {
+            let probe = common::probe();
+            while !stop.load(Ordering::Relaxed) {
+                // A few at a time, so some exit while others are being read.
+                let kids: Vec<Child> = (0..4)
+                    .filter_map(|_| Command::new(&probe).args(["exit", "0"]).spawn().ok())
+                    .collect();
+                spawned.fetch_add(kids.len(), Ordering::Relaxed);
+                for mut k in kids {
+                    let _ = k.wait();
+                }
+            }
+        })
+    };
+    let mut table = ProcessTable::new(Backend::Procfs).unwrap();
+    let mut out = Vec::new();
+    let me = std::process::id() as i32;
+    for i in 0..50 {
+        let fields = Fields { uid: i % 2 == 0, cmdline: i % 3 == 0 };
+        table.list_into(fields, &mut out).unwrap_or_else(|e| panic!("refresh {i}: {e}"));
+        assert!(out.iter().any(|p| p.pid == me));
+        let pids: Vec<i32> = out.iter().map(|p| p.pid).collect();
+        table.list_pids(&pids, fields).unwrap_or_else(|e| panic!("list_pids {i}: {e}"));
+    }
+    // Keep listing until the churn has really churned (a slow machine may need longer).
+    while spawned.load(Ordering::Relaxed) < 100 {
+        table.list_into(Fields { uid: true, cmdline: true }, &mut out).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+}
+
+#[test]
+fn auto_works_with_or_without_bpf() {
+    let mut table = ProcessTable::new(Backend::Auto).unwrap();
+    match table.backend() {
+        Backend::Procfs => {
+            let why = table.fallback_reason().expect("a fallback says why");
+            assert!(!why.is_empty());
+        }
+        Backend::Bpf => assert_eq!(table.fallback_reason(), None),
+        Backend::Auto => panic!("backend() names the backend in use"),
+    }
+    let me = std::process::id() as i32;
+    let procs = table.list(Fields::default()).unwrap();
+    assert!(procs.iter().any(|p| p.pid == me));
+    let procs = observe::processes(Fields::default()).unwrap();
+    assert!(procs.iter().any(|p| p.pid == me));
+
+    match ProcessTable::new(Backend::Bpf) {
+        Ok(t) => assert_eq!(t.backend(), Backend::Bpf),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Unsupported);
+            assert!(!e.to_string().is_empty());
+        }
+    }
+}
+
+#[test]
+fn start_time_and_cmdline_helpers() {
+    let tree = Tree::start(0, 0, "helpers");
+    let root = tree.root();
+    let p = ProcessTable::new(Backend::Procfs)
+        .unwrap()
+        .list_pids(&[root], Fields { cmdline: true, ..Fields::default() })
+        .unwrap()
+        .pop()
+        .expect("listed");
+    let boot = observe::boot_time().unwrap();
+    let start = p.start_time(boot);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    // btime has a precision of one second.
+    assert!(start >= boot as f64 && start <= now.as_secs_f64() + 1.0, "{start}");
+    let want = boot as f64 + stat_fields(root)[19].parse::<f64>().unwrap() / 100.0;
+    assert!((start - want).abs() < 1e-6);
+
+    let args: Vec<&[u8]> = p.args().collect();
+    assert_eq!(args, tree.argv.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    assert_eq!(observe::read_cmdline(root), Some(tree.cmdline()));
+    // A kernel thread (kthreadd, pid 2) has an empty command line.
+    if std::fs::read_to_string("/proc/2/stat").is_ok_and(|s| s.contains("(kthreadd)")) {
+        assert_eq!(observe::read_cmdline(2), Some(Vec::new()));
+    }
+    assert_eq!(observe::read_cmdline(-1), None);
+}
