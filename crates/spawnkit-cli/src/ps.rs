@@ -1,9 +1,701 @@
-//! `spawnkit ps` (to be written).
+//! `spawnkit ps`: the process table, procps field names, filters, sorting, a tree view and
+//! JSON, read by the library's [`ProcessTable`] (BPF task iterator or /proc walker).
+//!
+//! Exit codes: 0, 1 when the table cannot be read (e.g. `--backend bpf` where BPF is not
+//! available), 125 for a bad option or value (clap, as for every spawnkit command). A closed
+//! stdout (`spawnkit ps | head`) ends the output quietly with 0.
 
-/// List processes.
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, SortKey, TreeRow};
+
+/// The table could not be read.
+const FAILED: i32 = 1;
+
+const AFTER_HELP: &str = "\
+Examples:
+  spawnkit ps                                   (every process: pid, ppid, state, threads,
+                                                 rss in KiB, comm)
+  spawnkit ps -o pid,user,rss,args --sort=-rss  (largest resident set first)
+  spawnkit ps -p 1,$$ -o pid,lstart,etimes,args (two processes: start time, seconds alive)
+  spawnkit ps --ppid 1 -o pid,comm              (the direct children of pid 1)
+  spawnkit ps --tree-of $$ --forest -o pid,args (this shell and all it started, as a tree)
+  spawnkit ps -o pid=ID,comm=NAME --no-headers  (rename or drop the headers)
+  spawnkit ps --json -o pid,ppid,comm,rss       (a JSON array: [{\"pid\": 1, ...}, ...])
+  spawnkit ps --backend procfs -v               (force the /proc walker; say what ran)
+
+Fields (for -o and --sort; procps names, aliases in parentheses, then the header):
+  pid                  PID      process id
+  ppid                 PPID     parent's process id (0 for init and kthreadd)
+  comm (ucomm)         COMMAND  short name (at most 15 bytes; control characters as '?')
+  state (s)            S        R running, S sleeping, D disk wait, T stopped, t traced,
+                                Z zombie, I idle kernel thread, P parked, X dead
+  uid (euid)           UID      effective user id
+  user                 USER     user name from /etc/passwd, or the uid when unknown
+  nlwp (thcount)       NLWP     number of threads
+  start_time           START    start time: HH:MM today, MonDD this year, else the year
+  lstart               STARTED  start time in full: 'Sun Nov 22 01:49:32 2026'
+  etimes               ELAPSED  seconds since the start
+  rss (rssize, rsz)    RSS      resident set size in KiB
+  args (cmd, command)  COMMAND  command line, arguments joined by spaces; [comm] when it
+                                is empty (kernel threads, zombies)
+  FIELD=HEADER sets a column's header; when every header is empty, no header line.
+
+Selection:
+  -p, --ppid and --tree-of add up: a process is shown when it matches any of them. With
+  none of them, every process is shown. Lists are comma-separated; the options repeat.
+
+JSON (--json):
+  An array with one object per process, keyed by the fields' names above (aliases give
+  the main name): numbers for pid, ppid, uid, nlwp, etimes, rss (KiB); start_time in Unix
+  seconds (a float); state a one-letter string; comm, user, lstart and args strings. With
+  --forest, a 'depth' key (0 for a root) and the tree's order.
+
+Backends (--backend):
+  auto (default) uses the BPF task iterator (one read for all tasks; root or
+  CAP_BPF+CAP_PERFMON, kernel 5.8+) and falls back to procfs when it cannot load; bpf fails
+  instead of falling back; procfs walks /proc (one read of /proc/PID/stat per process,
+  plus status for uid/user and cmdline for args). -v says which ran and why.
+
+Exit status:
+  0 on success (also when stdout is closed early, as by 'head'), 1 when the process table
+  cannot be read, 125 for a bad option or value.";
+
+/// Options of `spawnkit ps`.
 #[derive(Debug, clap::Args)]
-pub struct PsArgs {}
+#[command(after_help = AFTER_HELP)]
+pub struct PsArgs {
+    /// Fields to show, comma-separated, in order (repeatable); see the list below.
+    /// Default: pid,ppid,state,nlwp,rss,comm.
+    #[arg(
+        short = 'o',
+        long = "format",
+        value_name = "FIELD[=HEADER],...",
+        value_delimiter = ',',
+        value_parser = parse_column
+    )]
+    pub format: Vec<Column>,
 
-pub fn main(_args: &PsArgs) -> i32 {
-    0
+    /// Show these processes (comma-separated pids; repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID,...", value_delimiter = ',',
+          value_parser = parse_pid, help_heading = "Selection")]
+    pub pid: Vec<i32>,
+
+    /// Show the direct children of these processes.
+    #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = parse_ppid,
+          help_heading = "Selection")]
+    pub ppid: Vec<i32>,
+
+    /// Show these processes and all their descendants.
+    #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = parse_pid,
+          help_heading = "Selection")]
+    pub tree_of: Vec<i32>,
+
+    /// Sort by these fields, the first one first; '-FIELD' sorts in descending order
+    /// (--sort=-rss,pid). Default: by pid.
+    #[arg(
+        long,
+        value_name = "[-]FIELD,...",
+        value_delimiter = ',',
+        allow_hyphen_values = true,
+        value_parser = parse_sort_key,
+        help_heading = "Output"
+    )]
+    pub sort: Vec<(Field, bool)>,
+
+    /// Show the process tree: children under their parent, comm/args indented with '\_'.
+    #[arg(short = 'f', long, help_heading = "Output")]
+    pub forest: bool,
+
+    /// Leave out the header line.
+    #[arg(long, alias = "no-heading", help_heading = "Output")]
+    pub no_headers: bool,
+
+    /// Print a JSON array of objects keyed by field name instead of a table.
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+
+    /// Where to read the process table from: auto, bpf or procfs.
+    #[arg(long, value_name = "BACKEND", default_value = "auto", value_parser = parse_backend)]
+    pub backend: Backend,
+
+    /// Say on stderr which backend read the table, and why BPF was not used when it was not.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+}
+
+/// A field of the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    Pid,
+    Ppid,
+    Comm,
+    State,
+    Uid,
+    User,
+    Nlwp,
+    StartTime,
+    Lstart,
+    Etimes,
+    Rss,
+    Args,
+}
+
+/// Every accepted name: (name, field, default header).
+const NAMES: &[(&str, Field, &str)] = &[
+    ("pid", Field::Pid, "PID"),
+    ("ppid", Field::Ppid, "PPID"),
+    ("comm", Field::Comm, "COMMAND"),
+    ("ucomm", Field::Comm, "COMMAND"),
+    ("state", Field::State, "S"),
+    ("s", Field::State, "S"),
+    ("uid", Field::Uid, "UID"),
+    ("euid", Field::Uid, "EUID"),
+    ("user", Field::User, "USER"),
+    ("nlwp", Field::Nlwp, "NLWP"),
+    ("thcount", Field::Nlwp, "NLWP"),
+    ("start_time", Field::StartTime, "START"),
+    ("lstart", Field::Lstart, "STARTED"),
+    ("etimes", Field::Etimes, "ELAPSED"),
+    ("rss", Field::Rss, "RSS"),
+    ("rssize", Field::Rss, "RSS"),
+    ("rsz", Field::Rss, "RSZ"),
+    ("args", Field::Args, "COMMAND"),
+    ("cmd", Field::Args, "CMD"),
+    ("command", Field::Args, "COMMAND"),
+];
+
+const DEFAULT_FIELDS: [Field; 6] =
+    [Field::Pid, Field::Ppid, Field::State, Field::Nlwp, Field::Rss, Field::Comm];
+
+impl Field {
+    /// The main name: the JSON key.
+    fn key(self) -> &'static str {
+        match self {
+            Field::Pid => "pid",
+            Field::Ppid => "ppid",
+            Field::Comm => "comm",
+            Field::State => "state",
+            Field::Uid => "uid",
+            Field::User => "user",
+            Field::Nlwp => "nlwp",
+            Field::StartTime => "start_time",
+            Field::Lstart => "lstart",
+            Field::Etimes => "etimes",
+            Field::Rss => "rss",
+            Field::Args => "args",
+        }
+    }
+
+    fn header(self) -> &'static str {
+        NAMES.iter().find(|n| n.1 == self).map_or("", |n| n.2)
+    }
+
+    /// Minimum width and whether the column is left-aligned (text) or right-aligned
+    /// (numbers), as procps lays them out.
+    fn layout(self, pid_width: usize) -> (usize, bool) {
+        match self {
+            Field::Pid | Field::Ppid => (pid_width, false),
+            Field::Comm => (15, true),
+            Field::State => (1, false),
+            Field::Uid => (5, false),
+            Field::User => (8, true),
+            Field::Nlwp => (4, false),
+            Field::StartTime => (5, false),
+            Field::Lstart => (24, true),
+            Field::Etimes => (7, false),
+            Field::Rss => (5, false),
+            Field::Args => (27, true),
+        }
+    }
+
+    fn needs(self, fields: &mut Fields) {
+        match self {
+            Field::Uid | Field::User => fields.uid = true,
+            Field::Args => fields.cmdline = true,
+            _ => {}
+        }
+    }
+
+    fn is_name(self) -> bool {
+        matches!(self, Field::Comm | Field::Args)
+    }
+}
+
+fn lookup(name: &str) -> Result<Field, String> {
+    NAMES.iter().find(|n| n.0 == name).map(|n| n.1).ok_or_else(|| {
+        let all: Vec<&str> = NAMES.iter().map(|n| n.0).collect();
+        format!("unknown field '{name}' (fields: {})", all.join(", "))
+    })
+}
+
+/// One output column: a field and its header.
+#[derive(Clone, Debug)]
+pub struct Column {
+    field: Field,
+    header: String,
+}
+
+fn parse_column(s: &str) -> Result<Column, String> {
+    let (name, header) = match s.split_once('=') {
+        Some((name, header)) => (name, Some(header)),
+        None => (s, None),
+    };
+    let field = lookup(name.trim())?;
+    let header = header.map_or_else(|| field.header().to_string(), str::to_string);
+    Ok(Column { field, header })
+}
+
+fn parse_pid(s: &str) -> Result<i32, String> {
+    match s.trim().parse::<i32>() {
+        Ok(pid) if pid > 0 => Ok(pid),
+        _ => Err(format!("'{s}' is not a pid (a number above 0)")),
+    }
+}
+
+/// Like [`parse_pid`], but 0 is allowed: the parent of init and kthreadd.
+fn parse_ppid(s: &str) -> Result<i32, String> {
+    match s.trim().parse::<i32>() {
+        Ok(pid) if pid >= 0 => Ok(pid),
+        _ => Err(format!("'{s}' is not a pid (a number, 0 or above)")),
+    }
+}
+
+fn parse_sort_key(s: &str) -> Result<(Field, bool), String> {
+    let s = s.trim();
+    let (name, descending) = match (s.strip_prefix('-'), s.strip_prefix('+')) {
+        (Some(name), _) => (name, true),
+        (None, Some(name)) => (name, false),
+        _ => (s, false),
+    };
+    Ok((lookup(name)?, descending))
+}
+
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    match s {
+        "auto" => Ok(Backend::Auto),
+        "bpf" => Ok(Backend::Bpf),
+        "procfs" => Ok(Backend::Procfs),
+        _ => Err(format!("'{s}' is not a backend (auto, bpf, procfs)")),
+    }
+}
+
+fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Auto => "auto",
+        Backend::Bpf => "bpf",
+        Backend::Procfs => "procfs",
+    }
+}
+
+pub fn main(args: &PsArgs) -> i32 {
+    match run(args) {
+        Ok(()) => 0,
+        Err(Failure::Pipe) => 0,
+        Err(Failure::Msg(m)) => {
+            eprintln!("spawnkit ps: {m}");
+            FAILED
+        }
+    }
+}
+
+enum Failure {
+    /// stdout was closed: stop quietly.
+    Pipe,
+    Msg(String),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Failure {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            Failure::Pipe
+        } else {
+            Failure::Msg(format!("write to stdout: {e}"))
+        }
+    }
+}
+
+impl From<spawnkit::Error> for Failure {
+    fn from(e: spawnkit::Error) -> Failure {
+        Failure::Msg(e.to_string())
+    }
+}
+
+fn run(args: &PsArgs) -> Result<(), Failure> {
+    let columns: Vec<Column> = if args.format.is_empty() {
+        DEFAULT_FIELDS.iter().map(|&f| Column { field: f, header: f.header().into() }).collect()
+    } else {
+        args.format.clone()
+    };
+    let mut fields = Fields::default();
+    for f in columns.iter().map(|c| c.field).chain(args.sort.iter().map(|s| s.0)) {
+        f.needs(&mut fields);
+    }
+
+    let mut table = ProcessTable::new(args.backend)?;
+    if args.verbose {
+        let mut msg = format!("spawnkit ps: backend {}", backend_name(table.backend()));
+        if let Some(why) = table.fallback_reason() {
+            msg += &format!(" (BPF not used: {why})");
+        }
+        eprintln!("{msg}");
+    }
+
+    let selecting = !(args.pid.is_empty() && args.ppid.is_empty() && args.tree_of.is_empty());
+    let mut procs = if !args.pid.is_empty() && args.ppid.is_empty() && args.tree_of.is_empty() {
+        table.list_pids(&args.pid, fields)?
+    } else {
+        table.list(fields)?
+    };
+    if selecting {
+        let mut keep: Vec<i32> = args.pid.clone();
+        keep.extend(procs.iter().filter(|p| args.ppid.contains(&p.ppid)).map(|p| p.pid));
+        if !args.tree_of.is_empty() {
+            keep.extend(observe::tree_pids(&procs, &args.tree_of));
+        }
+        observe::retain_pids(&mut procs, &keep);
+    }
+
+    let ctx = Context::new(&columns, &args.sort);
+    observe::sort_processes(&mut procs, SortKey::Pid, false);
+    for &(field, descending) in args.sort.iter().rev() {
+        sort_by_field(&mut procs, field, descending, &ctx);
+    }
+    let rows: Vec<TreeRow> = if args.forest {
+        observe::tree_order(&procs)
+    } else {
+        (0..procs.len())
+            .map(|i| TreeRow { index: i, pid: procs[i].pid, depth: 0, more_siblings: false })
+            .collect()
+    };
+
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    if args.json {
+        write_json(&mut out, &columns, &procs, &rows, args.forest, &ctx)?;
+    } else {
+        let prefixes = if args.forest { observe::tree_prefixes(&rows) } else { Vec::new() };
+        write_table(&mut out, &columns, &procs, &rows, &prefixes, !args.no_headers, &ctx)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// What rendering needs beyond the processes: clock, boot time, user names, pid width.
+struct Context {
+    now: f64,
+    boot_time: u64,
+    users: HashMap<u32, String>,
+    pid_width: usize,
+}
+
+impl Context {
+    fn new(columns: &[Column], sort: &[(Field, bool)]) -> Context {
+        let used = |f: Field| columns.iter().any(|c| c.field == f) || sort.iter().any(|s| s.0 == f);
+        let timed = used(Field::StartTime) || used(Field::Lstart) || used(Field::Etimes);
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        Context {
+            now,
+            boot_time: if timed { observe::boot_time().unwrap_or(0) } else { 0 },
+            users: if used(Field::User) { read_passwd() } else { HashMap::new() },
+            pid_width: pid_width(),
+        }
+    }
+
+    fn user(&self, uid: Option<u32>) -> String {
+        match uid {
+            Some(uid) => self.users.get(&uid).cloned().unwrap_or_else(|| uid.to_string()),
+            None => "?".into(),
+        }
+    }
+
+    fn start(&self, p: &Process) -> f64 {
+        p.start_time(self.boot_time)
+    }
+
+    fn elapsed(&self, p: &Process) -> u64 {
+        (self.now - self.start(p)).max(0.0) as u64
+    }
+}
+
+/// Digits of the largest pid (/proc/sys/kernel/pid_max), as procps sizes its pid columns.
+fn pid_width() -> usize {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(7, |max| max.saturating_sub(1).to_string().len().max(5))
+}
+
+/// uid -> name from /etc/passwd (the first entry of a uid wins, as getpwuid finds it).
+fn read_passwd() -> HashMap<u32, String> {
+    let mut users = HashMap::new();
+    let text = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    for line in text.lines() {
+        let mut parts = line.split(':');
+        let (Some(name), Some(_), Some(uid)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if let Ok(uid) = uid.parse::<u32>() {
+            users.entry(uid).or_insert_with(|| name.to_string());
+        }
+    }
+    users
+}
+
+fn sort_by_field(procs: &mut [Process], field: Field, descending: bool, ctx: &Context) {
+    let key = match field {
+        Field::Pid => SortKey::Pid,
+        Field::Ppid => SortKey::Ppid,
+        Field::Comm => SortKey::Comm,
+        Field::State => SortKey::State,
+        Field::Uid => SortKey::Uid,
+        Field::Nlwp => SortKey::Threads,
+        Field::StartTime | Field::Lstart => SortKey::StartTime,
+        // Longest-running first is "descending" elapsed time: the earliest start.
+        Field::Etimes => return observe::sort_processes(procs, SortKey::StartTime, !descending),
+        Field::Rss => SortKey::Rss,
+        Field::Args => SortKey::Cmdline,
+        Field::User => {
+            let name = |p: &Process| ctx.user(p.uid);
+            if descending {
+                procs.sort_by_cached_key(|p| std::cmp::Reverse(name(p)));
+            } else {
+                procs.sort_by_cached_key(name);
+            }
+            return;
+        }
+    };
+    observe::sort_processes(procs, key, descending);
+}
+
+/// Control characters shown as '?', as procps does; bytes that are not UTF-8 as U+FFFD.
+fn printable(out: &mut String, bytes: &[u8]) {
+    for c in String::from_utf8_lossy(bytes).chars() {
+        out.push(if c.is_control() { '?' } else { c });
+    }
+}
+
+/// The command line joined by spaces, or `[comm]` when it is empty or unread.
+fn args_text(p: &Process) -> Vec<u8> {
+    let mut joined = Vec::new();
+    for (i, a) in p.args().enumerate() {
+        if i > 0 {
+            joined.push(b' ');
+        }
+        joined.extend_from_slice(a);
+    }
+    if joined.is_empty() {
+        joined.push(b'[');
+        joined.extend_from_slice(p.comm.as_bytes());
+        joined.push(b']');
+    }
+    joined
+}
+
+/// The text of one cell (names with control characters replaced).
+fn cell(out: &mut String, field: Field, p: &Process, ctx: &Context) {
+    match field {
+        Field::Pid => write!(out, "{}", p.pid).unwrap_or(()),
+        Field::Ppid => write!(out, "{}", p.ppid).unwrap_or(()),
+        Field::Comm => printable(out, p.comm.as_bytes()),
+        Field::State => out.push(p.state.letter()),
+        Field::Uid => match p.uid {
+            Some(uid) => write!(out, "{uid}").unwrap_or(()),
+            None => out.push('?'),
+        },
+        Field::User => out.push_str(&ctx.user(p.uid)),
+        Field::Nlwp => write!(out, "{}", p.threads).unwrap_or(()),
+        Field::StartTime => out.push_str(&short_start(ctx.start(p), ctx.now)),
+        Field::Lstart => out.push_str(&long_start(ctx.start(p))),
+        Field::Etimes => write!(out, "{}", ctx.elapsed(p)).unwrap_or(()),
+        Field::Rss => write!(out, "{}", p.rss_bytes / 1024).unwrap_or(()),
+        Field::Args => printable(out, &args_text(p)),
+    }
+}
+
+fn write_table(
+    out: &mut impl Write,
+    columns: &[Column],
+    procs: &[Process],
+    rows: &[TreeRow],
+    prefixes: &[String],
+    headers: bool,
+    ctx: &Context,
+) -> io::Result<()> {
+    let layout: Vec<(usize, bool)> = columns
+        .iter()
+        .map(|c| {
+            let (w, left) = c.field.layout(ctx.pid_width);
+            (w.max(c.header.chars().count()), left)
+        })
+        .collect();
+    let mut line = String::with_capacity(256);
+    let mut text = String::with_capacity(64);
+    let mut emit = |line: &mut String, cells: &mut dyn FnMut(usize, &mut String)| {
+        line.clear();
+        for (i, &(width, left)) in layout.iter().enumerate() {
+            if i > 0 {
+                line.push(' ');
+            }
+            text.clear();
+            cells(i, &mut text);
+            let pad = width.saturating_sub(text.chars().count());
+            let last = i + 1 == layout.len();
+            if !left {
+                line.extend((0..pad).map(|_| ' '));
+            }
+            line.push_str(&text);
+            if left && !last {
+                line.extend((0..pad).map(|_| ' '));
+            }
+        }
+        line.push('\n');
+    };
+    if headers && columns.iter().any(|c| !c.header.is_empty()) {
+        emit(&mut line, &mut |i, t| t.push_str(&columns[i].header));
+        out.write_all(line.as_bytes())?;
+    }
+    for (r, row) in rows.iter().enumerate() {
+        let p = &procs[row.index];
+        emit(&mut line, &mut |i, t| {
+            let field = columns[i].field;
+            if field.is_name() {
+                if let Some(prefix) = prefixes.get(r) {
+                    t.push_str(prefix);
+                }
+            }
+            cell(t, field, p, ctx);
+        });
+        out.write_all(line.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn json_value(field: Field, p: &Process, ctx: &Context) -> serde_json::Value {
+    use serde_json::Value;
+    let text = |b: &[u8]| Value::String(String::from_utf8_lossy(b).into_owned());
+    match field {
+        Field::Pid => p.pid.into(),
+        Field::Ppid => p.ppid.into(),
+        Field::Comm => text(p.comm.as_bytes()),
+        Field::State => Value::String(p.state.letter().to_string()),
+        Field::Uid => p.uid.map_or(Value::Null, Value::from),
+        Field::User => Value::String(ctx.user(p.uid)),
+        Field::Nlwp => p.threads.into(),
+        Field::StartTime => ctx.start(p).into(),
+        Field::Lstart => Value::String(long_start(ctx.start(p))),
+        Field::Etimes => ctx.elapsed(p).into(),
+        Field::Rss => (p.rss_bytes / 1024).into(),
+        Field::Args => text(&args_text(p)),
+    }
+}
+
+fn write_json(
+    out: &mut impl Write,
+    columns: &[Column],
+    procs: &[Process],
+    rows: &[TreeRow],
+    forest: bool,
+    ctx: &Context,
+) -> io::Result<()> {
+    let mut fields: Vec<Field> = Vec::new();
+    for c in columns {
+        if !fields.contains(&c.field) {
+            fields.push(c.field);
+        }
+    }
+    out.write_all(b"[")?;
+    for (r, row) in rows.iter().enumerate() {
+        let p = &procs[row.index];
+        out.write_all(if r == 0 { b"\n{" } else { b",\n{" })?;
+        for (i, &f) in fields.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            write!(out, "\"{}\":", f.key())?;
+            serde_json::to_writer(&mut *out, &json_value(f, p, ctx))?;
+        }
+        if forest {
+            write!(out, "{}\"depth\":{}", if fields.is_empty() { "" } else { "," }, row.depth)?;
+        }
+        out.write_all(b"}")?;
+    }
+    out.write_all(if rows.is_empty() { b"]\n" } else { b"\n]\n" })
+}
+
+/// Local broken-down time of Unix second `t`.
+fn local(t: i64) -> libc::tm {
+    // SAFETY: an all-zero tm is a valid value (its tm_zone pointer is NULL).
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let t: libc::time_t = t;
+    // SAFETY: localtime_r reads `t` and writes `tm`, both valid for the call.
+    unsafe { libc::localtime_r(&t, &mut tm) };
+    tm
+}
+
+const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+const MONTHS: [&str; 12] =
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+fn month(tm: &libc::tm) -> &'static str {
+    MONTHS.get(tm.tm_mon as usize).copied().unwrap_or("???")
+}
+
+/// procps `lstart`: `Sun Nov 22 01:49:32 2026` (strftime "%a %b %e %H:%M:%S %Y").
+fn long_start(start: f64) -> String {
+    let tm = local(start as i64);
+    format!(
+        "{} {} {:>2} {:02}:{:02}:{:02} {}",
+        DAYS.get(tm.tm_wday as usize).copied().unwrap_or("???"),
+        month(&tm),
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        tm.tm_year + 1900
+    )
+}
+
+/// procps `start_time`: `HH:MM` when started today, `MonDD` this year, else the year.
+fn short_start(start: f64, now: f64) -> String {
+    let (tm, today) = (local(start as i64), local(now as i64));
+    if tm.tm_year != today.tm_year {
+        format!("{}", tm.tm_year + 1900)
+    } else if tm.tm_yday != today.tm_yday {
+        format!("{}{:02}", month(&tm), tm.tm_mday)
+    } else {
+        format!("{:02}:{:02}", tm.tm_hour, tm.tm_min)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_aliases() {
+        assert_eq!(lookup("rsz").unwrap(), Field::Rss);
+        assert_eq!(lookup("thcount").unwrap(), Field::Nlwp);
+        assert!(lookup("bogus").unwrap_err().contains("unknown field 'bogus'"));
+        let c = parse_column("pid=ID").unwrap();
+        assert_eq!((c.field, c.header.as_str()), (Field::Pid, "ID"));
+        assert_eq!(parse_column("euid").unwrap().header, "EUID");
+        assert_eq!(parse_sort_key("-rss").unwrap(), (Field::Rss, true));
+        assert_eq!(parse_sort_key("+pid").unwrap(), (Field::Pid, false));
+        assert!(parse_pid("0").is_err() && parse_pid("x").is_err() && parse_pid("-3").is_err());
+        assert_eq!(parse_ppid("0"), Ok(0));
+    }
+
+    #[test]
+    fn times() {
+        // 2026-11-22 01:49:32 UTC was a Sunday.
+        std::env::set_var("TZ", "UTC");
+        assert_eq!(long_start(1_795_312_172.0), "Sun Nov 22 01:49:32 2026");
+        assert_eq!(short_start(1_795_312_172.0, 1_795_312_172.0 + 60.0), "01:49");
+        assert_eq!(short_start(1_795_312_172.0, 1_795_312_172.0 + 86400.0 * 3.0), "Nov22");
+        assert_eq!(short_start(1_795_312_172.0, 1_795_312_172.0 + 86400.0 * 60.0), "2026");
+    }
 }
