@@ -4,7 +4,7 @@
 //! `smaps_rollup` gives the sums of a process's `smaps` in one short read (the kernel walks the
 //! page tables once; no text per mapping), about 4× cheaper than `smaps`. It is read only for
 //! the processes asked for ([`memory`], [`memory_of`]) or for the top N by RSS
-//! ([`top_by_rss`], which ranks by the cheap `statm` first).
+//! ([`top_by_rss`], which ranks by the process table's RSS first).
 //!
 //! # What USS means here
 //!
@@ -325,19 +325,16 @@ pub fn memory_all() -> Result<Vec<Memory>> {
     Ok(list_pids()?.into_iter().filter_map(|pid| reader.memory(pid)).collect())
 }
 
-/// The `n` processes with the largest RSS, largest first. They are ranked by the cheap
-/// `/proc/PID/statm` (the kernel's RSS counters); `smaps_rollup` is read only for them.
+/// The `n` processes with the largest RSS, largest first. They are ranked by the process
+/// table's RSS (the kernel's mm counters, read for every process at once by
+/// [`crate::observe::processes`]: the BPF task iterator when it loads, else one `stat` per
+/// process); `smaps_rollup` is read only for the `n` at the top.
 pub fn top_by_rss(n: usize) -> Result<Vec<Memory>> {
-    let page = crate::sys::procmap::page_size();
     let mut reader = Reader::new();
-    let mut ranked: Vec<(u64, i32)> = Vec::new();
-    for pid in list_pids()? {
-        if let Got::Data = reader.read_file(pid, "statm") {
-            let rss =
-                reader.buf.split(|&b| b == b' ').nth(1).and_then(|f| parse_num(f, 10)).unwrap_or(0);
-            ranked.push((rss.saturating_mul(page), pid));
-        }
-    }
+    let mut ranked: Vec<(u64, i32)> = match super::processes(super::Fields::default()) {
+        Ok(procs) => procs.iter().map(|p| (p.rss_bytes, p.pid)).collect(),
+        Err(_) => rank_by_statm(&mut reader)?,
+    };
     ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut out = Vec::with_capacity(n.min(ranked.len()));
     for (_, pid) in ranked {
@@ -350,6 +347,24 @@ pub fn top_by_rss(n: usize) -> Result<Vec<Memory>> {
     }
     out.sort_by(|a, b| b.rss.cmp(&a.rss).then(a.pid.cmp(&b.pid)));
     Ok(out)
+}
+
+/// (RSS, pid) of every process from `/proc/PID/statm`.
+fn rank_by_statm(reader: &mut Reader) -> Result<Vec<(u64, i32)>> {
+    let page = crate::sys::procmap::page_size();
+    let mut ranked = Vec::new();
+    for pid in list_pids()? {
+        if let Got::Data = reader.read_file(pid, "statm") {
+            let rss = reader
+                .buf
+                .split(|&b| b == b' ')
+                .nth(1)
+                .and_then(|f| parse_num(f, 10))
+                .unwrap_or(0);
+            ranked.push((rss.saturating_mul(page), pid));
+        }
+    }
+    Ok(ranked)
 }
 
 #[cfg(test)]
