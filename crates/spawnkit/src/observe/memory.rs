@@ -355,12 +355,8 @@ fn rank_by_statm(reader: &mut Reader) -> Result<Vec<(u64, i32)>> {
     let mut ranked = Vec::new();
     for pid in list_pids()? {
         if let Got::Data = reader.read_file(pid, "statm") {
-            let rss = reader
-                .buf
-                .split(|&b| b == b' ')
-                .nth(1)
-                .and_then(|f| parse_num(f, 10))
-                .unwrap_or(0);
+            let rss =
+                reader.buf.split(|&b| b == b' ').nth(1).and_then(|f| parse_num(f, 10)).unwrap_or(0);
             ranked.push((rss.saturating_mul(page), pid));
         }
     }
