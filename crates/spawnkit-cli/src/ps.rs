@@ -81,17 +81,17 @@ pub struct PsArgs {
 
     /// Show these processes (comma-separated pids; repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID,...", value_delimiter = ',',
-          value_parser = parse_pid, help_heading = "Selection")]
+          value_parser = parse_pid, allow_negative_numbers = true, help_heading = "Selection")]
     pub pid: Vec<i32>,
 
     /// Show the direct children of these processes.
     #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = parse_ppid,
-          help_heading = "Selection")]
+          allow_negative_numbers = true, help_heading = "Selection")]
     pub ppid: Vec<i32>,
 
     /// Show these processes and all their descendants.
     #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = parse_pid,
-          help_heading = "Selection")]
+          allow_negative_numbers = true, help_heading = "Selection")]
     pub tree_of: Vec<i32>,
 
     /// Sort by these fields, the first one first; '-FIELD' sorts in descending order

@@ -1,0 +1,369 @@
+//! `spawnkit ps`, driven through the real binary, checked against /proc read here: a known
+//! tree from `spawnkit-probe tree DEPTH WIDTH COMM`, selected with -p, --ppid and --tree-of,
+//! shown with -o, --sort, --forest and --json.
+//!
+//! Values are checked with `--backend procfs` (the BPF backend has its own tests); `auto`
+//! must work whether or not BPF loads here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use serde_json::Value;
+
+fn probe() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile> directory");
+    let probe = dir.join("spawnkit-probe");
+    assert!(
+        probe.is_file(),
+        "{} is missing: build the helper binaries first with `cargo build --workspace --bins`",
+        probe.display()
+    );
+    probe
+}
+
+/// What `spawnkit ps ARGS` did.
+#[derive(Debug)]
+struct Res {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn ps(args: &[&str]) -> Res {
+    let out = Command::new(env!("CARGO_BIN_EXE_spawnkit"))
+        .arg("ps")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run spawnkit ps");
+    Res {
+        code: out.status.code(),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 output"),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `spawnkit ps --backend procfs ARGS`, which must succeed.
+fn ok(args: &[&str]) -> String {
+    let mut all = vec!["--backend", "procfs"];
+    all.extend_from_slice(args);
+    let r = ps(&all);
+    assert_eq!(r.code, Some(0), "spawnkit ps {args:?}: {r:?}");
+    r.stdout
+}
+
+/// The first column of each line, as pids.
+fn pid_column(out: &str) -> Vec<i32> {
+    out.lines().map(|l| l.split_whitespace().next().unwrap().parse().unwrap()).collect()
+}
+
+/// A process tree from the probe; dies when dropped.
+struct Tree {
+    root: Child,
+    stdin: Option<ChildStdin>,
+    pids: Vec<i32>,
+}
+
+impl Tree {
+    fn start(depth: u32, width: u32, comm: &str) -> Tree {
+        let args = ["tree".to_string(), depth.to_string(), width.to_string(), comm.to_string()];
+        let mut root = Command::new(probe())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the tree probe");
+        let mut line = String::new();
+        BufReader::new(root.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let pids: Vec<i32> = match line.trim_end().strip_prefix("ready ") {
+            Some(rest) => rest.split(' ').map(|p| p.parse().unwrap()).collect(),
+            None => panic!("the tree probe said {line:?}"),
+        };
+        Tree { stdin: root.stdin.take(), root, pids }
+    }
+
+    fn root(&self) -> i32 {
+        self.pids[0]
+    }
+
+    fn sorted(&self) -> Vec<i32> {
+        let mut v = self.pids.clone();
+        v.sort_unstable();
+        v
+    }
+
+    fn list(&self) -> String {
+        self.pids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.root.wait();
+    }
+}
+
+/// The fields after the comm in /proc/PID/stat (field 3 is index 0).
+fn stat_fields(pid: i32) -> Vec<String> {
+    let text = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+    let close = text.iter().rposition(|&b| b == b')').unwrap();
+    String::from_utf8(text[close + 2..].to_vec())
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+fn status(pid: i32, key: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+}
+
+fn ppid(pid: i32) -> i32 {
+    status(pid, "PPid:").parse().unwrap()
+}
+
+fn boot_time() -> f64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap();
+    text.lines().find_map(|l| l.strip_prefix("btime ")).unwrap().trim().parse().unwrap()
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+#[test]
+fn format_shows_the_fields_asked_for() {
+    let tree = Tree::start(1, 2, "fmt name");
+    let out = ok(&["-o", "pid,ppid,state,nlwp,comm", "-p", &tree.list()]);
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["PID", "PPID", "S", "NLWP", "COMMAND"]);
+    let mut seen = Vec::new();
+    for line in lines {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let pid: i32 = cols[0].parse().unwrap();
+        assert_eq!(cols[1].parse::<i32>().unwrap(), ppid(pid), "{line}");
+        assert_eq!(cols[2], "S");
+        assert_eq!(cols[3], "1");
+        assert_eq!(&cols[4..], ["fmt", "name"], "{line}");
+        seen.push(pid);
+    }
+    assert_eq!(seen, tree.sorted());
+
+    // Aliases and renamed headers; no header line at all.
+    let out = ok(&["-o", "pid=ID,s,thcount,ucomm=NAME", "-p", &tree.root().to_string()]);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["ID", "S", "NLWP", "NAME"]);
+    let out = ok(&["-o", "pid", "--no-headers", "-p", &tree.list()]);
+    assert_eq!(pid_column(&out), tree.sorted());
+}
+
+#[test]
+fn json_values_agree_with_proc() {
+    let odd = "a b) (c\nd";
+    let tree = Tree::start(1, 2, odd);
+    let fields = "pid,ppid,comm,state,uid,user,nlwp,start_time,lstart,etimes,rss,args";
+    let out = ok(&["--json", "-o", fields, "--tree-of", &tree.root().to_string()]);
+    let rows: Vec<Value> = serde_json::from_str(&out).expect("a JSON array");
+    let want_keys: BTreeSet<&str> = fields.split(',').collect();
+    let boot = boot_time();
+    // SAFETY: sysconf takes an integer and touches no memory of ours.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    let mut pids = Vec::new();
+    for row in &rows {
+        let obj = row.as_object().unwrap();
+        assert_eq!(obj.keys().map(String::as_str).collect::<BTreeSet<_>>(), want_keys);
+        let pid = obj["pid"].as_i64().unwrap() as i32;
+        let f = stat_fields(pid);
+        let euid: u64 = status(pid, "Uid:").split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert_eq!(obj["ppid"].as_i64(), Some(ppid(pid) as i64));
+        assert_eq!(obj["comm"].as_str(), Some(odd));
+        assert_eq!(obj["state"].as_str(), Some("S"));
+        assert_eq!(obj["uid"].as_u64(), Some(euid));
+        if euid == 0 {
+            assert_eq!(obj["user"].as_str(), Some("root"));
+        }
+        assert_eq!(obj["nlwp"].as_u64(), Some(1));
+        assert_eq!(obj["rss"].as_u64(), Some(f[21].parse::<u64>().unwrap() * page / 1024));
+        let start = obj["start_time"].as_f64().unwrap();
+        let want = boot + f[19].parse::<f64>().unwrap() / 100.0;
+        assert!((start - want).abs() < 0.001, "start_time {start}, /proc says {want}");
+        let etimes = obj["etimes"].as_u64().unwrap() as f64;
+        assert!(etimes >= 0.0 && etimes <= now() - start + 1.0, "etimes {etimes}");
+        assert_eq!(obj["lstart"].as_str().map(str::len), Some(24));
+        let args = format!("{} tree 1 2 {odd}", probe().display());
+        assert_eq!(obj["args"].as_str(), Some(args.as_str()));
+        pids.push(pid);
+    }
+    assert_eq!(pids, tree.sorted());
+
+    // Aliases give the main name as the key; nothing selected gives an empty array.
+    let out = ok(&["--json", "-o", "euid,thcount,rsz,cmd", "-p", &tree.root().to_string()]);
+    let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let keys: BTreeSet<&str> = rows[0].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys, BTreeSet::from(["uid", "nlwp", "rss", "args"]));
+    let dead = i32::MAX.to_string();
+    let rows: Vec<Value> = serde_json::from_str(&ok(&["--json", "-p", &dead])).unwrap();
+    assert!(rows.is_empty());
+}
+
+#[test]
+fn selections() {
+    let tree = Tree::start(2, 2, "select");
+    let root = tree.root().to_string();
+    let out = ok(&["-o", "pid", "--no-headers", "--tree-of", &root]);
+    assert_eq!(pid_column(&out), tree.sorted(), "the root and every descendant");
+
+    let out = ok(&["-o", "pid", "--no-headers", "--ppid", &root]);
+    let mut kids = tree.pids[1..3].to_vec();
+    kids.sort_unstable();
+    assert_eq!(pid_column(&out), kids, "direct children only");
+
+    let (a, b, c) = (tree.pids[6], tree.pids[0], tree.pids[3]);
+    let out = ok(&["-o", "pid", "--no-headers", "-p", &format!("{a},{b}"), "-p", &c.to_string()]);
+    let mut want = vec![a, b, c];
+    want.sort_unstable();
+    assert_eq!(pid_column(&out), want);
+
+    // Selections add up: -p 1 and the children of the root.
+    let out = ok(&["-o", "pid", "--no-headers", "-p", "1", "--ppid", &root]);
+    let mut want = vec![1];
+    want.extend(&kids);
+    assert_eq!(pid_column(&out), want);
+}
+
+#[test]
+fn sorting() {
+    let tree = Tree::start(2, 2, "sort");
+    let out = ok(&["-o", "pid", "--no-headers", "--sort=-pid", "-p", &tree.list()]);
+    let mut want = tree.sorted();
+    want.reverse();
+    assert_eq!(pid_column(&out), want);
+
+    // By ppid, then by pid descending within a parent.
+    let out = ok(&["-o", "pid,ppid", "--no-headers", "--sort", "ppid,-pid", "-p", &tree.list()]);
+    let mut want: Vec<(i32, i32)> = tree.pids.iter().map(|&p| (ppid(p), p)).collect();
+    want.sort_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)));
+    assert_eq!(pid_column(&out), want.iter().map(|w| w.1).collect::<Vec<_>>());
+
+    // '--sort -rss' (with a space) is a descending sort too, not an unknown flag.
+    let out = ok(&["-o", "rss", "--no-headers", "--sort", "-rss", "-p", &tree.list()]);
+    let rss: Vec<u64> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert!(rss.windows(2).all(|w| w[0] >= w[1]), "{rss:?}");
+}
+
+#[test]
+fn forest_indents_children_under_their_parent() {
+    let tree = Tree::start(2, 2, "forest");
+    let out =
+        ok(&["-o", "pid,comm", "--no-headers", "--forest", "--tree-of", &tree.root().to_string()]);
+    let mut depth_of: BTreeMap<i32, usize> = BTreeMap::new();
+    let mut order = Vec::new();
+    for line in out.lines() {
+        let (pid, rest) = line.trim_start().split_once(' ').unwrap();
+        let pid: i32 = pid.parse().unwrap();
+        let name = rest.trim_start_matches(' ');
+        let depth = if name == "forest" {
+            0
+        } else {
+            // "\_ forest" after 4 columns per level above.
+            let at = rest.find("\\_ forest").unwrap_or_else(|| panic!("no marker: {line:?}"));
+            // Each level above takes 4 columns ("    " or " |  "), then " \_ ".
+            let lead = &rest[..at];
+            assert!(lead.chars().all(|c| c == ' ' || c == '|'), "{line:?}");
+            assert_eq!((at - 1) % 4, 0, "{line:?}");
+            (at - 1) / 4 + 1
+        };
+        depth_of.insert(pid, depth);
+        order.push(pid);
+    }
+    assert_eq!(order[0], tree.root());
+    assert_eq!(depth_of[&tree.root()], 0);
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, tree.sorted());
+    for (i, &pid) in order.iter().enumerate().skip(1) {
+        let parent = ppid(pid);
+        assert_eq!(depth_of[&pid], depth_of[&parent] + 1, "{out}");
+        let above = order[..i].iter().rev().find(|p| depth_of[p] + 1 == depth_of[&pid]).unwrap();
+        assert_eq!(*above, parent, "{pid} is shown under its parent:\n{out}");
+    }
+    assert_eq!(depth_of.values().filter(|&&d| d == 2).count(), 4);
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    let r = ps(&["-o", "pid,bogus"]);
+    assert_eq!(r.code, Some(125), "{r:?}");
+    assert!(r.stderr.contains("unknown field 'bogus'"), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+
+    for bad in ["x", "0", "-4", "1,,2"] {
+        let r = ps(&["-p", bad]);
+        assert_eq!(r.code, Some(125), "-p {bad}: {r:?}");
+        assert!(r.stderr.contains("is not a pid"), "{}", r.stderr);
+    }
+    let r = ps(&["--sort", "-nope"]);
+    assert_eq!(r.code, Some(125));
+    assert!(r.stderr.contains("unknown field 'nope'"), "{}", r.stderr);
+    let r = ps(&["--backend", "magic"]);
+    assert_eq!(r.code, Some(125));
+    assert!(r.stderr.contains("not a backend"), "{}", r.stderr);
+}
+
+#[test]
+fn backends() {
+    let me = std::process::id() as i32;
+    let r = ps(&["--backend", "procfs", "-v", "-o", "pid", "--no-headers"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stderr.contains("backend procfs"), "{}", r.stderr);
+    assert!(pid_column(&r.stdout).contains(&me));
+
+    let r = ps(&["--backend", "auto", "-v", "-o", "pid", "--no-headers"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(pid_column(&r.stdout).contains(&me));
+    if r.stderr.contains("backend procfs") {
+        assert!(r.stderr.contains("BPF not used: "), "{}", r.stderr);
+    } else {
+        assert!(r.stderr.contains("backend bpf"), "{}", r.stderr);
+    }
+
+    // bpf either works or says why, with exit status 1.
+    let r = ps(&["--backend", "bpf", "-o", "pid", "--no-headers"]);
+    match r.code {
+        Some(0) => assert!(pid_column(&r.stdout).contains(&me)),
+        Some(1) => {
+            assert!(r.stderr.starts_with("spawnkit ps: "), "{}", r.stderr);
+            assert!(r.stdout.is_empty());
+        }
+        other => panic!("--backend bpf exited with {other:?}: {r:?}"),
+    }
+}
+
+#[test]
+fn closed_stdout_ends_quietly() {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new fds into `fds`.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just created and are owned here alone.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read_end); // every write to the pipe now fails with EPIPE
+    let out = Command::new(env!("CARGO_BIN_EXE_spawnkit"))
+        .args(["ps", "--backend", "procfs"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write_end))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
