@@ -123,7 +123,8 @@ pub struct SharedRegion {
     /// of /proc/sysvipc/shm. `None` when it could not be read (not root).
     pub resident_bytes: Option<u64>,
     /// The processes that map it, sorted, each once (empty for a SysV segment nobody
-    /// attaches).
+    /// attaches). In a report restricted to some processes ([`shared_regions_of`]), only
+    /// those among them.
     pub pids: Vec<i32>,
 }
 
