@@ -50,20 +50,38 @@ impl PidPath {
     }
 
     fn from_pid(pid: i32, name: &[u8]) -> Option<PidPath> {
-        let mut digits = [0u8; 12];
-        let mut i = digits.len();
-        let mut n = u32::try_from(pid).ok().filter(|&n| n > 0)?;
-        while n > 0 {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-        }
-        PidPath::new(&digits[i..], name)
+        let digits = Digits::new(pid)?;
+        PidPath::new(digits.as_bytes(), name)
     }
 
     fn as_cstr(&self) -> &CStr {
         // The buffer always holds a NUL (names end in one; the rest is zeros).
         CStr::from_bytes_until_nul(&self.buf).unwrap_or(c"")
+    }
+}
+
+/// A pid in decimal, on the stack.
+struct Digits {
+    buf: [u8; 10],
+    start: usize,
+}
+
+impl Digits {
+    /// `None` for pids that cannot exist (0 and below).
+    fn new(pid: i32) -> Option<Digits> {
+        let mut buf = [0u8; 10];
+        let mut start = buf.len();
+        let mut n = u32::try_from(pid).ok().filter(|&n| n > 0)?;
+        while n > 0 {
+            start -= 1;
+            buf[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        Some(Digits { buf, start })
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
     }
 }
 
@@ -125,12 +143,12 @@ impl Walker {
     ) -> Result<()> {
         let Walker { proc, file, page_size, .. } = self;
         for &pid in pids {
-            let Some(path) = PidPath::from_pid(pid, b"/stat\0") else { continue };
+            let Some(name) = Digits::new(pid) else { continue };
+            let Some(path) = PidPath::new(name.as_bytes(), b"/stat\0") else { continue };
             let Some(p) = read_stat(proc.as_fd(), &path, file, *page_size)? else { continue };
             if p.pid != pid {
                 continue;
             }
-            let name = pid.to_string();
             // /proc/TID/stat exists for any thread: check the tgid in status.
             if let Some(p) = complete(proc.as_fd(), p, name.as_bytes(), fields, file, true)? {
                 out.push(p);

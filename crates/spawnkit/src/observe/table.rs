@@ -150,11 +150,10 @@ impl ProcessTable {
     }
 
     fn walker(&mut self) -> Result<&mut Walker> {
-        if self.procfs.is_none() {
-            self.procfs = Some(Walker::open()?);
+        match &mut self.procfs {
+            Some(w) => Ok(w),
+            slot => Ok(slot.insert(Walker::open()?)),
         }
-        // Just set when it was None.
-        self.procfs.as_mut().ok_or_else(|| Error::unsupported("open /proc", "unreachable"))
     }
 
     /// After a BPF read: the command lines, from /proc, when asked for.
