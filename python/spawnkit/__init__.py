@@ -22,7 +22,18 @@ import os as _os
 from dataclasses import dataclass as _dataclass
 
 from . import _native
-from . import subprocess
+from . import observe, subprocess
+from .observe import (
+    MemoryInfo,
+    ProcessInfo,
+    SharedRegion,
+    SharedReport,
+    memory,
+    ps,
+    ps_backend,
+    shared_regions,
+    shared_report,
+)
 from .subprocess import DEVNULL, PIPE, STDOUT, CompletedProcess, Popen, TimeoutExpired
 
 __all__ = [
@@ -40,6 +51,16 @@ __all__ = [
     "reap_orphans",
     "uses_clone3",
     "subprocess",
+    "observe",
+    "ps",
+    "ps_backend",
+    "memory",
+    "shared_regions",
+    "shared_report",
+    "ProcessInfo",
+    "MemoryInfo",
+    "SharedRegion",
+    "SharedReport",
 ]
 
 #: Leave a standard stream as the parent's (the default).

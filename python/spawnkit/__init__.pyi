@@ -7,7 +7,17 @@ from typing import IO, Any
 
 from _typeshed import StrOrBytesPath
 
+from . import observe as observe
 from . import subprocess as subprocess
+from .observe import MemoryInfo as MemoryInfo
+from .observe import ProcessInfo as ProcessInfo
+from .observe import SharedRegion as SharedRegion
+from .observe import SharedReport as SharedReport
+from .observe import memory as memory
+from .observe import ps as ps
+from .observe import ps_backend as ps_backend
+from .observe import shared_regions as shared_regions
+from .observe import shared_report as shared_report
 from .subprocess import DEVNULL as DEVNULL
 from .subprocess import PIPE as PIPE
 from .subprocess import STDOUT as STDOUT
@@ -29,6 +39,16 @@ __all__ = [
     "reap_orphans",
     "uses_clone3",
     "subprocess",
+    "observe",
+    "ps",
+    "ps_backend",
+    "memory",
+    "shared_regions",
+    "shared_report",
+    "ProcessInfo",
+    "MemoryInfo",
+    "SharedRegion",
+    "SharedReport",
 ]
 
 INHERIT: None

@@ -8,6 +8,7 @@
 mod child;
 mod convert;
 mod errors;
+mod observe;
 mod preexec;
 mod spawn;
 
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<child::Child>()?;
+    observe::register(m)?;
     m.add_function(wrap_pyfunction!(spawn::spawn, m)?)?;
     m.add_function(wrap_pyfunction!(spawn::plan, m)?)?;
     m.add_function(wrap_pyfunction!(reap_orphans, m)?)?;

@@ -189,9 +189,9 @@ fn smem(install: bool, notes: &mut Vec<String>) -> Result<PathBuf, String> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if !apt(&["install", "-y", "--no-install-recommends", "smem"])
-        && !(apt(&["update"]) && apt(&["install", "-y", "--no-install-recommends", "smem"]))
-    {
+    let install = ["install", "-y", "--no-install-recommends", "smem"];
+    let installed = apt(&install) || (apt(&["update"]) && apt(&install));
+    if !installed {
         return Err("apt-get install smem failed".into());
     }
     notes.push("ps: installed smem from Debian's packages".into());

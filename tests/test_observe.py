@@ -1,0 +1,225 @@
+"""spawnkit.ps(), spawnkit.memory(), spawnkit.shared_regions(): checked against /proc read
+independently, against psutil, and with the probe's fixtures (a known process tree with odd
+names; a known shared anonymous region whose writers have exited)."""
+
+import os
+import pathlib
+import subprocess
+import threading
+
+import pytest
+
+import spawnkit
+
+from conftest import is_root
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+ODD = "a b) (c\nd"
+
+
+def probe_path():
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    p = target / "debug" / "spawnkit-probe"
+    assert p.is_file(), f"{p} is missing: build it first (cargo build --workspace --bins)"
+    return str(p)
+
+
+class Fixture:
+    """A probe fixture: started, its `ready ...` line read, stopped by closing its stdin."""
+
+    def __init__(self, *args):
+        self.p = subprocess.Popen([probe_path(), *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline().split()
+        assert line and line[0] == "ready", f"fixture {args} said {line!r}"
+        self.words = line[1:]
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait(timeout=30)
+        self.p.stdout.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def proc_stat(pid):
+    """(comm, state, ppid, threads, start_ticks, rss_bytes) from /proc/PID/stat."""
+    raw = pathlib.Path(f"/proc/{pid}/stat").read_bytes()
+    comm = raw[raw.index(b"(") + 1:raw.rindex(b")")]
+    f = raw[raw.rindex(b")") + 2:].split()
+    return (os.fsdecode(comm), f[0].decode(), int(f[1]), int(f[17]), int(f[19]),
+            int(f[21]) * os.sysconf("SC_PAGE_SIZE"))
+
+
+def euid(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[2])
+    raise AssertionError("no Uid line")
+
+
+def backends():
+    out = ["procfs"]
+    if spawnkit.ps_backend("auto")[0] == "bpf":
+        out.append("bpf")
+    elif os.environ.get("SPAWNKIT_REQUIRE_BPF") == "1":
+        pytest.fail(f"SPAWNKIT_REQUIRE_BPF=1 but ps() fell back: {spawnkit.ps_backend()[1]}")
+    return out
+
+
+@pytest.fixture(params=["procfs", "bpf"])
+def backend(request):
+    if request.param not in backends():
+        pytest.skip(f"BPF backend unavailable here: {spawnkit.ps_backend()[1]}")
+    return request.param
+
+
+def test_own_process_matches_proc(backend):
+    me = spawnkit.ps(pids=os.getpid(), uid=True, cmdline=True, backend=backend)
+    assert len(me) == 1
+    p = me[0]
+    comm, _state, ppid, threads, start, _rss = proc_stat(os.getpid())
+    assert (p.pid, p.ppid, p.comm, p.name, p.threads, p.start_ticks) == (
+        os.getpid(), ppid, comm, comm, threads, start)
+    assert p.state == "R"  # it is running: reading its own table
+    assert p.uid == os.geteuid()
+    assert p.rss > 0
+    assert p.cmdline == pathlib.Path("/proc/self/cmdline").read_bytes().decode().split("\0")[:-1]
+    boot = next(int(line.split()[1]) for line in pathlib.Path("/proc/stat").read_text()
+                .splitlines() if line.startswith("btime"))
+    assert p.start_time == pytest.approx(boot + start / os.sysconf("SC_CLK_TCK"))
+    d = p.as_dict()
+    assert set(d) == {"pid", "ppid", "comm", "state", "uid", "threads", "start_time", "rss",
+                      "cmdline"}
+    assert d["pid"] == os.getpid() and d["cmdline"] == p.cmdline
+
+
+def test_costly_fields_only_when_asked():
+    p = spawnkit.ps(pids=[os.getpid()], backend="procfs")[0]
+    assert p.cmdline is None and p.uid is None
+    p = spawnkit.ps(pids=[os.getpid()], backend="procfs", uid=True)[0]
+    assert p.uid == os.geteuid() and p.cmdline is None
+
+
+def test_tree_fixture_both_backends_agree_with_proc():
+    with Fixture("tree", "2", "3", ODD) as f:
+        pids = [int(w) for w in f.words]
+        assert len(pids) == 13
+        listings = {}
+        for b in backends():
+            got = spawnkit.ps(tree_of=pids[0], uid=True, backend=b)
+            assert sorted(p.pid for p in got) == sorted(pids), b
+            listings[b] = {p.pid: (p.ppid, p.comm, p.state, p.uid, p.threads, p.start_ticks, p.rss)
+                           for p in got}
+        for pid in pids:
+            comm, state, ppid, threads, start, rss = proc_stat(pid)
+            want = (ppid, comm, state, euid(pid), threads, start, rss)
+            for b, listing in listings.items():
+                assert listing[pid] == want, (b, pid)
+            assert comm == ODD[:15]
+        # Filters: direct children of the root; an explicit pid set; all three combined.
+        kids = spawnkit.ps(ppid=pids[0])
+        assert sorted(p.pid for p in kids) == sorted(pids[1:4])
+        assert [p.pid for p in spawnkit.ps(pids=[pids[5], pids[2]])] == sorted([pids[2], pids[5]])
+        both = spawnkit.ps(pids=pids[:5], ppid=pids[0], tree_of=pids[0])
+        assert sorted(p.pid for p in both) == sorted(pids[1:4])
+
+
+def test_listing_agrees_with_psutil():
+    psutil = pytest.importorskip("psutil")
+    with Fixture("tree", "1", "4", ODD) as f:
+        pids = [int(w) for w in f.words]
+        ours = {p.pid: (p.ppid, p.comm) for p in spawnkit.ps(tree_of=pids[0])}
+        theirs = {p.pid: (p.ppid(), p.name()) for p in map(psutil.Process, pids)}
+        assert ours == theirs
+
+
+def test_processes_vanishing_during_listing_are_no_error():
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            subprocess.run(["true"])
+
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        for b in backends():
+            for i in range(20):
+                got = spawnkit.ps(backend=b, cmdline=i % 2 == 0, uid=True)
+                assert any(p.pid == os.getpid() for p in got)
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_dead_and_bad_pids():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    assert spawnkit.ps(pids=[p.pid]) == []
+    assert spawnkit.memory(p.pid) == []
+    with pytest.raises(ValueError, match="not a process id"):
+        spawnkit.ps(pids=0)
+    with pytest.raises(TypeError):
+        spawnkit.ps(pids="1")
+    with pytest.raises(ValueError, match="unknown backend"):
+        spawnkit.ps(backend="nope")
+    with pytest.raises(ValueError):
+        spawnkit.memory(top=-1)
+
+
+def test_bpf_backend_is_kept_or_refused_clearly():
+    if "bpf" in backends():
+        assert spawnkit.ps_backend("bpf") == ("bpf", None)
+        assert len(spawnkit.ps(backend="bpf")) > 1
+    else:
+        with pytest.raises(OSError):
+            spawnkit.ps(backend="bpf")
+
+
+def test_memory_of_own_process():
+    m = spawnkit.memory(os.getpid())
+    assert len(m) == 1 and m[0].pid == os.getpid() and m[0].status == "measured"
+    m = m[0]
+    assert m.rss > 0 and 0 < m.pss <= m.rss and 0 < m.uss <= m.pss
+    assert m.pss == m.pss_anon + m.pss_file + m.pss_shmem
+    assert set(m.as_dict()) >= {"pid", "comm", "rss", "pss", "uss", "pss_shmem", "swap"}
+    top = spawnkit.memory(top=3)
+    assert len(top) == 3 and top[0].rss >= top[1].rss >= top[2].rss
+
+
+@pytest.mark.skipif(not is_root(), reason="reading map_files needs root")
+def test_shared_region_counted_once_with_its_memory():
+    with Fixture("shm-fixture", "200", "50", "100") as f:
+        parent = int(f.words[0])
+        regions = [r for r in spawnkit.shared_regions() if parent in r.pids]
+        assert len(regions) == 1, regions
+        r = regions[0]
+        assert (r.kind, r.size_bytes, r.resident_bytes, r.pids) == (
+            "anonymous", 200 * MIB, 100 * MIB, [parent])
+        assert r.name == "/dev/zero (deleted)"
+        d = r.as_dict()
+        assert {"dev", "inode", "name", "size_bytes", "resident_bytes", "pids"} <= set(d)
+        st = os.stat(f"/proc/{parent}/map_files/{f.words[1]}-{f.words[2]}")
+        assert d["inode"] == st.st_ino
+        assert d["dev"] == f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+        rep = spawnkit.shared_report([parent])
+        assert [x.inode for x in rep.regions] == [r.inode]
+        assert rep.total_resident_bytes == 100 * MIB
+        # The parent itself never touched the region: its RSS shows none of it.
+        assert spawnkit.memory(parent)[0].rss < 20 * MIB
+
+
+@pytest.mark.skipif(not is_root(), reason="reading map_files needs root")
+def test_shmem_kept_out_of_uss():
+    with Fixture("shm-fixture", "64", "0", "0", "32") as f:
+        m = spawnkit.memory(int(f.words[0]))[0]
+        assert m.pss_shmem >= 32 * MIB
+        assert m.shmem_private >= 32 * MIB
+        assert m.uss + m.shmem_private == m.private_clean + m.private_dirty
+        assert m.uss < 16 * MIB
