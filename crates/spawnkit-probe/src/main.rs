@@ -7,7 +7,9 @@
 //! `cat` (stdin to stdout), `spew N` (N bytes to stdout and N to stderr), `stdin-len`
 //! (count stdin bytes), `fds` (only the fd list), `loopback` (a TCP round trip over
 //! 127.0.0.1), `netdevs` (the network interfaces it sees), `ns` (namespace ids, pid,
-//! hostname, uid/gid maps, setgroups, cgroup).
+//! hostname, uid/gid maps, setgroups, cgroup), `tree DEPTH WIDTH [COMM]` (a known process
+//! tree, see tree.rs), `shm-fixture [TOTAL A B [PARENT]]` (a known shared anonymous region
+//! whose writers have exited, see shm.rs).
 
 use std::io::{Read, Write};
 
