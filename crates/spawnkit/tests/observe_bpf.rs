@@ -1,0 +1,298 @@
+//! The BPF task-iterator backend through the public API ([`Backend::Bpf`]), checked against
+//! the procfs backend and against /proc read here directly: a known tree with odd names, other
+//! states (stopped, zombie), another uid, a multi-threaded process, and one table read a
+//! hundred times while processes come and go.
+//!
+//! Where BPF cannot load (not root, a kernel without BTF or task iterators, a build without
+//! clang) the tests print why and pass, unless `SPAWNKIT_REQUIRE_BPF=1` (set by scripts/test,
+//! which installs clang and runs as root): then they fail.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use spawnkit::observe::{Backend, Fields, Process, ProcessTable, State};
+
+/// The BPF table, or `None` (after saying why) where the tests may skip.
+fn bpf_table() -> Option<ProcessTable> {
+    let err = match ProcessTable::new(Backend::Bpf) {
+        Ok(table) => {
+            assert_eq!(table.backend(), Backend::Bpf);
+            assert_eq!(table.fallback_reason(), None);
+            return Some(table);
+        }
+        Err(e) => e,
+    };
+    if std::env::var_os("SPAWNKIT_REQUIRE_BPF").is_some_and(|v| v == "1") {
+        panic!("SPAWNKIT_REQUIRE_BPF=1 but the BPF backend does not load: {err}");
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let why = err.to_string();
+    if root && !why.contains("no BPF program") {
+        panic!("root, yet the BPF backend does not load: {why}");
+    }
+    eprintln!("skipped: the BPF backend is unavailable here: {why}");
+    None
+}
+
+/// A process tree from the probe; dies (root first, the rest by PDEATHSIG) when dropped.
+struct Tree {
+    root: Child,
+    stdin: Option<ChildStdin>,
+    /// Every pid, root first.
+    pids: Vec<i32>,
+}
+
+impl Tree {
+    fn start(depth: u32, width: u32, comm: &str) -> Tree {
+        let args = ["tree".to_string(), depth.to_string(), width.to_string(), comm.to_string()];
+        let mut root = Command::new(common::probe())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the tree probe");
+        let mut line = String::new();
+        BufReader::new(root.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let pids: Vec<i32> = match line.trim_end().strip_prefix("ready ") {
+            Some(rest) => rest.split(' ').map(|p| p.parse().unwrap()).collect(),
+            None => panic!("the tree probe said {line:?}"),
+        };
+        let expected: u32 = (0..=depth).map(|d| width.pow(d)).sum();
+        assert_eq!(pids.len(), expected as usize, "{line}");
+        Tree { stdin: root.stdin.take(), root, pids }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.root.wait();
+    }
+}
+
+/// /proc/PID/stat as read here: (comm, the fields after it: field 3 is index 0).
+fn stat(pid: i32) -> (Vec<u8>, Vec<String>) {
+    let text = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+    let open = text.iter().position(|&b| b == b'(').unwrap();
+    let close = text.iter().rposition(|&b| b == b')').unwrap();
+    let rest = String::from_utf8(text[close + 2..].to_vec()).unwrap();
+    (text[open + 1..close].to_vec(), rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// The effective uid in /proc/PID/status.
+fn euid(pid: i32) -> u32 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uids = text.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap();
+    uids.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf takes an integer and touches no memory of ours.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
+}
+
+fn by_pid(procs: &[Process]) -> BTreeMap<i32, &Process> {
+    procs.iter().map(|p| (p.pid, p)).collect()
+}
+
+/// The record of `pid` agrees with /proc/PID/stat and /proc/PID/status read now.
+fn assert_as_proc_shows(p: &Process, pid: i32) {
+    let (comm, f) = stat(pid);
+    assert_eq!(p.pid, pid);
+    assert_eq!(p.comm.as_bytes(), &comm[..], "comm of {pid}");
+    assert_eq!(p.state.letter().to_string(), f[0], "state of {pid}");
+    assert_eq!(p.ppid, f[1].parse::<i32>().unwrap(), "ppid of {pid}");
+    assert_eq!(p.threads, f[17].parse::<u32>().unwrap(), "threads of {pid}");
+    assert_eq!(p.start_ticks, f[19].parse::<u64>().unwrap(), "start of {pid}");
+    assert_eq!(p.rss_bytes, f[21].parse::<u64>().unwrap() * page_size(), "rss of {pid}");
+    assert_eq!(p.uid, Some(euid(pid)), "euid of {pid}");
+    assert_eq!(p.cmdline, None, "cmdline of {pid} was not asked for");
+}
+
+/// Wait (bounded) until /proc/PID/stat shows state `letter`.
+fn await_state(pid: i32, letter: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stat(pid).1[0] != letter {
+        assert!(Instant::now() < deadline, "{pid} never reached state {letter}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const ODD: &str = "x) S 1 (y\n) z";
+const LONG: &str = "0123456789abcdefXYZ";
+const UID: Fields = Fields { uid: true, cmdline: false };
+
+#[test]
+fn the_tree_as_procfs_and_proc_show_it() {
+    let Some(mut bpf) = bpf_table() else { return };
+    let odd = Tree::start(2, 2, ODD);
+    let long = Tree::start(1, 3, LONG);
+    // A node reports itself just before it goes to sleep in pause(): wait for that sleep, after
+    // which nothing about these processes changes.
+    for &pid in odd.pids.iter().chain(&long.pids) {
+        await_state(pid, "S");
+    }
+    let listed = bpf.list(UID).unwrap();
+    let procfs = ProcessTable::new(Backend::Procfs).unwrap().list(UID).unwrap();
+    let (seen, other) = (by_pid(&listed), by_pid(&procfs));
+    assert_eq!(seen.len(), listed.len(), "a pid listed twice");
+    for (tree, comm) in [(&odd, ODD.as_bytes()), (&long, &LONG.as_bytes()[..15])] {
+        for &pid in &tree.pids {
+            let p = seen.get(&pid).unwrap_or_else(|| panic!("fixture pid {pid} not listed"));
+            // Idle processes: nothing changes between the two listings, rss included.
+            assert_eq!(Some(p), other.get(&pid), "the BPF and procfs records of {pid}");
+            assert_as_proc_shows(p, pid);
+            assert_eq!(p.comm.as_bytes(), comm);
+            assert_eq!((p.state, p.threads), (State::Sleeping, 1));
+            assert!(p.rss_bytes > 0, "rss of {pid}");
+        }
+        assert_eq!(seen[&tree.pids[0]].ppid, std::process::id() as i32);
+        for &pid in &tree.pids[1..] {
+            assert!(tree.pids.contains(&seen[&pid].ppid), "parent of {pid}");
+        }
+    }
+    // This process itself, kernel threads (no mm: rss 0; ppid of kthreadd is 0).
+    assert!(seen.contains_key(&(std::process::id() as i32)));
+    let kthreadd = seen.get(&2).expect("kthreadd (pid 2) listed");
+    assert_eq!((kthreadd.ppid, kthreadd.rss_bytes), (0, 0));
+}
+
+#[test]
+fn stopped_zombie_and_another_uid() {
+    let Some(mut bpf) = bpf_table() else { return };
+    // A sleeper as nobody (when this test may switch uids), stopped.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = spawnkit::Command::new(common::probe());
+    cmd.args(["sleep", "600"]);
+    if root {
+        cmd.uid(65534).gid(65534);
+    }
+    let mut nobody = cmd.spawn().unwrap();
+    let stopped = nobody.id() as i32;
+    nobody.send_signal(spawnkit::Signal::new(libc::SIGSTOP).unwrap()).unwrap();
+    await_state(stopped, "T");
+    // An exited child not yet waited for.
+    let mut zombie = Command::new(common::probe()).args(["exit", "0"]).spawn().unwrap();
+    let dead = zombie.id() as i32;
+    await_state(dead, "Z");
+
+    let listed = bpf.list(UID).unwrap();
+    let seen = by_pid(&listed);
+    let s = seen.get(&stopped).expect("the stopped process is listed");
+    assert_eq!(s.state, State::Stopped);
+    if root {
+        assert_eq!(s.uid, Some(65534));
+    }
+    assert_as_proc_shows(s, stopped);
+    let z = seen.get(&dead).expect("the zombie is listed");
+    assert_eq!((z.state, z.rss_bytes, z.ppid), (State::Zombie, 0, std::process::id() as i32));
+    assert_as_proc_shows(z, dead);
+
+    nobody.kill().unwrap();
+    nobody.wait().unwrap();
+    zombie.wait().unwrap();
+}
+
+/// Not a test: the body of the multi-threaded helper process of the next test, which runs
+/// this test binary again with `--ignored --exact` and this name. It starts 4 threads, says
+/// `ready`, and waits for EOF on stdin.
+#[test]
+#[ignore]
+fn helper_process_with_threads() {
+    if std::env::var("SPAWNKIT_TEST_HELPER").as_deref() != Ok("threads") {
+        return;
+    }
+    for _ in 0..4 {
+        std::thread::spawn(|| loop {
+            std::thread::park();
+        });
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").unwrap();
+    out.flush().unwrap();
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    std::process::exit(0);
+}
+
+#[test]
+fn a_multithreaded_process_is_one_record_with_its_thread_count() {
+    let Some(mut bpf) = bpf_table() else { return };
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "helper_process_with_threads", "--nocapture"])
+        .env("SPAWNKIT_TEST_HELPER", "threads")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(helper.stdout.take().unwrap()).lines();
+    while lines.next().expect("the helper said nothing").unwrap() != "ready" {}
+    let pid = helper.id() as i32;
+    let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(tids.len() >= 5, "the helper runs {} threads", tids.len());
+    // Threads that have not run yet still fault in their stacks: wait until all sleep.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for &tid in &tids {
+        let path = format!("/proc/{pid}/task/{tid}/stat");
+        while !std::fs::read_to_string(&path).unwrap().rsplit_once(") ").unwrap().1.starts_with('S')
+        {
+            assert!(Instant::now() < deadline, "thread {tid} never slept");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    let listed = bpf.list(UID).unwrap();
+    let records: Vec<&Process> = listed.iter().filter(|p| tids.contains(&p.pid)).collect();
+    assert_eq!(records.len(), 1, "one record for the thread group: {records:?}");
+    assert_eq!(records[0].pid, pid, "the record is the leader's");
+    assert_eq!(records[0].threads as usize, tids.len());
+    assert_as_proc_shows(records[0], pid);
+
+    drop(helper.stdin.take());
+    helper.wait().unwrap();
+}
+
+#[test]
+fn one_table_read_a_hundred_times_sees_processes_come_and_go() {
+    let Some(mut bpf) = bpf_table() else { return };
+    let me = std::process::id() as i32;
+    let mut procs = Vec::new();
+    let mut child: Option<spawnkit::Child> = None;
+    let mut gone: Option<i32> = None;
+    for round in 0..100 {
+        bpf.list_into(UID, &mut procs).unwrap();
+        assert!(procs.windows(2).all(|w| w[0].pid < w[1].pid), "increasing pids, none twice");
+        assert!(procs.iter().any(|p| p.pid == me), "round {round}: this process is listed");
+        if let Some(c) = &child {
+            let pid = c.id() as i32;
+            let p = procs.iter().find(|p| p.pid == pid);
+            assert!(p.is_some(), "round {round}: the new child {pid} is listed");
+        }
+        if let Some(pid) = gone {
+            assert!(procs.iter().all(|p| p.pid != pid), "round {round}: reaped {pid} is listed");
+        }
+        match round {
+            30 => {
+                let c = spawnkit::Command::new(common::probe()).args(["sleep", "600"]).spawn();
+                child = Some(c.unwrap());
+            }
+            60 => {
+                let mut c = child.take().unwrap();
+                c.kill().unwrap();
+                c.wait().unwrap();
+                gone = Some(c.id() as i32);
+            }
+            _ => {}
+        }
+    }
+    assert!(gone.is_some());
+}
