@@ -296,3 +296,46 @@ fn one_table_read_a_hundred_times_sees_processes_come_and_go() {
     }
     assert!(gone.is_some());
 }
+
+/// Not a test: the body of the helper process of the next test, run in a new pid namespace.
+/// Prints what the BPF and Auto backends do there.
+#[test]
+#[ignore]
+fn helper_tables_in_a_pid_namespace() {
+    if std::env::var("SPAWNKIT_TEST_HELPER").as_deref() != Ok("pidns") {
+        return;
+    }
+    match ProcessTable::new(Backend::Bpf) {
+        Ok(_) => println!("bpf=loaded"),
+        Err(e) => println!("bpf={e}"),
+    }
+    let auto = ProcessTable::new(Backend::Auto).unwrap();
+    println!("auto={:?} {}", auto.backend(), auto.fallback_reason().unwrap_or("-"));
+}
+
+#[test]
+fn refused_outside_the_initial_pid_namespace() {
+    let Some(_) = bpf_table() else { return };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: a new pid namespace needs root");
+        return;
+    }
+    let out = spawnkit::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "helper_tables_in_a_pid_namespace", "--nocapture"])
+        .env("SPAWNKIT_TEST_HELPER", "pidns")
+        .unshare(spawnkit::Namespaces::PID)
+        .stdout(spawnkit::Stdio::Pipe)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |key: &str| {
+        let found = text.lines().find_map(|l| l.strip_prefix(key));
+        found.unwrap_or_else(|| panic!("no {key} line in {text:?}")).to_string()
+    };
+    let bpf = line("bpf=");
+    assert!(bpf.contains("not in the initial pid namespace"), "{bpf}");
+    let auto = line("auto=");
+    assert!(auto.starts_with("Procfs "), "{auto}");
+    assert!(auto.contains("not in the initial pid namespace"), "{auto}");
+}
