@@ -9,6 +9,19 @@
 //!
 //! The region then holds max(A, B) MiB (pages written by processes that have exited) and
 //! grows `Shmem` in /proc/meminfo by as much. Single-threaded, so fork is fine here.
+//!
+//! Two more shapes, chosen by the first argument:
+//!
+//! - `shm-fixture sysv SIZE_MIB WRITE_MIB [newipc]`: a System V segment of SIZE MiB (shmget
+//!   IPC_PRIVATE, shmat, marked for removal at once so it never outlives the process), its
+//!   first WRITE MiB written; with `newipc`, in an IPC namespace of its own (unshare
+//!   CLONE_NEWIPC, needs root), where segment ids start again from 0. Prints `ready PID SHMID`.
+//! - `shm-fixture private-cow`: a 64-page memfd written with write(2), mapped MAP_PRIVATE;
+//!   the process writes pages 0..16 (copy-on-write: anonymous pages), forks a child that
+//!   keeps those copies mapped too (so they are shared, not private), then reads pages 16..48
+//!   (file pages only it maps: 32 pages of private shmem). Prints `ready PID CHILD_PID`.
+//!
+//! Every shape waits for EOF on stdin, then exits (the child of `private-cow` too).
 
 use std::io::Write;
 
@@ -68,7 +81,129 @@ fn child_writes(base: *mut u8, len: usize) {
     }
 }
 
+/// Block in read(2) on stdin until EOF, touching no memory but a stack buffer.
+fn wait_for_eof() {
+    let mut sink = [0u8; 256];
+    loop {
+        // SAFETY: read writes at most `sink.len()` bytes into `sink`.
+        let n = unsafe { libc::read(0, sink.as_mut_ptr().cast(), sink.len()) };
+        if n == 0 || (n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR))
+        {
+            break;
+        }
+    }
+}
+
+fn fail(what: &str) -> ! {
+    eprintln!("shm-fixture: {what}: {}", std::io::Error::last_os_error());
+    std::process::exit(1)
+}
+
+fn ready(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// `sysv SIZE_MIB WRITE_MIB [newipc]`.
+fn sysv(args: &[String]) {
+    let size = arg(args, 0, 4) * MIB;
+    let write = arg(args, 1, 1) * MIB;
+    if write > size || size == 0 {
+        eprintln!("shm-fixture sysv: WRITE_MIB must be at most SIZE_MIB, and SIZE above 0");
+        std::process::exit(2);
+    }
+    match args.get(2).map(String::as_str) {
+        None => {}
+        Some("newipc") => {
+            // SAFETY: unshare takes a flag word; only this process's IPC namespace changes.
+            if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+                fail("unshare(CLONE_NEWIPC)");
+            }
+        }
+        Some(other) => {
+            eprintln!("shm-fixture sysv: {other:?} is not 'newipc'");
+            std::process::exit(2);
+        }
+    }
+    // SAFETY: shmget takes integers.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600) };
+    if id < 0 {
+        fail("shmget");
+    }
+    // SAFETY: attaches the segment just created at an address the kernel picks.
+    let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+    if p as isize == -1 {
+        fail("shmat");
+    }
+    // Removed when the last process detaches: it never outlives this process.
+    // SAFETY: IPC_RMID takes no buffer.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    touch(p as *mut u8, write);
+    ready(format_args!("ready {} {id}", std::process::id()));
+    wait_for_eof();
+}
+
+/// `private-cow`.
+fn private_cow() {
+    const PAGE: usize = 4096;
+    const PAGES: usize = 64;
+    // SAFETY: memfd_create reads a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"spawnkit-private-cow".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        fail("memfd_create");
+    }
+    let content = vec![5u8; PAGES * PAGE];
+    let mut done = 0;
+    while done < content.len() {
+        // SAFETY: writes from `content`, which holds `content.len() - done` more bytes.
+        let n = unsafe { libc::write(fd, content[done..].as_ptr().cast(), content.len() - done) };
+        if n <= 0 {
+            fail("write the memfd");
+        }
+        done += n as usize;
+    }
+    // SAFETY: a fresh private mapping of our own memfd; no existing memory is affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGES * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+            fd,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        fail("mmap");
+    }
+    let base = base as *mut u8;
+    touch(base, 16 * PAGE);
+    // SAFETY: this process is single-threaded; the child only waits for EOF and _exits.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail("fork");
+    }
+    if child == 0 {
+        wait_for_eof();
+        // SAFETY: _exit ends the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: `base + 16 pages .. base + 48 pages` lies inside the mapping.
+    let _ = read(unsafe { base.add(16 * PAGE) }, 32 * PAGE);
+    ready(format_args!("ready {} {child}", std::process::id()));
+    wait_for_eof();
+    let mut status = 0;
+    // SAFETY: waitpid writes the status of our own child into `status`.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+}
+
 pub fn main(args: &[String]) {
+    match args.first().map(String::as_str) {
+        Some("sysv") => return sysv(&args[1..]),
+        Some("private-cow") => return private_cow(),
+        _ => {}
+    }
     let total = arg(args, 0, 200) * MIB;
     let a = arg(args, 1, 50) * MIB;
     let b = arg(args, 2, 100) * MIB;
@@ -97,19 +232,8 @@ pub fn main(args: &[String]) {
     child_writes(base, b);
     let _ = read(base, parent);
     let start = base as usize;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "ready {} {:x} {:x}", std::process::id(), start, start + total);
-    let _ = out.flush();
-    drop(out);
+    ready(format_args!("ready {} {:x} {:x}", std::process::id(), start, start + total));
     // Wait with read(2) on a stack buffer: nothing allocated or touched after `ready`, so
     // the memory a test reads from now on stays put.
-    let mut sink = [0u8; 256];
-    loop {
-        // SAFETY: read writes at most `sink.len()` bytes into `sink`.
-        let n = unsafe { libc::read(0, sink.as_mut_ptr().cast(), sink.len()) };
-        if n == 0 || (n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR))
-        {
-            break;
-        }
-    }
+    wait_for_eof();
 }

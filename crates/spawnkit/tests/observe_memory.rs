@@ -211,6 +211,53 @@ fn fixture_parent_shows_its_shmem_apart_from_uss() {
     }
 }
 
+/// The fields of the mapping named `name` in /proc/PID/smaps, in bytes, read by the test.
+fn smaps_vma(pid: i32, name: &str) -> std::collections::HashMap<String, u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/smaps")).expect("smaps");
+    let mut lines = text.lines().skip_while(|l| !l.ends_with(name));
+    assert!(lines.next().is_some(), "no mapping {name} in {pid}'s smaps");
+    lines
+        .take_while(|l| l.split(':').next().is_some_and(|k| !k.contains(' ')))
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            let kb = v.split_whitespace().next()?.parse::<u64>().ok()?;
+            Some((k.to_string(), kb * 1024))
+        })
+        .collect()
+}
+
+#[test]
+fn private_shmem_mapping_with_copies_shared_after_fork_keeps_its_shmem_out_of_uss() {
+    // A memfd mapped MAP_PRIVATE: the fixture copied 16 pages on write, forked (the copies
+    // are now shared with its child, so they are Shared_Dirty yet still counted in
+    // Anonymous), then read file pages only it maps. Every private page of that mapping is
+    // a shmem page: Private - Anonymous would miss as many of them as there are shared copies.
+    let _serial = common::serial();
+    let mut child = Command::new(common::probe())
+        .args(["shm-fixture", "private-cow"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn shm-fixture private-cow");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert!(f.len() == 3 && f[0] == "ready", "fixture said {line:?}");
+    let pid: i32 = f[1].parse().unwrap();
+
+    let vma = smaps_vma(pid, "/memfd:spawnkit-private-cow (deleted)");
+    let private = vma["Private_Clean"] + vma["Private_Dirty"];
+    assert_eq!(vma["Anonymous"], 16 * 4096, "{vma:?}");
+    assert_eq!(vma["Shared_Dirty"], 16 * 4096, "the copies are shared with the child: {vma:?}");
+    assert!(private >= 32 * 4096, "the 32 file pages read: {vma:?}");
+
+    let m = memory(pid).unwrap().expect("fixture alive");
+    drop(child.stdin.take());
+    let _ = child.wait();
+    assert!(m.shmem_private >= private, "private shmem {private} of the memfd mapping: {m:#?}");
+    assert_eq!(m.uss + m.shmem_private, m.private_clean + m.private_dirty);
+}
+
 #[test]
 fn maps_text_and_procmap_query_give_the_same_regions() {
     let _serial = common::serial();

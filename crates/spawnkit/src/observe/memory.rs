@@ -16,9 +16,9 @@
 //! holds it, or the file exists). So here:
 //!
 //! - [`Memory::shmem_private`] = the private pages of shmem mappings: for each shared mapping
-//!   of a shmem object, its `Private_Clean + Private_Dirty`; for a private mapping of a tmpfs
-//!   file (a program run from /tmp on tmpfs), those minus its `Anonymous` (the copied-on-write
-//!   pages, which are truly private).
+//!   of a shmem object, its `Private_Clean + Private_Dirty`; for a private mapping of a shmem
+//!   file (a program run from /tmp on tmpfs, a memfd mapped `MAP_PRIVATE`), those minus its
+//!   private anonymous pages (the copied-on-write pages, which are truly private).
 //! - [`Memory::uss`] = `Private_Clean + Private_Dirty - shmem_private`: memory the process's
 //!   exit really frees.
 //! - [`Memory::pss_shmem`] = the shmem part of PSS (the kernel's `Pss_Shmem`), reported apart;
@@ -29,6 +29,14 @@
 //! `Pss_Shmem > 0`. A mapping is shmem when its device is the kernel's internal shm mount
 //! (learnt from a memfd's `st_dev`) or a tmpfs mount (from /proc/self/mountinfo; devices of
 //! other mount namespaces are asked by statfs of `/proc/PID/map_files/START-END`).
+//!
+//! A private mapping of a shmem file mixes file pages (shmem) with copied-on-write anonymous
+//! pages, and `smaps` does not say how its `Private_*` pages split between the two: its
+//! `Anonymous` also counts copies still shared with a forked relative. When the numbers
+//! leave the split open (some anonymous pages *and* some shared pages), the mapping's entries
+//! in `/proc/PID/pagemap` are read: a page that is present, file-backed (bit 61) and mapped
+//! exclusively (bit 56) is private shmem. Should that read fail, the lower bound
+//! `Private - Anonymous` is used.
 //!
 //! Shmem whose writers have all exited shows in nobody's numbers here; see
 //! [`crate::observe::shared_regions`], which counts it per object.
@@ -177,35 +185,58 @@ fn vma_header(line: &[u8]) -> Option<(u64, u64, bool, Dev)> {
 
 /// The private shmem bytes in the text of `/proc/PID/smaps`: over the mappings for which
 /// `is_shmem(dev, start, end)` holds, `Private_Clean + Private_Dirty` of shared ones, and of
-/// private ones the same minus `Anonymous` (their copied-on-write pages).
+/// private ones the same minus their private anonymous (copied-on-write) pages. Where the
+/// mapping's numbers leave that split open, `exclusive_file_bytes(start, end)` is asked for
+/// the bytes of file pages mapped by this process alone (from pagemap); its answer is kept
+/// within the bounds the numbers allow, and `None` means the lower bound.
 pub(crate) fn shmem_private_from_smaps(
     text: &[u8],
     mut is_shmem: impl FnMut(Dev, u64, u64) -> bool,
+    mut exclusive_file_bytes: impl FnMut(u64, u64) -> Option<u64>,
 ) -> u64 {
+    #[derive(Default)]
     struct Vma {
-        shared: bool,
+        start: u64,
+        end: u64,
+        shared_mapping: bool,
+        rss: u64,
+        shared_pages: u64,
         private: u64,
         anon: u64,
     }
-    fn settle(v: Option<Vma>) -> u64 {
-        match v {
-            Some(v) if v.shared => v.private,
-            Some(v) => v.private.saturating_sub(v.anon),
-            None => 0,
+    let mut settle = |v: Option<Vma>| -> u64 {
+        let Some(v) = v else { return 0 };
+        if v.shared_mapping {
+            // No copy-on-write in a shared mapping: every page is the object's.
+            return v.private;
         }
-    }
+        // Private anonymous pages: at least those not among the shared pages, at most all
+        // anonymous pages. The rest of `private` is shmem.
+        let anon_private_min = v.anon.saturating_sub(v.shared_pages).min(v.private);
+        let anon_private_max = v.anon.min(v.private);
+        let low = v.private - anon_private_max;
+        let high = v.private - anon_private_min;
+        if low == high {
+            return low;
+        }
+        exclusive_file_bytes(v.start, v.end).map_or(low, |b| b.clamp(low, high))
+    };
     let mut total = 0u64;
     let mut cur: Option<Vma> = None;
     for line in text.split(|&b| b == b'\n') {
-        if let Some((start, end, shared, dev)) = vma_header(line) {
+        if let Some((start, end, shared_mapping, dev)) = vma_header(line) {
             total = total.saturating_add(settle(cur.take()));
             if is_shmem(dev, start, end) {
-                cur = Some(Vma { shared, private: 0, anon: 0 });
+                cur = Some(Vma { start, end, shared_mapping, ..Vma::default() });
             }
             continue;
         }
         let Some(v) = cur.as_mut() else { continue };
         match kb_line(line) {
+            Some((b"Rss", n)) => v.rss = n,
+            Some((b"Shared_Clean" | b"Shared_Dirty", n)) => {
+                v.shared_pages = v.shared_pages.saturating_add(n)
+            }
             Some((b"Private_Clean" | b"Private_Dirty", n)) => {
                 v.private = v.private.saturating_add(n)
             }
@@ -214,6 +245,35 @@ pub(crate) fn shmem_private_from_smaps(
         }
     }
     total.saturating_add(settle(cur))
+}
+
+/// Bytes of the pages in `[start, end)` of `pagemap` (an open `/proc/PID/pagemap`) that are
+/// present, file-backed or shared-anonymous (bit 61) and mapped by this process alone (bit 56,
+/// PM_MMAP_EXCLUSIVE); see Documentation/admin-guide/mm/pagemap.rst. `None` if it cannot be
+/// read whole (the process or mapping went away).
+fn exclusive_file_bytes(pagemap: &File, start: u64, end: u64, page: u64) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    const PRESENT: u64 = 1 << 63;
+    const FILE_OR_SHARED: u64 = 1 << 61;
+    const EXCLUSIVE: u64 = 1 << 56;
+    const WANT: u64 = PRESENT | FILE_OR_SHARED | EXCLUSIVE;
+    let mut buf = vec![0u8; 8 * 4096];
+    let mut pages = 0u64;
+    let mut vpn = start / page;
+    let last = end.div_ceil(page);
+    while vpn < last {
+        let n = ((last - vpn) as usize).min(buf.len() / 8);
+        let chunk = &mut buf[..n * 8];
+        pagemap.read_exact_at(chunk, vpn.checked_mul(8)?).ok()?;
+        pages += chunk
+            .chunks_exact(8)
+            .filter(|e| {
+                u64::from_ne_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]) & WANT == WANT
+            })
+            .count() as u64;
+        vpn += n as u64;
+    }
+    Some(pages * page)
 }
 
 /// Reads memory records, reusing its buffers; learns the shmem devices only when a process
@@ -278,9 +338,17 @@ impl Reader {
         if m.pss_shmem > 0 {
             if let Got::Data = self.read_file(pid, "smaps") {
                 let devs = self.devs.get_or_insert_with(ShmemDevs::new);
-                let private = shmem_private_from_smaps(&self.buf, |dev, start, end| {
-                    devs.is_shmem(dev, pid, start, end)
-                });
+                let page = crate::sys::procmap::page_size();
+                let mut pagemap: Option<Option<File>> = None;
+                let private = shmem_private_from_smaps(
+                    &self.buf,
+                    |dev, start, end| devs.is_shmem(dev, pid, start, end),
+                    |start, end| {
+                        let f = pagemap
+                            .get_or_insert_with(|| File::open(format!("/proc/{pid}/pagemap")).ok());
+                        exclusive_file_bytes(f.as_ref()?, start, end, page)
+                    },
+                );
                 m.shmem_private = private.min(m.uss);
                 m.uss -= m.shmem_private;
             }
@@ -431,10 +499,40 @@ Private_Dirty:       100 kB
     #[test]
     fn smaps_shmem_private() {
         let shmem = |d: Dev, _: u64, _: u64| d.major == 0 && (d.minor == 1 || d.minor == 0x17);
-        let got = shmem_private_from_smaps(SMAPS, shmem);
+        let never = |_: u64, _: u64| -> Option<u64> { panic!("no pagemap needed") };
+        let got = shmem_private_from_smaps(SMAPS, shmem, never);
         assert_eq!(got, (2048 + 4 + 4092 + 40) * 1024);
-        assert_eq!(shmem_private_from_smaps(SMAPS, |_, _, _| false), 0);
-        assert_eq!(shmem_private_from_smaps(b"", shmem), 0);
+        assert_eq!(shmem_private_from_smaps(SMAPS, |_, _, _| false, never), 0);
+        assert_eq!(shmem_private_from_smaps(b"", shmem, never), 0);
+    }
+
+    /// A memfd mapped MAP_PRIVATE: 16 copied-on-write pages still shared with a forked child
+    /// (Shared_Dirty, and Anonymous), 43 file pages only this process maps (Private).
+    const PRIVATE_COW: &[u8] =
+        b"7ff268195000-7ff2681d5000 rw-p 00000000 00:01 217190   /memfd:x (deleted)
+Size:                256 kB
+Rss:                 236 kB
+Shared_Clean:          0 kB
+Shared_Dirty:         64 kB
+Private_Clean:         0 kB
+Private_Dirty:       172 kB
+Anonymous:            64 kB
+";
+
+    #[test]
+    fn private_mapping_with_shared_copies_asks_pagemap() {
+        let shmem = |_: Dev, _: u64, _: u64| true;
+        let mut asked = Vec::new();
+        let got = shmem_private_from_smaps(PRIVATE_COW, shmem, |s, e| {
+            asked.push((s, e));
+            Some(172 * 1024)
+        });
+        assert_eq!(got, 172 * 1024);
+        assert_eq!(asked, [(0x7ff2_6819_5000, 0x7ff2_681d_5000)]);
+        // Without pagemap: the lower bound, Private - Anonymous.
+        assert_eq!(shmem_private_from_smaps(PRIVATE_COW, shmem, |_, _| None), 108 * 1024);
+        // An answer outside what the numbers allow is clamped: at most all of Private.
+        assert_eq!(shmem_private_from_smaps(PRIVATE_COW, shmem, |_, _| Some(1 << 30)), 172 * 1024);
     }
 
     fn rollup_text(vals: &[(&str, u64)], header: &str) -> String {
@@ -449,12 +547,12 @@ Private_Dirty:       100 kB
         #[test]
         fn garbage_never_panics(text in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = parse_smaps_rollup(&text);
-            let _ = shmem_private_from_smaps(&text, |_, _, _| true);
+            let _ = shmem_private_from_smaps(&text, |_, _, _| true, |_, _| Some(u64::MAX));
         }
 
         #[test]
         fn smaps_text_never_panics(text in "([0-9a-f]{1,12}-[0-9a-f]{1,12} [rwxsp-]{4} [0-9a-f]{8} [0-9a-f]{2}:[0-9a-f]{2} [0-9]{1,6} .{0,20}\n|Private_(Clean|Dirty): +[0-9]{1,25} kB\n|Anonymous: +[0-9]{1,5} kB\n|.{0,30}\n){0,20}") {
-            let _ = shmem_private_from_smaps(text.as_bytes(), |_, _, _| true);
+            let _ = shmem_private_from_smaps(text.as_bytes(), |_, _, _| true, |_, _| Some(3));
         }
 
         #[test]
