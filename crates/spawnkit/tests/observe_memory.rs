@@ -456,6 +456,131 @@ fn memfd_sysv_and_tmpfs_regions_are_found_and_named() {
         .any(|r| r.kind == SharedKind::SysV && r.inode == kinds.sysv.1 as u64));
 }
 
+/// A directory tree under /dev/shm deeper than PATH_MAX, with one file at the bottom mapped
+/// shared by this process, and one file with a name that looks like other fields of `maps`.
+struct OddNames {
+    top: std::path::PathBuf,
+    deep_file: String,
+    odd_file: String,
+    maps: Vec<(*mut u8, usize)>,
+}
+
+const DEEP_COMPONENT: &str = "spawnkit-deep-directory-name-padding-padding-padding-padding-\
+padding-padding-padding-padding-padding-padding-padding-padding-padding-padding-padding-padding\
+-padding-padding-padding-padding-padding-padding-padding-padding";
+const DEEP_LEVELS: usize = 24;
+
+fn cstr(s: &str) -> std::ffi::CString {
+    std::ffi::CString::new(s).unwrap()
+}
+
+impl OddNames {
+    fn new() -> OddNames {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let top = std::path::PathBuf::from(format!("/dev/shm/spawnkit-odd-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&top);
+        fs::create_dir(&top).expect("mkdir under /dev/shm");
+        let mut maps = Vec::new();
+
+        // A name with a newline, spaces, " (deleted)" and what looks like a device and inode.
+        let odd_file = format!("{}/odd\nname 00:01 12345 (deleted)", top.display());
+        let f = fs::OpenOptions::new().read(true).write(true).create(true).open(&odd_file).unwrap();
+        f.set_len(8192).unwrap();
+        let p = map_shared(f.as_raw_fd(), 8192);
+        write_pages(p, 8192);
+        maps.push((p, 8192));
+
+        // Deeper than PATH_MAX (4096): mkdirat/openat one level at a time.
+        let mut dir = fs::File::open(&top).unwrap();
+        let mut deep = top.display().to_string();
+        let comp = cstr(DEEP_COMPONENT);
+        for _ in 0..DEEP_LEVELS {
+            // SAFETY: mkdirat and openat read a NUL-terminated name relative to an open dir.
+            let fd = unsafe {
+                libc::mkdirat(dir.as_raw_fd(), comp.as_ptr(), 0o700);
+                libc::openat(dir.as_raw_fd(), comp.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY)
+            };
+            assert!(fd >= 0, "openat: {}", std::io::Error::last_os_error());
+            // SAFETY: openat just returned this fd; nobody else owns it.
+            dir = fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            deep = format!("{deep}/{DEEP_COMPONENT}");
+        }
+        assert!(deep.len() > 4096);
+        let name = cstr("bottom");
+        // SAFETY: openat reads a NUL-terminated name relative to an open directory.
+        let fd = unsafe {
+            libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600)
+        };
+        assert!(fd >= 0, "openat: {}", std::io::Error::last_os_error());
+        // SAFETY: openat just returned this fd; nobody else owns it.
+        let f = fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        f.set_len(16384).unwrap();
+        let p = map_shared(f.as_raw_fd(), 16384);
+        write_pages(p, 16384);
+        maps.push((p, 16384));
+        OddNames { top, deep_file: format!("{deep}/bottom"), odd_file, maps }
+    }
+}
+
+impl Drop for OddNames {
+    fn drop(&mut self) {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        for &(p, len) in &self.maps {
+            // SAFETY: unmaps a mapping made in `new`; nothing uses it afterwards.
+            unsafe { libc::munmap(p as *mut libc::c_void, len) };
+        }
+        // Deeper than PATH_MAX: go down by fds, then remove bottom-up.
+        let mut dirs = vec![fs::File::open(&self.top).unwrap()];
+        let comp = cstr(DEEP_COMPONENT);
+        for _ in 0..DEEP_LEVELS {
+            let parent = dirs.last().unwrap().as_raw_fd();
+            // SAFETY: openat reads a NUL-terminated name relative to an open directory.
+            let fd = unsafe { libc::openat(parent, comp.as_ptr(), libc::O_RDONLY) };
+            if fd < 0 {
+                break;
+            }
+            // SAFETY: openat just returned this fd; nobody else owns it.
+            dirs.push(fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+        let bottom = cstr("bottom");
+        // SAFETY: unlinkat reads a NUL-terminated name relative to an open directory.
+        unsafe { libc::unlinkat(dirs.last().unwrap().as_raw_fd(), bottom.as_ptr(), 0) };
+        while dirs.len() > 1 {
+            dirs.pop();
+            let parent = dirs.last().unwrap().as_raw_fd();
+            // SAFETY: as above.
+            unsafe { libc::unlinkat(parent, comp.as_ptr(), libc::AT_REMOVEDIR) };
+        }
+        let _ = fs::remove_dir_all(&self.top);
+    }
+}
+
+#[test]
+fn odd_and_over_long_names_are_read_alike_by_both_methods() {
+    if !dev_shm_is_tmpfs() {
+        println!("skipping odd_and_over_long_names_are_read_alike_by_both_methods: /dev/shm is not a tmpfs");
+        return;
+    }
+    let _serial = common::serial();
+    let me = std::process::id() as i32;
+    let odd = OddNames::new();
+    let by_ioctl = shared_regions_with(MapsMethod::ProcmapQuery, Some(&[me])).unwrap();
+    let by_text = shared_regions_with(MapsMethod::MapsText, Some(&[me])).unwrap();
+    for (report, method) in [(&by_ioctl, "ioctl"), (&by_text, "text")] {
+        assert_eq!(report.processes_scanned, 1, "{method}");
+        for (name, size) in [(&odd.odd_file, 8192), (&odd.deep_file, 16384)] {
+            let found: Vec<_> = report.regions.iter().filter(|r| &r.name == name).collect();
+            assert_eq!(found.len(), 1, "{method}: {name:?} in {:#?}", report.regions);
+            assert_eq!(found[0].kind, SharedKind::Tmpfs);
+            assert_eq!(found[0].pids, vec![me]);
+            if common::is_root() {
+                assert_eq!(found[0].resident_bytes, Some(size), "{method}: {name:?}");
+            }
+        }
+    }
+    assert_eq!(by_ioctl.regions, by_text.regions);
+}
+
 // ---------------------------------------------------------------------------------------
 // Vanished, kernel and zombie processes; bad input.
 // ---------------------------------------------------------------------------------------

@@ -508,6 +508,7 @@ impl Walk {
         let flags = procmap::COVERING_OR_NEXT_VMA | procmap::FILE_BACKED_VMA | procmap::VMA_SHARED;
         let mut out = Vec::new();
         let mut addr = 0u64;
+        let mut retries = 0;
         loop {
             match procmap::query(file.as_fd(), addr, flags, &mut self.name) {
                 Ok(v) => {
@@ -529,6 +530,11 @@ impl Walk {
                     return Read1::NoIoctl
                 }
                 Err(libc::EACCES | libc::EPERM) => return Read1::Denied,
+                // A path longer than PATH_MAX (deep directories on a tmpfs): the ioctl cannot
+                // name the mapping, and its text in `maps` can. Read this process that way.
+                Err(libc::ENAMETOOLONG) => return self.read_text(pid),
+                // The mm lock wait was interrupted or must be retried: ask again, a few times.
+                Err(libc::EINTR | libc::EAGAIN) if retries < 3 => retries += 1,
                 // ESRCH: gone or no mm; anything else mid-walk: treat as gone.
                 Err(_) => return Read1::Gone,
             }

@@ -69,7 +69,8 @@ pub(crate) struct Vma {
 /// of `flags` (with [`COVERING_OR_NEXT_VMA`]); its name (the path as /proc/PID/maps shows it,
 /// without escaping) goes into `name`. Errors: ENOENT (no such mapping: the end of the walk),
 /// ENOTTY or EINVAL (a kernel without the ioctl), ESRCH (the process is gone or has no memory),
-/// ENAMETOOLONG (`name` too small; PATH_MAX bytes always suffice).
+/// ENAMETOOLONG (the name does not fit in `name`; the kernel never writes more than PATH_MAX
+/// bytes, so a path longer than that, possible with deep directories, always fails).
 pub(crate) fn query(
     maps: BorrowedFd<'_>,
     addr: u64,
