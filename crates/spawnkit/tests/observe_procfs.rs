@@ -8,6 +8,8 @@
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
@@ -17,6 +19,52 @@ use std::sync::Arc;
 
 use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, State};
 use spawnkit::ErrorKind;
+
+/// Counts each thread's allocations, so that a test can see what one refresh allocates.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+/// This thread's allocations so far.
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+// SAFETY: every call goes to the system allocator unchanged; counting touches a const
+// thread-local Cell, which allocates nothing.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller's contract for `alloc` is passed on as it is.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: `ptr` came from this allocator, which is the system one.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator, which is the system one.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
 
 /// A process tree from the probe; dies (root first, the rest by PDEATHSIG) when dropped.
 struct Tree {
@@ -258,6 +306,54 @@ fn vanishing_processes_are_no_error() {
     stop.store(true, Ordering::Relaxed);
     churn.join().unwrap();
     assert!(spawned.load(Ordering::Relaxed) >= 100, "the churn thread could not spawn");
+}
+
+#[test]
+fn a_refresh_allocates_nothing_per_process() {
+    let tree = Tree::start(1, 3, "no alloc");
+    let mut table = ProcessTable::new(Backend::Procfs).unwrap();
+    let mut out = Vec::new();
+    for fields in [Fields::default(), Fields { uid: true, ..Fields::default() }] {
+        // The first refresh sizes the vector; leave room for processes started meanwhile
+        // (other tests run herds of thousands).
+        table.list_into(fields, &mut out).unwrap();
+        out.reserve(out.len() + 20_000);
+        let before = allocations();
+        table.list_into(fields, &mut out).unwrap();
+        let during = allocations() - before;
+        assert_eq!(during, 0, "one refresh of {} processes ({fields:?})", out.len());
+        assert!(tree.pids.iter().all(|pid| out.iter().any(|p| p.pid == *pid)));
+
+        table.list_pids_into(&tree.pids, fields, &mut out).unwrap();
+        let before = allocations();
+        table.list_pids_into(&tree.pids, fields, &mut out).unwrap();
+        assert_eq!(allocations() - before, 0, "list_pids_into ({fields:?})");
+        assert_eq!(out.len(), tree.pids.len());
+    }
+}
+
+#[test]
+fn thread_ids_are_not_processes() {
+    let me = std::process::id() as i32;
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: gettid has no arguments.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = tid_rx.recv().unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{tid}/stat")).exists());
+    let mut table = ProcessTable::new(Backend::Procfs).unwrap();
+    for fields in [Fields::default(), Fields { uid: true, cmdline: true }] {
+        let got = table.list_pids(&[tid, me], fields).unwrap();
+        assert_eq!(got.iter().map(|p| p.pid).collect::<Vec<_>>(), [me], "{fields:?}");
+        assert!(got[0].threads >= 2);
+        let all = table.list(fields).unwrap();
+        assert!(all.iter().all(|p| p.pid != tid), "a thread listed as a process");
+    }
+    done_tx.send(()).unwrap();
+    thread.join().unwrap();
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //! the caller's output vector are reused from one refresh to the next, paths are built in a
 //! stack buffer, and a [`Process`] keeps its comm inline. `status` is read only when the uid
 //! is asked for, `cmdline` only when the command line is (that one allocates its result).
+//! Those are opened before `stat` is read, so that a pid reused between the reads cannot
+//! mix two processes in one record (see `read_process`).
 //!
 //! A process that exits while it is being read (ENOENT or ESRCH from openat or read, an empty
 //! read, a file that no longer parses) is skipped without an error: it is simply not in the
@@ -12,7 +14,7 @@
 //! ENOMEM...) on a per-process file, is an error.
 
 use std::ffi::CStr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::parse;
 use super::process::{Fields, Process};
@@ -47,11 +49,6 @@ impl PidPath {
         buf[..pid.len()].copy_from_slice(pid);
         buf[pid.len()..end].copy_from_slice(name);
         Some(PidPath { buf })
-    }
-
-    fn from_pid(pid: i32, name: &[u8]) -> Option<PidPath> {
-        let digits = Digits::new(pid)?;
-        PidPath::new(digits.as_bytes(), name)
     }
 
     fn as_cstr(&self) -> &CStr {
@@ -121,11 +118,8 @@ impl Walker {
                 if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
                     continue;
                 }
-                let Some(path) = PidPath::new(name, b"/stat\0") else { continue };
-                let Some(p) = read_stat(proc.as_fd(), &path, file, *page_size)? else {
-                    continue;
-                };
-                if let Some(p) = complete(proc.as_fd(), p, name, fields, file, false)? {
+                let got = read_process(proc.as_fd(), name, fields, false, file, *page_size)?;
+                if let Some(p) = got {
                     out.push(p);
                 }
             }
@@ -144,13 +138,9 @@ impl Walker {
         let Walker { proc, file, page_size, .. } = self;
         for &pid in pids {
             let Some(name) = Digits::new(pid) else { continue };
-            let Some(path) = PidPath::new(name.as_bytes(), b"/stat\0") else { continue };
-            let Some(p) = read_stat(proc.as_fd(), &path, file, *page_size)? else { continue };
-            if p.pid != pid {
-                continue;
-            }
-            // /proc/TID/stat exists for any thread: check the tgid in status.
-            if let Some(p) = complete(proc.as_fd(), p, name.as_bytes(), fields, file, true)? {
+            // /proc/TID exists for any thread: read_process checks the tgid in status.
+            let got = read_process(proc.as_fd(), name.as_bytes(), fields, true, file, *page_size)?;
+            if let Some(p) = got.filter(|p| p.pid == pid) {
                 out.push(p);
             }
         }
@@ -159,21 +149,49 @@ impl Walker {
 
     /// `/proc/PID/cmdline`, or `None` when the process is gone.
     pub(crate) fn cmdline(&mut self, pid: i32) -> Result<Option<Vec<u8>>> {
-        let Some(path) = PidPath::from_pid(pid, b"/cmdline\0") else { return Ok(None) };
-        read_whole(self.proc.as_fd(), &path, &mut self.file)
+        cmdline_in(self.proc.as_fd(), pid, &mut self.file)
     }
 }
 
-/// Read and parse `PID/stat`: `Ok(None)` when the process is gone.
-fn read_stat(
-    proc: std::os::fd::BorrowedFd<'_>,
-    path: &PidPath,
-    buf: &mut [u8],
+/// One process: `PID/stat`, and `status` (for the uid, or for `check_leader`: drop a pid
+/// that names a thread other than its group's leader) and `cmdline` when `fields` asks.
+/// `Ok(None)` when the process is gone.
+///
+/// Every file is opened before `stat` is read, so all of them describe one process even if
+/// the pid is reused meanwhile: an open file keeps naming the process it was opened for
+/// (reading it once that process has been reaped fails with ESRCH), and a pid is reused only
+/// after its process has been reaped. The stat read succeeding after the other opens shows
+/// that the process was still there when they were made, so they found it and not a
+/// newcomer with the same pid.
+fn read_process(
+    proc: BorrowedFd<'_>,
+    name: &[u8],
+    fields: Fields,
+    check_leader: bool,
+    buf: &mut Vec<u8>,
     page_size: u64,
 ) -> Result<Option<Process>> {
-    let Some(n) = read_once(proc, path, buf)? else { return Ok(None) };
+    let Some(stat_fd) = open_file(proc, name, b"/stat\0")? else { return Ok(None) };
+    let status_fd = if fields.uid || check_leader {
+        match open_file(proc, name, b"/status\0")? {
+            Some(fd) => Some(fd),
+            None => return Ok(None),
+        }
+    } else {
+        None
+    };
+    let cmdline_fd = if fields.cmdline {
+        match open_file(proc, name, b"/cmdline\0")? {
+            Some(fd) => Some(fd),
+            None => return Ok(None),
+        }
+    } else {
+        None
+    };
+
+    let Some(n) = read_once(&stat_fd, buf)? else { return Ok(None) };
     let Some(s) = parse::stat(&buf[..n]) else { return Ok(None) };
-    Ok(Some(Process {
+    let mut p = Process {
         pid: s.pid,
         ppid: s.ppid,
         comm: s.comm,
@@ -183,22 +201,9 @@ fn read_stat(
         start_ticks: s.start_ticks,
         rss_bytes: s.rss_pages.saturating_mul(page_size),
         cmdline: None,
-    }))
-}
-
-/// Fill what `fields` asks beyond `stat`: the uid from `status` (also read when
-/// `check_leader`, to drop a pid that names a non-leader thread), the command line.
-fn complete(
-    proc: std::os::fd::BorrowedFd<'_>,
-    mut p: Process,
-    name: &[u8],
-    fields: Fields,
-    buf: &mut Vec<u8>,
-    check_leader: bool,
-) -> Result<Option<Process>> {
-    if fields.uid || check_leader {
-        let Some(path) = PidPath::new(name, b"/status\0") else { return Ok(None) };
-        let Some(n) = read_once(proc, &path, buf)? else { return Ok(None) };
+    };
+    if let Some(fd) = &status_fd {
+        let Some(n) = read_once(fd, buf)? else { return Ok(None) };
         let status = &buf[..n];
         if check_leader && parse::status_tgid(status) != Some(p.pid) {
             return Ok(None);
@@ -208,55 +213,52 @@ fn complete(
             p.uid = Some(uid);
         }
     }
-    if fields.cmdline {
-        let Some(path) = PidPath::new(name, b"/cmdline\0") else { return Ok(None) };
-        p.cmdline = read_whole(proc, &path, buf)?;
+    if let Some(fd) = &cmdline_fd {
+        p.cmdline = read_whole(fd, buf)?;
     }
     Ok(Some(p))
 }
 
-/// openat + one read + close: the byte count, or `None` when the process is gone (an
-/// empty read included: the file of a process being torn down).
-fn read_once(
-    proc: std::os::fd::BorrowedFd<'_>,
-    path: &PidPath,
-    buf: &mut [u8],
-) -> Result<Option<usize>> {
-    let fd = match sys::open_in(proc, path.as_cstr()) {
-        Ok(fd) => fd,
-        Err(e) if vanished(e) => return Ok(None),
-        Err(e) => return Err(Error::os("openat", quoted(proc_path(path)), e)),
-    };
-    match sys::read(fd.as_fd(), buf) {
-        Ok(0) => Ok(None),
-        Ok(n) => Ok(Some(n)),
+/// An open file of /proc: its fd and (for error messages) its path under /proc.
+struct ProcFile {
+    fd: OwnedFd,
+    path: PidPath,
+}
+
+/// `openat(proc, "PID/NAME")`: `None` when the process is gone (or hidden from us).
+fn open_file(proc: BorrowedFd<'_>, pid: &[u8], name: &[u8]) -> Result<Option<ProcFile>> {
+    let Some(path) = PidPath::new(pid, name) else { return Ok(None) };
+    match sys::open_in(proc, path.as_cstr()) {
+        Ok(fd) => Ok(Some(ProcFile { fd, path })),
         Err(e) if vanished(e) => Ok(None),
-        Err(e) => Err(Error::os("read", quoted(proc_path(path)), e)),
+        Err(e) => Err(Error::os("openat", quoted(proc_path(&path)), e)),
     }
 }
 
-/// The whole file (cmdline can be longer than the buffer): `None` when the process is gone.
-/// An empty file (kernel thread, zombie) is `Some(empty)`.
-fn read_whole(
-    proc: std::os::fd::BorrowedFd<'_>,
-    path: &PidPath,
-    buf: &mut Vec<u8>,
-) -> Result<Option<Vec<u8>>> {
-    let fd = match sys::open_in(proc, path.as_cstr()) {
-        Ok(fd) => fd,
-        Err(e) if vanished(e) => return Ok(None),
-        Err(e) => return Err(Error::os("openat", quoted(proc_path(path)), e)),
-    };
+/// One read: the byte count, or `None` when the process is gone (an empty read included:
+/// the file of a process being torn down).
+fn read_once(file: &ProcFile, buf: &mut [u8]) -> Result<Option<usize>> {
+    match sys::read(file.fd.as_fd(), buf) {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(e) if vanished(e) => Ok(None),
+        Err(e) => Err(Error::os("read", quoted(proc_path(&file.path)), e)),
+    }
+}
+
+/// The whole file (cmdline can be longer than the buffer, which grows and is kept): `None`
+/// when the process is gone. An empty file (kernel thread, zombie) is `Some(empty)`.
+fn read_whole(file: &ProcFile, buf: &mut Vec<u8>) -> Result<Option<Vec<u8>>> {
     let mut have = 0;
     loop {
         if have == buf.len() {
-            buf.resize(buf.len() * 2, 0);
+            buf.resize((buf.len() * 2).max(FILE_BUF), 0);
         }
-        match sys::read(fd.as_fd(), &mut buf[have..]) {
+        match sys::read(file.fd.as_fd(), &mut buf[have..]) {
             Ok(0) => return Ok(Some(buf[..have].to_vec())),
             Ok(n) => have += n,
             Err(e) if vanished(e) => return Ok(None),
-            Err(e) => return Err(Error::os("read", quoted(proc_path(path)), e)),
+            Err(e) => return Err(Error::os("read", quoted(proc_path(&file.path)), e)),
         }
     }
 }
@@ -269,12 +271,27 @@ fn proc_path(path: &PidPath) -> String {
 /// (arguments each followed by a NUL), `Some(empty)` for a kernel thread or a zombie,
 /// `None` when the process is gone or /proc cannot be read.
 pub(crate) fn read_cmdline(pid: i32) -> Option<Vec<u8>> {
-    Walker::open().ok()?.cmdline(pid).ok().flatten()
+    let proc = sys::open_dir(c"/proc").ok()?;
+    cmdline_in(proc.as_fd(), pid, &mut Vec::new()).ok().flatten()
+}
+
+fn cmdline_in(proc: BorrowedFd<'_>, pid: i32, buf: &mut Vec<u8>) -> Result<Option<Vec<u8>>> {
+    let Some(digits) = Digits::new(pid) else { return Ok(None) };
+    match open_file(proc, digits.as_bytes(), b"/cmdline\0")? {
+        Some(file) => read_whole(&file, buf),
+        None => Ok(None),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl PidPath {
+        fn from_pid(pid: i32, name: &[u8]) -> Option<PidPath> {
+            PidPath::new(Digits::new(pid)?.as_bytes(), name)
+        }
+    }
 
     #[test]
     fn pid_paths() {

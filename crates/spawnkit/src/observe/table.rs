@@ -22,7 +22,6 @@ use super::bpf::TaskIter;
 use super::parse;
 use super::process::{Backend, Fields, Process};
 use super::procfs::Walker;
-use crate::error::quoted;
 use crate::sys::procfs as sys;
 use crate::{Error, Result};
 
@@ -184,6 +183,13 @@ impl Process {
         boot_time as f64 + self.start_ticks as f64 / clock_ticks() as f64
     }
 
+    /// Seconds since the process started, given [`uptime`] (both count from boot, so no
+    /// wall-clock rounding enters): procps `etimes` is this, truncated. 0 for a start time
+    /// after `uptime`.
+    pub fn elapsed(&self, uptime: f64) -> f64 {
+        (uptime - self.start_ticks as f64 / clock_ticks() as f64).max(0.0)
+    }
+
     /// The arguments from [`Process::cmdline`] (split at NULs, the final NUL dropped); none
     /// when the command line was not read or is empty (kernel threads, zombies).
     pub fn args(&self) -> impl Iterator<Item = &[u8]> {
@@ -205,12 +211,35 @@ pub fn clock_ticks() -> u64 {
     sys::clock_ticks()
 }
 
-/// When the system booted, as Unix seconds (`btime` in /proc/stat).
+/// When the system booted, as Unix seconds: `btime` in /proc/stat, or, where that file
+/// cannot be read (a /proc mounted with `subset=pid`), the same value computed the way the
+/// kernel does: the real-time clock minus the time since boot, in whole seconds.
 pub fn boot_time() -> Result<u64> {
-    let text = std::fs::read("/proc/stat").map_err(|e| {
-        Error::os("read", quoted("/proc/stat"), e.raw_os_error().unwrap_or(libc::EIO))
-    })?;
-    parse::btime(&text).ok_or_else(|| Error::invalid("read", quoted("/proc/stat"), "no btime line"))
+    if let Some(btime) = std::fs::read("/proc/stat").ok().and_then(|text| parse::btime(&text)) {
+        return Ok(btime);
+    }
+    boot_time_from_clocks()
+}
+
+/// btime as the kernel computes it: CLOCK_REALTIME - CLOCK_BOOTTIME, whole seconds.
+fn boot_time_from_clocks() -> Result<u64> {
+    let clock = |id| {
+        sys::clock_gettime(id).ok_or_else(|| {
+            Error::os("clock_gettime", "CLOCK_REALTIME, CLOCK_BOOTTIME", libc::EINVAL)
+        })
+    };
+    let ((real_s, real_ns), (boot_s, boot_ns)) =
+        (clock(libc::CLOCK_REALTIME)?, clock(libc::CLOCK_BOOTTIME)?);
+    let nanos = (real_s - boot_s) as i128 * 1_000_000_000 + (real_ns - boot_ns) as i128;
+    u64::try_from(nanos.div_euclid(1_000_000_000)).map_err(|_| {
+        Error::invalid("compute", "the boot time", "the real-time clock is before the boot")
+    })
+}
+
+/// Seconds since boot, suspended time included (CLOCK_BOOTTIME): the clock that
+/// [`Process::start_ticks`] counts on. See [`Process::elapsed`].
+pub fn uptime() -> f64 {
+    sys::clock_gettime(libc::CLOCK_BOOTTIME).map_or(0.0, |(s, ns)| s as f64 + ns as f64 * 1e-9)
 }
 
 fn sorted(pids: &[i32]) -> Vec<i32> {
@@ -569,9 +598,17 @@ mod tests {
         assert_eq!(q.args().collect::<Vec<_>>(), [&b"no-nul"[..]]);
         q.start_ticks = 250;
         assert_eq!(q.start_time(1000), 1002.5);
+        assert_eq!(q.elapsed(4.0), 1.5);
+        assert_eq!(q.elapsed(2.0), 0.0);
         assert_eq!(clock_ticks(), 100);
         let boot = boot_time().unwrap();
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
         assert!(boot > 1_000_000_000 && boot <= now.as_secs());
+        // Where /proc/stat is hidden, the clocks give the same btime (give or take the
+        // second boundary between two clock reads).
+        let computed = boot_time_from_clocks().unwrap();
+        assert!(computed.abs_diff(boot) <= 1, "btime {boot}, from the clocks {computed}");
+        let up = uptime();
+        assert!(up > 0.0 && up <= (now.as_secs() - boot + 2) as f64);
     }
 }

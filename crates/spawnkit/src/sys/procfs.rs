@@ -1,6 +1,7 @@
 //! The system calls of the /proc walker: openat(2), getdents64(2), read(2), lseek(2),
 //! close(2), made with [`raw::sc!`](super::raw) (no libc, no `errno`, nothing but the
-//! `syscall` instruction in the hot loop), and sysconf(3) for the clock tick and page size.
+//! `syscall` instruction in the hot loop), sysconf(3) for the clock tick and page size, and
+//! clock_gettime(2) for the clocks that process start times are measured against.
 //!
 //! Parent side only. Every function returns the errno on failure; the caller decides which
 //! ones mean "the process has vanished".
@@ -103,6 +104,15 @@ pub(crate) fn page_size() -> u64 {
     }
 }
 
+/// clock_gettime(2): `clock` (CLOCK_REALTIME, CLOCK_BOOTTIME...) as seconds and
+/// nanoseconds, or `None` when the kernel does not know that clock.
+pub(crate) fn clock_gettime(clock: libc::clockid_t) -> Option<(i64, i64)> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which lives across the call.
+    let ret = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ret == 0).then_some((ts.tv_sec, ts.tv_nsec))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +158,14 @@ mod tests {
         assert_eq!(dirents(&rec[..23]).count(), 0);
         rec[16..18].copy_from_slice(&3u16.to_ne_bytes());
         assert_eq!(dirents(&rec).count(), 0);
+    }
+
+    #[test]
+    fn clocks() {
+        let (boot, _) = clock_gettime(libc::CLOCK_BOOTTIME).unwrap();
+        let (real, _) = clock_gettime(libc::CLOCK_REALTIME).unwrap();
+        assert!(boot > 0 && real > boot);
+        assert_eq!(clock_gettime(-1), None);
     }
 
     #[test]
