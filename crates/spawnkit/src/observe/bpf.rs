@@ -98,38 +98,8 @@ impl TaskIter {
 
     fn read_records(&mut self, out: &mut Vec<Process>) -> crate::Result<()> {
         let mut file = self.session()?;
-        let (page_size, offset) = (self.page_size, self.boottime_offset);
-        let mut header = false;
-        let mut filled = 0;
-        loop {
-            let n = read_some(&mut file, &mut self.buf[filled..])?;
-            if n == 0 {
-                break;
-            }
-            filled += n;
-            let mut at = 0;
-            if !header {
-                if filled < HEADER_SIZE {
-                    continue;
-                }
-                check_header(&self.buf[..HEADER_SIZE])?;
-                header = true;
-                at = HEADER_SIZE;
-            }
-            let records = self.buf[at..filled].chunks_exact(RECORD_SIZE);
-            let used = records.len() * RECORD_SIZE;
-            out.extend(records.map(|r| process(r, page_size, offset)));
-            at += used;
-            // A record split between reads (only when a read returns less than asked).
-            self.buf.copy_within(at..filled, 0);
-            filled -= at;
-        }
-        let bad = |why| Err(Error::invalid("bpf iterator read", "task iterator", why));
-        match (header, filled) {
-            (false, _) => bad("the iterator wrote no header"),
-            (true, 0) => Ok(()),
-            (true, _) => bad("the output ended in the middle of a record"),
-        }
+        let decoder = Decoder { page_size: self.page_size, boottime_offset: self.boottime_offset };
+        decoder.stream(&mut self.buf, |buf| read_some(&mut file, buf), out)
     }
 
     /// A new iterator session: reading its fd runs the program over every task once.
@@ -155,6 +125,53 @@ impl TaskIter {
             return Err(Error::invalid("bpf iterator read", "task iterator", "no header"));
         }
         check_header(&self.buf[..HEADER_SIZE])
+    }
+}
+
+/// Turns the bytes of a session (a header, then records) into [`Process`]es.
+struct Decoder {
+    page_size: u64,
+    boottime_offset: i64,
+}
+
+impl Decoder {
+    /// Fill `buf` with `read` until it returns 0, decoding as it goes; a record split between
+    /// two reads (only when a read returns less than asked) waits in `buf` for the rest.
+    fn stream(
+        &self,
+        buf: &mut [u8],
+        mut read: impl FnMut(&mut [u8]) -> crate::Result<usize>,
+        out: &mut Vec<Process>,
+    ) -> crate::Result<()> {
+        let mut header = false;
+        let mut filled = 0;
+        loop {
+            let n = read(&mut buf[filled..])?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+            let mut at = 0;
+            if !header {
+                if filled < HEADER_SIZE {
+                    continue;
+                }
+                check_header(&buf[..HEADER_SIZE])?;
+                header = true;
+                at = HEADER_SIZE;
+            }
+            let records = buf[at..filled].chunks_exact(RECORD_SIZE);
+            at += records.len() * RECORD_SIZE;
+            out.extend(records.map(|r| process(r, self.page_size, self.boottime_offset)));
+            buf.copy_within(at..filled, 0);
+            filled -= at;
+        }
+        let bad = |why| Err(Error::invalid("bpf iterator read", "task iterator", why));
+        match (header, filled) {
+            (false, _) => bad("the iterator wrote no header"),
+            (true, 0) => Ok(()),
+            (true, _) => bad("the output ended in the middle of a record"),
+        }
     }
 }
 
@@ -507,5 +524,117 @@ mod tests {
         assert_eq!(p.cmdline, None);
         // A time namespace's boottime offset moves the start like /proc does.
         assert_eq!(process(&r, 4096, -(4 * NS_PER_TICK as i64)).start_ticks, 1230);
+    }
+
+    /// A record as task_iter.bpf.c writes it.
+    fn record(pid: i32, ppid: i32, comm: &[u8; 16], state: u32, rss: u64) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&(pid as u64 * NS_PER_TICK).to_ne_bytes());
+        r.extend_from_slice(&rss.to_ne_bytes());
+        r.extend_from_slice(&pid.to_ne_bytes());
+        r.extend_from_slice(&ppid.to_ne_bytes());
+        r.extend_from_slice(&0u32.to_ne_bytes());
+        r.extend_from_slice(&1u32.to_ne_bytes());
+        r.extend_from_slice(&state.to_ne_bytes());
+        r.extend_from_slice(&0u32.to_ne_bytes());
+        r.extend_from_slice(comm);
+        r
+    }
+
+    /// Feed `stream` to a decoder in reads of the given sizes (cycled; 0 ends the stream).
+    fn decode_in_reads(stream: &[u8], sizes: &[usize]) -> crate::Result<Vec<Process>> {
+        let decoder = Decoder { page_size: 4096, boottime_offset: 0 };
+        let mut buf = vec![0u8; 4 * RECORD_SIZE];
+        let (mut at, mut i) = (0, 0);
+        let mut out = Vec::new();
+        let read = |dst: &mut [u8]| {
+            let n = sizes[i % sizes.len()].min(dst.len()).min(stream.len() - at);
+            dst[..n].copy_from_slice(&stream[at..at + n]);
+            (at, i) = (at + n, i + 1);
+            Ok(n)
+        };
+        decoder.stream(&mut buf, read, &mut out).map(|()| out)
+    }
+
+    proptest::proptest! {
+        /// However the kernel splits the output between reads, the same records come out, odd
+        /// comms (spaces, parentheses, newlines, no NUL) included.
+        #[test]
+        fn records_survive_any_split(
+            procs in proptest::collection::vec(
+                (1..i32::MAX, 0..i32::MAX, proptest::array::uniform16(proptest::num::u8::ANY),
+                 0u32..0x10000, 0u64..1 << 40),
+                0..20,
+            ),
+            sizes in proptest::collection::vec(1usize..200, 1..8),
+        ) {
+            let me = std::process::id();
+            let mut stream = header(MAGIC, VERSION, RECORD_SIZE as u16, me, 0);
+            let mut whole = Vec::new();
+            for &(pid, ppid, comm, state, rss) in &procs {
+                let r = record(pid, ppid, &comm, state, rss);
+                whole.push(process(&r, 4096, 0));
+                stream.extend_from_slice(&r);
+            }
+            let got = decode_in_reads(&stream, &sizes).unwrap();
+            proptest::prop_assert_eq!(&got, &whole);
+            for (p, &(pid, ppid, comm, _, rss)) in got.iter().zip(&procs) {
+                let end = comm.iter().position(|&b| b == 0).unwrap_or(16).min(15);
+                proptest::prop_assert_eq!(p.comm.as_bytes(), &comm[..end]);
+                proptest::prop_assert_eq!((p.pid, p.ppid, p.rss_bytes), (pid, ppid, rss * 4096));
+            }
+            // Cut short anywhere after the header: an error, never a partial answer.
+            if !procs.is_empty() {
+                let cut = stream.len() - 1 - (sizes[0] % (RECORD_SIZE - 1));
+                proptest::prop_assert!(decode_in_reads(&stream[..cut], &sizes).is_err());
+            }
+        }
+
+        /// The loader's parsers take any bytes without panicking.
+        #[test]
+        fn parsers_take_any_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = elf::parse(&bytes, SECTION);
+            if let Ok(b) = btf::Btf::parse(&bytes, |_, _, _| {}) {
+                let _ = core::relocations(&bytes, &b, SECTION);
+                for id in 0..64 {
+                    let _ = b.size_of(id);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_stream_without_header_or_cut_in_a_record_is_an_error() {
+        let e = decode_in_reads(&[], &[64]).unwrap_err();
+        assert!(e.to_string().contains("no header"), "{e}");
+        let mut stream = header(MAGIC, VERSION, RECORD_SIZE as u16, std::process::id(), 0);
+        stream.extend_from_slice(&record(5, 1, b"x\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 1, 0)[..30]);
+        let e = decode_in_reads(&stream, &[64]).unwrap_err();
+        assert_eq!(e.step(), "bpf iterator read");
+        assert!(e.to_string().contains("middle of a record"), "{e}");
+    }
+
+    /// The embedded program, damaged byte by byte, never makes the loader's parsing panic.
+    #[cfg(not(spawnkit_no_bpf))]
+    #[test]
+    fn a_damaged_program_is_an_error_not_a_panic() {
+        let program = PROGRAM.unwrap();
+        let obj = elf::parse(program, SECTION).unwrap();
+        let local = btf::Btf::parse(obj.btf, |_, _, _| {}).unwrap();
+        let relos = core::relocations(obj.btf_ext, &local, SECTION).unwrap();
+        assert!(!relos.is_empty());
+        assert_eq!(obj.kfunc_calls.len(), 1);
+        let step = (program.len() / 4000).max(1);
+        for at in (0..program.len()).step_by(step) {
+            let mut bad = program.to_vec();
+            bad[at] ^= 0xff;
+            if let Ok(obj) = elf::parse(&bad, SECTION) {
+                if let Ok(local) = btf::Btf::parse(obj.btf, |_, _, _| {}) {
+                    if let Ok(relos) = core::relocations(obj.btf_ext, &local, SECTION) {
+                        let _ = core::wanted(&relos, &local);
+                    }
+                }
+            }
+        }
     }
 }

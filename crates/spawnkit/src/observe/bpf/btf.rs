@@ -26,7 +26,10 @@ impl<'a> Names<'a> {
     /// Whether the string at `off` is exactly `name` (no scan past its length).
     pub(super) fn is(&self, off: u32, name: &[u8]) -> bool {
         let off = off as usize;
-        self.0.get(off..off + name.len()) == Some(name) && self.0.get(off + name.len()) == Some(&0)
+        // The first byte alone rules out nearly every name, without a memcmp call.
+        self.0.get(off) == name.first()
+            && self.0.get(off..off + name.len()) == Some(name)
+            && self.0.get(off + name.len()) == Some(&0)
     }
 }
 

@@ -46,7 +46,10 @@ pub(super) fn parse<'a>(obj: &'a [u8], program: &str) -> Result<Object<'a>, Stri
     if shentsize < 64 {
         return Err(bad("section header too small"));
     }
-    let header = |i: usize| obj.get(shoff + i * shentsize..shoff + i * shentsize + 64);
+    let header = |i: usize| {
+        let start = i.checked_mul(shentsize)?.checked_add(shoff)?;
+        obj.get(start..start.checked_add(64)?)
+    };
     let data = |h: &[u8]| -> Option<&'a [u8]> {
         let (off, size) = (u64_at(h, 24)? as usize, u64_at(h, 32)? as usize);
         obj.get(off..off.checked_add(size)?)
