@@ -383,6 +383,10 @@ impl Drop for Kinds {
     }
 }
 
+fn own_ipc_ns() -> u64 {
+    fs::metadata("/proc/self/ns/ipc").unwrap().ino()
+}
+
 fn dev_shm_is_tmpfs() -> bool {
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     mounts.lines().any(|l| {
@@ -421,6 +425,7 @@ fn memfd_sysv_and_tmpfs_regions_are_found_and_named() {
         let sysv: Vec<_> =
             find(SharedKind::SysV).into_iter().filter(|r| r.inode == kinds.sysv.1 as u64).collect();
         assert_eq!(sysv.len(), 1, "{method:?}: the inode of a SysV segment is its shmid");
+        assert_eq!(sysv[0].ipc_ns, Some(own_ipc_ns()));
         assert_eq!(sysv[0].resident_bytes, Some(128 << 10));
         assert_eq!(sysv[0].size_bytes, MIB);
         assert!(sysv[0].name.starts_with("/SYSV"));
@@ -446,6 +451,8 @@ fn memfd_sysv_and_tmpfs_regions_are_found_and_named() {
         .collect();
     assert_eq!(seg.len(), 1, "unattached segment: {:#?}", report.regions);
     assert!(seg[0].pids.is_empty());
+    assert_eq!(seg[0].ipc_ns, Some(own_ipc_ns()));
+    assert!(report.regions.iter().all(|r| r.ipc_ns.is_some() == (r.kind == SharedKind::SysV)));
     assert_eq!(seg[0].resident_bytes, Some(128 << 10));
     assert_eq!(seg[0].size_bytes, MIB);
     // Restricted to some pids, unattached segments are not theirs.
@@ -579,6 +586,61 @@ fn odd_and_over_long_names_are_read_alike_by_both_methods() {
         }
     }
     assert_eq!(by_ioctl.regions, by_text.regions);
+}
+
+/// `shm-fixture sysv SIZE WRITE [newipc]`: (child, its pid, the segment's shmid).
+fn sysv_fixture(args: &[&str]) -> (Child, i32, u64) {
+    let mut child = Command::new(common::probe())
+        .args(["shm-fixture", "sysv"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn shm-fixture sysv");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert!(f.len() == 3 && f[0] == "ready", "fixture said {line:?}");
+    (child, f[1].parse().unwrap(), f[2].parse().unwrap())
+}
+
+#[test]
+fn sysv_segments_of_different_ipc_namespaces_are_not_merged() {
+    if skip_unless_root("sysv_segments_of_different_ipc_namespaces_are_not_merged") {
+        return;
+    }
+    let _serial = common::serial();
+    // Segment ids are per IPC namespace, and the inode of a segment's file is its id: two
+    // fresh namespaces both number their first segment 0, on the same internal shm device.
+    let (mut a, pid_a, id_a) = sysv_fixture(&["4", "2", "newipc"]);
+    let (mut b, pid_b, id_b) = sysv_fixture(&["4", "3", "newipc"]);
+    assert_eq!(id_a, id_b, "fresh IPC namespaces number their first segment alike");
+    let ns = |pid: i32| fs::metadata(format!("/proc/{pid}/ns/ipc")).unwrap().ino();
+    let (ns_a, ns_b) = (ns(pid_a), ns(pid_b));
+    for method in [MapsMethod::ProcmapQuery, MapsMethod::MapsText] {
+        for report in [
+            shared_regions_with(method, Some(&[pid_a, pid_b])).unwrap(),
+            shared_regions_with(method, None).unwrap(),
+        ] {
+            let sysv: Vec<_> = report
+                .regions
+                .iter()
+                .filter(|r| r.kind == SharedKind::SysV && r.inode == id_a)
+                .filter(|r| r.pids.contains(&pid_a) || r.pids.contains(&pid_b))
+                .collect();
+            assert_eq!(sysv.len(), 2, "{method:?}: {sysv:#?}");
+            let of = |pid: i32| sysv.iter().find(|r| r.pids == vec![pid]).copied();
+            let (ra, rb) = (of(pid_a).expect("a's segment"), of(pid_b).expect("b's segment"));
+            assert_eq!(ra.resident_bytes, Some(2 * MIB));
+            assert_eq!(rb.resident_bytes, Some(3 * MIB));
+            assert_eq!(ra.ipc_ns, Some(ns_a));
+            assert_eq!(rb.ipc_ns, Some(ns_b));
+        }
+    }
+    for c in [&mut a, &mut b] {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -14,14 +14,16 @@
 //!    `/dev/zero (deleted)`; SysV segments, `/SYSV...`; memfds, `/memfd:...`) or a tmpfs
 //!    mount (`/dev/shm/...`, `/run/...`).
 //! 3. Key them by (device, inode): one [`SharedRegion`] per object, with every process that
-//!    maps it.
+//!    maps it. SysV segments are keyed by their IPC namespace too: their inode number is the
+//!    segment id, which each namespace counts from 0.
 //! 4. Measure the object once: `stat` of `/proc/PID/map_files/START-END` of one of its
 //!    mappings follows the link to the object itself; `st_blocks` × 512 is its real
 //!    allocation, which still counts pages written by processes that have exited, and
 //!    `st_size` its virtual size. (Reading `map_files` needs CAP_SYS_ADMIN or
 //!    CAP_CHECKPOINT_RESTORE: without it the resident size is unknown, `None`.)
 //! 5. Add the SysV segments that no process attaches (`/proc/sysvipc/shm`, nattch 0): they
-//!    too hold memory.
+//!    too hold memory. Only this process's IPC namespace can be listed so; unattached
+//!    segments of other namespaces (containers) show only in the difference below.
 //!
 //! The [`SharedReport`] then compares the total with `Shmem` of /proc/meminfo. The difference
 //! is shmem that no process maps: files on tmpfs mounts (/dev/shm, /run, /tmp when it is a
@@ -126,6 +128,12 @@ pub struct SharedRegion {
     /// attaches). In a report restricted to some processes ([`shared_regions_of`]), only
     /// those among them.
     pub pids: Vec<i32>,
+    /// For a SysV segment: the IPC namespace it belongs to, as the inode number of
+    /// `/proc/PID/ns/ipc` (`ipc:[N]`) of the processes that map it (for an unattached
+    /// segment, this process's own). Segment ids, and so the inode numbers, are counted per
+    /// namespace: segments of two namespaces can share `(dev, inode)` and are told apart by
+    /// this. `None` for every other kind.
+    pub ipc_ns: Option<u64>,
 }
 
 /// How the mappings were (or are to be) enumerated.
@@ -156,7 +164,7 @@ impl MapsMethod {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharedReport {
     /// The regions, largest `resident_bytes` first (unknown last), then by size, device,
-    /// inode.
+    /// inode, IPC namespace.
     pub regions: Vec<SharedRegion>,
     /// Sum of the known `resident_bytes`.
     pub total_resident_bytes: u64,
@@ -313,7 +321,9 @@ pub(crate) struct Mapping {
     pub name: Vec<u8>,
 }
 
-/// The shared (`s`), file-backed (inode != 0) mappings in the text of /proc/PID/maps:
+/// The shared (`s`), file-backed mappings in the text of /proc/PID/maps (device or inode not
+/// 0; the inode alone does not tell: a SysV segment's inode is its id, and the first segment
+/// of every IPC namespace is number 0):
 /// `START-END PERMS OFFSET MAJ:MIN INODE   NAME`, numbers in hex but the inode in decimal.
 /// Lines that do not parse are skipped. The kernel escapes a newline in a name as `\012`;
 /// it is turned back into a newline, as `PROCMAP_QUERY` gives names unescaped.
@@ -348,7 +358,8 @@ fn parse_maps_line(line: &[u8]) -> Option<Mapping> {
     let (start, end) = split_once(range, b'-')?;
     let (major, minor) = split_once(dev, b':')?;
     let inode = parse_num(inode, 10)?;
-    if inode == 0 {
+    let dev = Dev { major: parse_num(major, 16)? as u32, minor: parse_num(minor, 16)? as u32 };
+    if inode == 0 && dev == Dev::default() {
         return None;
     }
     let name = rest.iter().position(|&b| b != b' ').map(|p| &rest[p..]).unwrap_or(&[]);
@@ -356,7 +367,7 @@ fn parse_maps_line(line: &[u8]) -> Option<Mapping> {
         start: parse_num(start, 16)?,
         end: parse_num(end, 16)?,
         offset: parse_num(offset, 16)?,
-        dev: Dev { major: parse_num(major, 16)? as u32, minor: parse_num(minor, 16)? as u32 },
+        dev,
         inode,
         name: unescape_newlines(name),
     })
@@ -428,7 +439,10 @@ struct Walk {
     requested: MapsMethod,
     method: Option<MapsMethod>,
     devs: ShmemDevs,
-    regions: HashMap<(Dev, u64), Gathered>,
+    /// Keyed by (device, inode, IPC namespace for a SysV segment else 0).
+    regions: HashMap<(Dev, u64, u64), Gathered>,
+    /// The IPC namespace of this process, once asked.
+    own_ipc_ns: Option<Option<u64>>,
     map_files_denied: bool,
     name: Vec<u8>,
     text: Vec<u8>,
@@ -456,6 +470,7 @@ impl Walk {
             },
             devs: ShmemDevs::new(),
             regions: HashMap::new(),
+            own_ipc_ns: None,
             map_files_denied: false,
             name: vec![0u8; libc::PATH_MAX as usize + 1],
             text: Vec::new(),
@@ -492,10 +507,22 @@ impl Walk {
             self.method = Some(MapsMethod::ProcmapQuery);
         }
         self.scanned += 1;
+        // The IPC namespace of this process, read only if it maps a SysV segment.
+        let mut ipc_ns: Option<Option<u64>> = None;
         for m in mappings {
-            if self.devs.is_shmem(m.dev, pid, m.start, m.end) {
-                self.add(pid, m);
+            if !self.devs.is_shmem(m.dev, pid, m.start, m.end) {
+                continue;
             }
+            let ns = if kind_of(m.dev, self.devs.internal(), &m.name) == SharedKind::SysV {
+                match *ipc_ns.get_or_insert_with(|| ipc_ns_of(&format!("/proc/{pid}/ns/ipc"))) {
+                    Some(ns) => Some(ns),
+                    // Gone meanwhile: its segments cannot be told apart from others'.
+                    None => continue,
+                }
+            } else {
+                None
+            };
+            self.add(pid, m, ns);
         }
         Ok(())
     }
@@ -552,9 +579,9 @@ impl Walk {
         }
     }
 
-    fn add(&mut self, pid: i32, m: Mapping) {
+    fn add(&mut self, pid: i32, m: Mapping, ipc_ns: Option<u64>) {
         let internal = self.devs.internal();
-        let key = (m.dev, m.inode);
+        let key = (m.dev, m.inode, ipc_ns.unwrap_or(0));
         let extent = m.offset.saturating_add(m.end.saturating_sub(m.start));
         let g = self.regions.entry(key).or_insert_with(|| Gathered {
             region: SharedRegion {
@@ -565,6 +592,7 @@ impl Walk {
                 size_bytes: 0,
                 resident_bytes: None,
                 pids: Vec::new(),
+                ipc_ns,
             },
             largest_extent: 0,
             measured: false,
@@ -597,12 +625,14 @@ impl Walk {
     fn add_unattached_sysv(&mut self) {
         let Some(dev) = self.devs.internal() else { return };
         let Ok(text) = std::fs::read("/proc/sysvipc/shm") else { return };
+        let ns = *self.own_ipc_ns.get_or_insert_with(|| ipc_ns_of("/proc/self/ns/ipc"));
         for seg in parse_sysvipc_shm(&text) {
-            if seg.nattch != 0 || self.regions.contains_key(&(dev, seg.shmid)) {
+            let key = (dev, seg.shmid, ns.unwrap_or(0));
+            if seg.nattch != 0 || self.regions.contains_key(&key) {
                 continue;
             }
             self.regions.insert(
-                (dev, seg.shmid),
+                key,
                 Gathered {
                     region: SharedRegion {
                         dev,
@@ -612,6 +642,7 @@ impl Walk {
                         size_bytes: seg.size,
                         resident_bytes: Some(seg.rss.saturating_add(seg.swap)),
                         pids: Vec::new(),
+                        ipc_ns: ns,
                     },
                     largest_extent: seg.size,
                     measured: true,
@@ -654,6 +685,7 @@ impl Walk {
                 .then(b.size_bytes.cmp(&a.size_bytes))
                 .then(a.dev.cmp(&b.dev))
                 .then(a.inode.cmp(&b.inode))
+                .then(a.ipc_ns.cmp(&b.ipc_ns))
         });
         let total: u64 = regions.iter().filter_map(|r| r.resident_bytes).sum();
         let unknown = regions.iter().filter(|r| r.resident_bytes.is_none()).count();
@@ -672,6 +704,12 @@ impl Walk {
             processes_denied: self.denied,
         }
     }
+}
+
+/// The inode number of an IPC namespace file (`/proc/PID/ns/ipc`), which names the
+/// namespace; `None` if it cannot be read (the process is gone).
+fn ipc_ns_of(path: &str) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
 fn gone_or_denied(e: &io::Error) -> Read1 {
@@ -762,9 +800,11 @@ mod tests {
 7f1000000000-7f1000400000 rw-s 00001000 00:1b 77 /dev/shm/my name\\012x\n\
 7f2000000000-7f2000001000 rw-s 00000000 00:00 0 \n\
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]\n\
+7f3000000000-7f3000400000 rw-s 00000000 00:01 0                          /SYSV00000000 (deleted)\n\
 garbage line\n";
         let m = parse_maps_shared(text);
-        assert_eq!(m.len(), 2);
+        assert_eq!(m.len(), 3);
+        assert_eq!((m[2].dev, m[2].inode), (Dev { major: 0, minor: 1 }, 0), "SysV segment 0");
         assert_eq!(m[0].start, 0x7f00_0000_0000);
         assert_eq!(m[0].end, 0x7f00_0c80_0000);
         assert_eq!(m[0].dev, Dev { major: 0, minor: 1 });
