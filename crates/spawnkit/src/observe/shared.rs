@@ -75,7 +75,8 @@ impl std::fmt::Display for Dev {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SharedKind {
     /// `mmap(MAP_SHARED | MAP_ANONYMOUS)` (or a shared mapping of /dev/zero): named
-    /// `/dev/zero (deleted)`, on the kernel's internal shm mount.
+    /// `/dev/zero (deleted)` (or `[anon_shmem:NAME]` once named with PR_SET_VMA_ANON_NAME), on
+    /// the kernel's internal shm mount.
     Anonymous,
     /// A System V shared memory segment (shmget/shmat): `/SYSV<key in hex> (deleted)`; its
     /// inode number is the shmid.
@@ -410,7 +411,9 @@ fn unescape_newlines(name: &[u8]) -> Vec<u8> {
 pub(crate) fn kind_of(dev: Dev, internal: Option<Dev>, name: &[u8]) -> SharedKind {
     if Some(dev) != internal {
         SharedKind::Tmpfs
-    } else if name.starts_with(b"/dev/zero") {
+    } else if name.starts_with(b"/dev/zero") || name.starts_with(b"[anon_shmem:") {
+        // `[anon_shmem:NAME]`: a shared anonymous mapping named with prctl(PR_SET_VMA,
+        // PR_SET_VMA_ANON_NAME) (Linux 6.2+, CONFIG_ANON_VMA_NAME).
         SharedKind::Anonymous
     } else if name.starts_with(b"/SYSV") {
         SharedKind::SysV
@@ -849,6 +852,7 @@ garbage line\n";
         let int = Some(Dev { major: 0, minor: 1 });
         let d = Dev { major: 0, minor: 1 };
         assert_eq!(kind_of(d, int, b"/dev/zero (deleted)"), SharedKind::Anonymous);
+        assert_eq!(kind_of(d, int, b"[anon_shmem:my pool]"), SharedKind::Anonymous);
         assert_eq!(kind_of(d, int, b"/SYSV00000000 (deleted)"), SharedKind::SysV);
         assert_eq!(kind_of(d, int, b"/memfd:x (deleted)"), SharedKind::Memfd);
         assert_eq!(kind_of(d, int, b"/i915"), SharedKind::Other);
