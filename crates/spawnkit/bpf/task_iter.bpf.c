@@ -113,15 +113,16 @@ SEC("iter/task")
 int spawnkit_tasks(struct bpf_iter__task *ctx)
 {
 	struct seq_file *seq = ctx->meta->seq;
-	struct task_struct *task;
+	struct task_struct *task = ctx->task;
 	struct record r = {};
 	struct mm_struct *mm;
 
 	if (ctx->meta->seq_num == 0)
 		write_header(seq);
-	if (!ctx->task)
+	if (!task)
 		return 0;
-	task = bpf_rdonly_cast(ctx->task, kernel_type_id(struct task_struct));
+	/* The same register, checked non-NULL: where the loader turns the call into r0 = r1. */
+	task = bpf_rdonly_cast(task, kernel_type_id(struct task_struct));
 	if (task->pid != task->tgid)
 		return 0;
 
