@@ -23,7 +23,8 @@ fn main() {
         println!("cargo::rerun-if-changed={h}");
     }
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join(OBJECT);
-    if let Err(why) = build(&out) {
+    let dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    if let Err(why) = build(&dir, &out) {
         let why = why.replace(['\n', '\r'], " ");
         println!(
             "cargo::warning=no BPF program in this build ({why}): `spawnkit ps` will read /proc"
@@ -42,19 +43,22 @@ fn main() {
     }
 }
 
-/// Compile SOURCE into `out`, or say why not.
-fn build(out: &Path) -> Result<(), String> {
+/// Compile SOURCE (under the package directory `dir`) into `out`, or say why not.
+fn build(dir: &Path, out: &Path) -> Result<(), String> {
     let clang = find_clang()?;
     let target = match env::var("CARGO_CFG_TARGET_ENDIAN").as_deref() {
         Ok("big") => "bpfeb",
         _ => "bpfel",
     };
-    let dir = Path::new(SOURCE).parent().unwrap_or(Path::new("."));
+    let source = dir.join(SOURCE);
+    let include = source.parent().unwrap_or(dir);
     let result = Command::new(&clang)
-        .args(["-target", target, "-O2", "-g", "-Wall", "-c", SOURCE, "-o"])
+        .args(["-target", target, "-O2", "-g", "-Wall", "-c"])
+        .arg(&source)
+        .arg("-o")
         .arg(out)
         .arg("-I")
-        .arg(dir)
+        .arg(include)
         .output()
         .map_err(|e| format!("running {clang}: {e}"))?;
     if !result.status.success() {
