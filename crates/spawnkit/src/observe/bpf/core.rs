@@ -63,10 +63,14 @@ pub(super) fn relocations(ext: &[u8], local: &Btf<'_>, section: &str) -> Result<
         let name = u32_at(relos, at).ok_or_else(|| bad("truncated"))?;
         let count = u32_at(relos, at + 4).ok_or_else(|| bad("truncated"))? as usize;
         at += 8;
-        let ours = local.names.get(name) == section.as_bytes();
-        for _ in 0..count {
-            let field = |i: usize| u32_at(relos, at + 4 * i).ok_or_else(|| bad("truncated"));
-            if ours {
+        let end = count
+            .checked_mul(rec_size)
+            .and_then(|n| n.checked_add(at))
+            .filter(|&end| end <= relos.len())
+            .ok_or_else(|| bad("truncated"))?;
+        if local.names.get(name) == section.as_bytes() {
+            for rec in relos[at..end].chunks_exact(rec_size) {
+                let field = |i: usize| u32_at(rec, 4 * i).ok_or_else(|| bad("truncated"));
                 let access = local.names.get(field(2)?);
                 let access = std::str::from_utf8(access)
                     .ok()
@@ -82,8 +86,8 @@ pub(super) fn relocations(ext: &[u8], local: &Btf<'_>, section: &str) -> Result<
                     kind: field(3)?,
                 });
             }
-            at += rec_size;
         }
+        at = end;
     }
     Ok(out)
 }
@@ -141,7 +145,8 @@ fn local_spec<'a>(btf: &Btf<'a>, r: &Relo) -> Result<Local<'a>, String> {
     let bad = |why: &str| format!("CO-RE access {:?}: {why}", r.access);
     let (root_id, _) = btf.resolve(r.type_id).ok_or_else(|| bad("unknown root type"))?;
     let root_size = btf.size_of(root_id).ok_or_else(|| bad("root type has no size"))?;
-    let mut offset = u64::from(r.access[0]) * root_size;
+    let too_far = || bad("offset overflows");
+    let mut offset = u64::from(r.access[0]).checked_mul(root_size).ok_or_else(too_far)?;
     let mut cur = root_id;
     let mut steps = Vec::new();
     for &i in &r.access[1..] {
@@ -151,14 +156,16 @@ fn local_spec<'a>(btf: &Btf<'a>, r: &Relo) -> Result<Local<'a>, String> {
             if m.bitfield_size != 0 || m.bit_offset % 8 != 0 {
                 return Err(bad("bitfields are not supported"));
             }
-            offset += u64::from(m.bit_offset / 8);
+            offset = offset.checked_add(u64::from(m.bit_offset / 8)).ok_or_else(too_far)?;
             let name = btf.names.get(m.name_off);
             if !name.is_empty() {
                 steps.push(Step::Member { name, local_type: m.type_id });
             }
             cur = m.type_id;
         } else if let Some((elem, _)) = ty.array() {
-            offset += u64::from(i) * btf.size_of(elem).ok_or_else(|| bad("element has no size"))?;
+            let size = btf.size_of(elem).ok_or_else(|| bad("element has no size"))?;
+            let step = u64::from(i).checked_mul(size).ok_or_else(too_far)?;
+            offset = offset.checked_add(step).ok_or_else(too_far)?;
             steps.push(Step::Index(i));
             cur = elem;
         } else {
@@ -183,7 +190,7 @@ fn target_spec(
     spec: &Local<'_>,
     root: u32,
 ) -> Option<(u64, u64)> {
-    let mut offset = u64::from(first) * target.size_of(root)?;
+    let mut offset = u64::from(first).checked_mul(target.size_of(root)?)?;
     let mut cur = root;
     for step in &spec.steps {
         let (_, ty) = target.resolve(cur)?;
@@ -193,7 +200,7 @@ fn target_spec(
                 if bit_offset % 8 != 0 || !compatible(local, local_type, target, m_type) {
                     return None;
                 }
-                offset += u64::from(bit_offset / 8);
+                offset = offset.checked_add(u64::from(bit_offset / 8))?;
                 cur = m_type;
             }
             Step::Index(i) => {
@@ -201,7 +208,7 @@ fn target_spec(
                 if i >= n {
                     return None;
                 }
-                offset += u64::from(i) * target.size_of(elem)?;
+                offset = offset.checked_add(u64::from(i).checked_mul(target.size_of(elem)?)?)?;
                 cur = elem;
             }
         }
@@ -219,7 +226,7 @@ fn find_member(btf: &Btf<'_>, id: u32, name: &[u8], depth: u32) -> Option<(u32, 
     for m in ty.members() {
         if m.name_off == 0 || btf.names.get(m.name_off).is_empty() {
             if let Some((t, off)) = find_member(btf, m.type_id, name, depth + 1) {
-                return Some((t, m.bit_offset + off));
+                return Some((t, m.bit_offset.checked_add(off)?));
             }
         } else if btf.names.is(m.name_off, name) {
             return (m.bitfield_size == 0).then_some((m.type_id, m.bit_offset));
@@ -380,4 +387,53 @@ fn poison(insns: &mut [u8], at: usize) -> Result<(), String> {
     insn[2..4].copy_from_slice(&0i16.to_ne_bytes());
     insn[4..8].copy_from_slice(&POISON_HELPER.to_ne_bytes());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flavours_are_cut_like_libbpf() {
+        assert_eq!(essential(b"task_struct___old"), b"task_struct");
+        assert_eq!(essential(b"mm_rss_stat___old"), b"mm_rss_stat");
+        assert_eq!(essential(b"task_struct"), b"task_struct");
+        assert_eq!(essential(b"bpf_iter__task"), b"bpf_iter__task");
+        assert_eq!(essential(b"a____b"), b"a____b"); // four underscores: not a flavour
+        assert_eq!(essential(b""), b"");
+    }
+
+    fn insn(code: u8, off: i16, imm: i32) -> Vec<u8> {
+        let mut i = vec![code, 0];
+        i.extend_from_slice(&off.to_ne_bytes());
+        i.extend_from_slice(&imm.to_ne_bytes());
+        i
+    }
+
+    #[test]
+    fn patches_offsets_immediates_and_poisons() {
+        // r1 = *(u32 *)(r7 + 16)  ->  + 2856
+        let mut ldx = insn(0x61, 16, 0);
+        patch(&mut ldx, 0, 16, 2856).unwrap();
+        assert_eq!(ldx, insn(0x61, 2856, 0));
+        // An offset that does not fit an instruction's 16 bits.
+        assert!(patch(&mut insn(0x61, 16, 0), 0, 16, 40000).is_err());
+        // r2 = 8 (mov imm)  ->  48
+        let mut mov = insn(0xb7, 0, 8);
+        patch(&mut mov, 0, 8, 48).unwrap();
+        assert_eq!(mov, insn(0xb7, 0, 48));
+        // The instruction must hold what clang computed from the local types.
+        assert!(patch(&mut insn(0xb7, 0, 9), 0, 8, 48).is_err());
+        // Not relocatable: a call; out of range.
+        assert!(patch(&mut insn(0x85, 0, 14), 0, 14, 1).is_err());
+        assert!(patch(&mut insn(0x61, 16, 0), 8, 16, 1).is_err());
+        // r2 = 13 ll (two slots)  ->  a kernel type id
+        let mut ld = insn(0x18, 0, 13);
+        ld.extend(insn(0, 0, 0));
+        patch(&mut ld, 0, 13, 130_000).unwrap();
+        assert_eq!(&ld[4..8], &130_000u32.to_ne_bytes());
+        let mut p = insn(0x61, 16, 0);
+        poison(&mut p, 0).unwrap();
+        assert_eq!(p, insn(0x85, 0, POISON_HELPER));
+    }
 }
