@@ -155,19 +155,29 @@ impl<'a> Btf<'a> {
     }
 
     /// The size in bytes of a type (`None` for void, functions, forward declarations).
-    pub(super) fn size_of(&self, id: u32) -> Option<u64> {
-        let (_, ty) = self.resolve(id)?;
-        match ty.kind {
-            kind::INT | kind::ENUM | kind::ENUM64 | kind::STRUCT | kind::UNION | kind::FLOAT => {
-                Some(u64::from(ty.size_or_type))
-            }
-            kind::PTR => Some(8),
-            kind::ARRAY => {
-                let (elem, nelems) = ty.array()?;
-                self.size_of(elem)?.checked_mul(u64::from(nelems))
-            }
-            _ => None,
+    pub(super) fn size_of(&self, mut id: u32) -> Option<u64> {
+        let mut count: u64 = 1;
+        for _ in 0..32 {
+            let (_, ty) = self.resolve(id)?;
+            let size = match ty.kind {
+                kind::INT
+                | kind::ENUM
+                | kind::ENUM64
+                | kind::STRUCT
+                | kind::UNION
+                | kind::FLOAT => u64::from(ty.size_or_type),
+                kind::PTR => 8,
+                kind::ARRAY => {
+                    let (elem, nelems) = ty.array()?;
+                    count = count.checked_mul(u64::from(nelems))?;
+                    id = elem;
+                    continue;
+                }
+                _ => return None,
+            };
+            return count.checked_mul(size);
         }
+        None
     }
 }
 
