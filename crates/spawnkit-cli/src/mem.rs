@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0; 1 when a PID given does not exist (the others are still shown) or the
 //! report cannot be made; 125 for a bad option or value (clap, as for every spawnkit
-//! command). A closed stdout (`spawnkit mem --all | head`) ends the output quietly with 0.
+//! command). A closed stdout (`spawnkit mem --all | head`) ends the output quietly, with
+//! the code it would have had.
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -52,8 +53,10 @@ Shared regions (--shared):
   every shared mapping backed by shmem (/dev/zero (deleted), /SYSV..., /memfd:...,
   files on tmpfs such as /dev/shm/...) of every process, found with the PROCMAP_QUERY
   ioctl (Linux 6.11+) or by parsing /proc/PID/maps, keyed by (device, inode) so each
-  object appears once with every process that maps it. Plus SysV segments no process
-  attaches (/proc/sysvipc/shm).
+  object appears once with every process that maps it (SysV segments by IPC namespace
+  too: a segment's inode is its id, which every namespace counts from 0; one of another
+  namespace has ipc:[N] after its name). Plus SysV segments no process attaches
+  (/proc/sysvipc/shm; this namespace's only).
   DEV:INODE  the object; SIZE its virtual size; RESIDENT the memory it really holds
   (st_blocks of /proc/PID/map_files/START-END: pages in RAM or swap, including those
   written by processes that have exited; '-' when unreadable, which needs root); PIDS
@@ -62,6 +65,8 @@ Shared regions (--shared):
   difference is shmem no process maps: files on tmpfs mounts (/dev/shm, /run, /tmp if
   tmpfs) that are not mapped, and kernel-internal users (GPU buffers...). It can be
   negative when regions have pages in swap, which RESIDENT counts and Shmem does not.
+  A 'not read' line counts the processes whose mappings could not be read (another
+  user's, without root): their regions are missing from the list and the total.
 
 JSON (--json):
   Per process: an array of objects with the keys pid, comm, status (measured, no-memory,
@@ -69,12 +74,14 @@ JSON (--json):
   (the shmem pages left out of uss), swap_pss, shared_clean, shared_dirty,
   private_clean, private_dirty; sizes in bytes (integers), null when denied.
   With --shared: an array of objects with the keys dev (\"MAJOR:MINOR\"), inode, name,
-  kind, size_bytes, resident_bytes (null when unknown) and pids. The array stays a plain
-  list: the total and the Shmem check go to stderr with -v, as one JSON object.
+  kind, size_bytes, resident_bytes (null when unknown), pids and ipc_ns (for a SysV
+  segment, the inode of its IPC namespace, /proc/PID/ns/ipc; else null). The array stays a
+  plain list: the total and the Shmem check go to stderr with -v, as one JSON object;
+  without -v, stderr says what could not be read, if anything.
 
 Exit status:
-  0 on success (also when stdout is closed early, as by 'head'); 1 when a PID given does
-  not exist (the others are still shown) or the report cannot be made; 125 for a bad
+  0 on success (a stdout closed early, as by 'head', is no failure); 1 when a PID given
+  does not exist (the others are still shown) or the report cannot be made; 125 for a bad
   option or value.";
 
 /// Options of `spawnkit mem`.
@@ -163,10 +170,16 @@ pub fn main(args: &MemArgs) -> i32 {
         Ok(code) => code,
         Err(Failure::Pipe) => 0,
         Err(Failure::Msg(m)) => {
-            eprintln!("spawnkit mem: {m}");
+            note(format_args!("spawnkit mem: {m}"));
             FAILED
         }
     }
+}
+
+/// One line on stderr. Unlike `eprintln!`, a closed stderr (EPIPE, when stdout and stderr
+/// share a pipe whose reader is gone) is not a panic: the line is dropped.
+fn note(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
 enum Failure {
@@ -254,7 +267,7 @@ fn run_processes(args: &MemArgs) -> Result<i32, Failure> {
         let rows = observe::memory_of(&args.pids)?;
         for pid in &args.pids {
             if !rows.iter().any(|m| m.pid == *pid) {
-                eprintln!("spawnkit mem: no process {pid}");
+                note(format_args!("spawnkit mem: no process {pid}"));
                 code = FAILED;
             }
         }
@@ -277,22 +290,37 @@ fn run_processes(args: &MemArgs) -> Result<i32, Failure> {
     if args.verbose {
         let shmem = rows.iter().filter(|m| m.pss_shmem > 0).count();
         let denied = rows.iter().filter(|m| m.status == MemoryStatus::Denied).count();
-        eprintln!(
+        note(format_args!(
             "spawnkit mem: {} processes from smaps_rollup; {shmem} with shmem (their smaps \
              read too); {denied} denied",
             rows.len()
-        );
+        ));
     }
     let mut out = stdout_writer();
-    if args.json {
+    let res = if args.json {
         let list: Vec<Value> = rows.iter().map(memory_json).collect();
-        serde_json::to_writer(&mut out, &list).map_err(io::Error::from)?;
-        out.write_all(b"\n")?;
+        write_json(&mut out, &list)
     } else {
-        write_process_table(&mut out, &rows, Units::of(args), !args.no_headers)?;
+        write_process_table(&mut out, &rows, Units::of(args), !args.no_headers)
+    };
+    written(code, res.and_then(|()| out.flush()))
+}
+
+/// The exit code once the output is written: `code` when it was (or when stdout was closed
+/// early: a reader that stops reading is no failure, and a PID that does not exist stays one).
+fn written(code: i32, res: io::Result<()>) -> Result<i32, Failure> {
+    match res {
+        Ok(()) => Ok(code),
+        Err(e) => match Failure::from(e) {
+            Failure::Pipe => Ok(code),
+            other => Err(other),
+        },
     }
-    out.flush()?;
-    Ok(code)
+}
+
+fn write_json(out: &mut impl Write, list: &[Value]) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, list).map_err(io::Error::from)?;
+    out.write_all(b"\n")
 }
 
 fn sort_rows(rows: &mut [Memory], key: SortKey) {
@@ -397,7 +425,7 @@ fn run_shared(args: &MemArgs) -> Result<i32, Failure> {
     } else {
         for pid in &args.pids {
             if std::fs::metadata(format!("/proc/{pid}")).is_err() {
-                eprintln!("spawnkit mem: no process {pid}");
+                note(format_args!("spawnkit mem: no process {pid}"));
                 code = FAILED;
             }
         }
@@ -419,27 +447,56 @@ fn run_shared(args: &MemArgs) -> Result<i32, Failure> {
             "difference_bytes": report.difference_bytes,
         });
         if args.json {
-            eprintln!("{summary}");
+            note(format_args!("{summary}"));
         } else {
-            eprintln!(
+            note(format_args!(
                 "spawnkit mem: mappings read with {} from {} processes ({} denied)",
                 report.method.as_str(),
                 report.processes_scanned,
                 report.processes_denied
-            );
+            ));
+        }
+    }
+    // What could not be read: in the table's footer; else (JSON, --no-headers) on stderr,
+    // unless -v with --json already put the counts there.
+    let footer_says_it = !args.json && !args.no_headers;
+    if !footer_says_it && !(args.verbose && args.json) {
+        if let Some(what) = unread(&report) {
+            note(format_args!("spawnkit mem: {what}"));
         }
     }
     let mut out = stdout_writer();
-    if args.json {
+    let res = if args.json {
         let list: Vec<Value> = report.regions.iter().map(region_json).collect();
-        serde_json::to_writer(&mut out, &list).map_err(io::Error::from)?;
-        out.write_all(b"\n")?;
+        write_json(&mut out, &list)
     } else {
         let footer = (!args.no_headers).then_some(Footer { found, pids: &args.pids });
-        write_shared_table(&mut out, &report, Units::of(args), footer)?;
+        write_shared_table(&mut out, &report, Units::of(args), footer)
+    };
+    written(code, res.and_then(|()| out.flush()))
+}
+
+/// What the report could not read, in words; `None` when it read everything.
+fn unread(report: &SharedReport) -> Option<String> {
+    let mut parts = Vec::new();
+    match report.processes_denied {
+        0 => {}
+        1 => parts.push("1 process could not be read (permission denied)".to_string()),
+        n => parts.push(format!("{n} processes could not be read (permission denied)")),
     }
-    out.flush()?;
-    Ok(code)
+    match report.unknown_resident {
+        0 => {}
+        1 => parts.push("1 region has an unknown resident size".to_string()),
+        n => parts.push(format!("{n} regions have an unknown resident size")),
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}: the regions of unread processes are missing, and unknown sizes are not in the \
+         total; run as root (reading /proc/PID/map_files needs CAP_SYS_ADMIN)",
+        parts.join(" and ")
+    ))
 }
 
 fn region_json(r: &SharedRegion) -> Value {
@@ -451,6 +508,7 @@ fn region_json(r: &SharedRegion) -> Value {
         "size_bytes": r.size_bytes,
         "resident_bytes": r.resident_bytes,
         "pids": r.pids,
+        "ipc_ns": r.ipc_ns,
     })
 }
 
@@ -520,10 +578,19 @@ fn write_shared_table(
         line.push_str(" NAME\n");
         out.write_all(line.as_bytes())?;
     }
+    let own_ipc_ns = std::fs::metadata("/proc/self/ns/ipc").ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.ino()
+    });
     for (r, c) in report.regions.iter().zip(&cells) {
         line.clear();
         row(&mut line, c);
-        let _ = writeln!(line, " {}", cell(&r.name));
+        let _ = write!(line, " {}", cell(&r.name));
+        // A SysV segment of another IPC namespace (a container's): its id means nothing here.
+        if let Some(ns) = r.ipc_ns.filter(|&ns| Some(ns) != own_ipc_ns) {
+            let _ = write!(line, " ipc:[{ns}]");
+        }
+        line.push('\n');
         out.write_all(line.as_bytes())?;
     }
     let Some(footer) = footer else { return Ok(()) };
@@ -532,6 +599,18 @@ fn write_shared_table(
     let unknown = match report.unknown_resident {
         0 => String::new(),
         n => format!(", {n} of unknown size (reading map_files needs root)"),
+    };
+    let denied = match report.processes_denied {
+        0 => String::new(),
+        1 => format!(
+            "not read                {:>10} process (permission denied: its regions are \
+             missing; run as root)\n",
+            1
+        ),
+        n => format!(
+            "not read                {n:>10} processes (permission denied: their regions are \
+             missing; run as root)\n"
+        ),
     };
     let plural = if footer.found == 1 { "" } else { "s" };
     let _ = writeln!(
@@ -552,5 +631,6 @@ fn write_shared_table(
         };
         let _ = writeln!(line, "difference              {shown:>10}  {why}");
     }
+    line.push_str(&denied);
     out.write_all(line.as_bytes())
 }

@@ -247,9 +247,12 @@ fn mem_shared_json_reports_the_region_once() {
             .collect();
         assert_eq!(mine.len(), 1, "{method}: {list:?}");
         let o = mine[0];
-        for key in ["dev", "inode", "name", "size_bytes", "resident_bytes", "pids", "kind"] {
+        for key in
+            ["dev", "inode", "name", "size_bytes", "resident_bytes", "pids", "kind", "ipc_ns"]
+        {
             assert!(o.get(key).is_some(), "{method}: missing {key}: {o}");
         }
+        assert_eq!(o["ipc_ns"], Value::Null, "only SysV segments have an IPC namespace");
         assert_eq!(o["dev"], dev.as_str());
         assert_eq!(o["inode"], object.ino());
         assert_eq!(o["name"], "/dev/zero (deleted)");
@@ -346,5 +349,89 @@ fn closed_stdout_ends_quietly() {
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
         assert!(out.stderr.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// `spawnkit run --uid 65534 --gid 65534 --groups '' -- spawnkit ARGS...`: as nobody.
+fn spawnkit_as_nobody(args: &[&str]) -> Res {
+    let mut all = vec!["run", "--uid", "65534", "--gid", "65534", "--groups", "", "--"];
+    all.push(spawnkit_bin());
+    all.extend(args);
+    spawnkit(&all)
+}
+
+#[test]
+fn unprivileged_mem_says_what_it_could_not_read() {
+    if !is_root() {
+        println!(
+            "skipping unprivileged_mem_says_what_it_could_not_read: needs root to drop to nobody"
+        );
+        return;
+    }
+    // Every other user's process is unreadable to nobody (pid 1 at least).
+    let res = spawnkit_as_nobody(&["mem", "--shared"]);
+    assert_eq!(res.code, Some(0), "{res:?}");
+    assert!(res.stdout.starts_with("DEV "), "{res:?}");
+    let line = res
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("not read"))
+        .unwrap_or_else(|| panic!("no 'not read' line in the footer: {res:?}"));
+    assert!(line.contains("processes") && line.contains("permission denied"), "{line}");
+    assert!(!res.stderr.contains("panicked"), "{res:?}");
+
+    // JSON stays a list on stdout; what could not be read is said on stderr.
+    let res = spawnkit_as_nobody(&["mem", "--shared", "--json"]);
+    let list = json(&res);
+    assert!(list.iter().all(|o| o.get("dev").is_some()), "{res:?}");
+    assert!(
+        res.stderr.contains("could not be read") && res.stderr.contains("permission denied"),
+        "{res:?}"
+    );
+    // And with -v, the JSON summary carries the count instead.
+    let res = spawnkit_as_nobody(&["mem", "--shared", "--json", "-v"]);
+    json(&res);
+    let summary: Value = serde_json::from_str(res.stderr.trim()).expect("summary on stderr");
+    assert!(summary["processes_denied"].as_u64().unwrap() >= 1, "{summary}");
+
+    // Per process: pid 1 is another user's, shown with '-' and exit 0.
+    let res = spawnkit_as_nobody(&["mem", "1"]);
+    assert_eq!(res.code, Some(0), "{res:?}");
+    let row: Vec<&str> = res.stdout.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..6], ["1", "-", "-", "-", "-", "-"], "{res:?}");
+    let list = json(&spawnkit_as_nobody(&["mem", "--json", "1"]));
+    assert_eq!(list[0]["status"], "denied");
+    assert_eq!(list[0]["rss"], Value::Null);
+    let res = spawnkit_as_nobody(&["mem", "--all"]);
+    assert_eq!(res.code, Some(0), "{res:?}");
+}
+
+#[test]
+fn closed_stderr_and_stdout_end_quietly() {
+    // stdout and stderr on one pipe whose reader is gone: the "no process" notice and -v
+    // output meet EPIPE on stderr too, which must not panic.
+    let gone = vanished_pid().to_string();
+    for args in [&["mem", "-v", &gone][..], &["mem", "--shared", "-v", &gone][..]] {
+        let (r, w) = {
+            let mut fds = [0; 2];
+            // SAFETY: pipe writes two fds into `fds`.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            // SAFETY: both fds were just created and are owned by nobody else.
+            unsafe {
+                (
+                    <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]),
+                    <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[1]),
+                )
+            }
+        };
+        drop(r);
+        let status = Command::new(spawnkit_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(w.try_clone().unwrap())
+            .stderr(w)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1), "{args:?}: the pid does not exist; no panic (101)");
     }
 }
