@@ -1,18 +1,19 @@
 //! `spawnkit ps`: the process table, procps field names, filters, sorting, a tree view and
 //! JSON, read by the library's [`ProcessTable`] (BPF task iterator or /proc walker).
 //!
-//! Exit codes: 0, 1 when the table cannot be read (e.g. `--backend bpf` where BPF is not
-//! available), 125 for a bad option or value (clap, as for every spawnkit command). A closed
-//! stdout (`spawnkit ps | head`) ends the output quietly with 0.
+//! Exit codes: 0; 1 when no process matched (as procps) or the table cannot be read (e.g.
+//! `--backend bpf` where BPF is not available); 125 for a bad option or value (clap, as for
+//! every spawnkit command). A closed stdout (`spawnkit ps | head`) ends the output quietly
+//! with 0.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, SortKey, TreeRow};
+use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, SortKey, State, TreeRow};
 
-/// The table could not be read.
+/// The table could not be read, or no process matched.
 const FAILED: i32 = 1;
 
 const AFTER_HELP: &str = "\
@@ -38,11 +39,18 @@ Fields (for -o and --sort; procps names, aliases in parentheses, then the header
   nlwp (thcount)       NLWP     number of threads
   start_time           START    start time: HH:MM today, MonDD this year, else the year
   lstart               STARTED  start time in full: 'Sun Nov 22 01:49:32 2026'
-  etimes               ELAPSED  seconds since the start
-  rss (rssize, rsz)    RSS      resident set size in KiB
+  etimes               ELAPSED  whole seconds since the start
+  rss (rssize, rsz)    RSS      resident set size in KiB, from the kernel's counters as
+                                /proc/PID/stat shows them (per-CPU parts not summed): it
+                                can differ from the exact VmRSS that procps shows by up to
+                                a few hundred KiB per CPU
   args (cmd, command)  COMMAND  command line, arguments joined by spaces; [comm] when it
-                                is empty (kernel threads, zombies)
+                                is empty (kernel threads; zombies add ' <defunct>')
+  An alias keeps its procps header (euid EUID, thcount THCNT, rsz RSZ, cmd CMD).
   FIELD=HEADER sets a column's header; when every header is empty, no header line.
+  Columns are laid out as procps does: a column is as wide as its header or its usual
+  width; comm, args and user are cut to that width unless they are the last column (a
+  cut user name ends in '+'); numbers are never cut.
 
 Selection:
   -p, --ppid and --tree-of add up: a process is shown when it matches any of them. With
@@ -61,8 +69,10 @@ Backends (--backend):
   plus status for uid/user and cmdline for args). -v says which ran and why.
 
 Exit status:
-  0 on success (also when stdout is closed early, as by 'head'), 1 when the process table
-  cannot be read, 125 for a bad option or value.";
+  0 when at least one process was shown (also when stdout is closed early, as by 'head');
+  1 when no process matched (the header or '[]' is still written, as procps does: so
+  'spawnkit ps -p PID >/dev/null' tests whether PID exists) or the process table cannot
+  be read (with a message on stderr); 125 for a bad option or value.";
 
 /// Options of `spawnkit ps`.
 #[derive(Debug, clap::Args)]
@@ -144,28 +154,29 @@ pub enum Field {
     Args,
 }
 
-/// Every accepted name: (name, field, default header).
-const NAMES: &[(&str, Field, &str)] = &[
-    ("pid", Field::Pid, "PID"),
-    ("ppid", Field::Ppid, "PPID"),
-    ("comm", Field::Comm, "COMMAND"),
-    ("ucomm", Field::Comm, "COMMAND"),
-    ("state", Field::State, "S"),
-    ("s", Field::State, "S"),
-    ("uid", Field::Uid, "UID"),
-    ("euid", Field::Uid, "EUID"),
-    ("user", Field::User, "USER"),
-    ("nlwp", Field::Nlwp, "NLWP"),
-    ("thcount", Field::Nlwp, "NLWP"),
-    ("start_time", Field::StartTime, "START"),
-    ("lstart", Field::Lstart, "STARTED"),
-    ("etimes", Field::Etimes, "ELAPSED"),
-    ("rss", Field::Rss, "RSS"),
-    ("rssize", Field::Rss, "RSS"),
-    ("rsz", Field::Rss, "RSZ"),
-    ("args", Field::Args, "COMMAND"),
-    ("cmd", Field::Args, "CMD"),
-    ("command", Field::Args, "COMMAND"),
+/// Every accepted name, as procps spells it: (name, field, default header, minimum width).
+/// Aliases keep their own header and width (`euid` is EUID, `thcount` THCNT 5 wide).
+const NAMES: &[(&str, Field, &str, usize)] = &[
+    ("pid", Field::Pid, "PID", 5),
+    ("ppid", Field::Ppid, "PPID", 5),
+    ("comm", Field::Comm, "COMMAND", 15),
+    ("ucomm", Field::Comm, "COMMAND", 15),
+    ("state", Field::State, "S", 1),
+    ("s", Field::State, "S", 1),
+    ("uid", Field::Uid, "UID", 5),
+    ("euid", Field::Uid, "EUID", 5),
+    ("user", Field::User, "USER", 8),
+    ("nlwp", Field::Nlwp, "NLWP", 4),
+    ("thcount", Field::Nlwp, "THCNT", 5),
+    ("start_time", Field::StartTime, "START", 5),
+    ("lstart", Field::Lstart, "STARTED", 24),
+    ("etimes", Field::Etimes, "ELAPSED", 7),
+    ("rss", Field::Rss, "RSS", 5),
+    ("rssize", Field::Rss, "RSS", 5),
+    ("rsz", Field::Rss, "RSZ", 5),
+    ("args", Field::Args, "COMMAND", 27),
+    ("cmd", Field::Args, "CMD", 27),
+    ("command", Field::Args, "COMMAND", 27),
 ];
 
 const DEFAULT_FIELDS: [Field; 6] =
@@ -190,25 +201,20 @@ impl Field {
         }
     }
 
-    fn header(self) -> &'static str {
-        NAMES.iter().find(|n| n.1 == self).map_or("", |n| n.2)
-    }
-
-    /// Minimum width and whether the column is left-aligned (text) or right-aligned
-    /// (numbers), as procps lays them out.
-    fn layout(self, pid_width: usize) -> (usize, bool) {
+    /// How procps lays the column out.
+    fn align(self) -> Align {
         match self {
-            Field::Pid | Field::Ppid => (pid_width, false),
-            Field::Comm => (15, true),
-            Field::State => (1, false),
-            Field::Uid => (5, false),
-            Field::User => (8, true),
-            Field::Nlwp => (4, false),
-            Field::StartTime => (5, false),
-            Field::Lstart => (24, true),
-            Field::Etimes => (7, false),
-            Field::Rss => (5, false),
-            Field::Args => (27, true),
+            Field::Comm | Field::Args => Align::Text,
+            Field::User => Align::User,
+            Field::State => Align::Left,
+            Field::Pid
+            | Field::Ppid
+            | Field::Uid
+            | Field::Nlwp
+            | Field::StartTime
+            | Field::Lstart
+            | Field::Etimes
+            | Field::Rss => Align::Right,
         }
     }
 
@@ -225,18 +231,42 @@ impl Field {
     }
 }
 
-fn lookup(name: &str) -> Result<Field, String> {
-    NAMES.iter().find(|n| n.0 == name).map(|n| n.1).ok_or_else(|| {
-        let all: Vec<&str> = NAMES.iter().map(|n| n.0).collect();
-        format!("unknown field '{name}' (fields: {})", all.join(", "))
-    })
+/// How a column is aligned, and what happens to a value wider than the column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Align {
+    /// Numbers and times: right-aligned; a wider value pushes the rest of the line.
+    Right,
+    /// The state letter: left-aligned.
+    Left,
+    /// comm and args: left-aligned; cut at the column's width unless it is the last column.
+    Text,
+    /// user: left-aligned; a longer name is cut with a '+' unless it is the last column.
+    User,
 }
 
-/// One output column: a field and its header.
+fn lookup(name: &str) -> Result<Column, String> {
+    let found = NAMES.iter().find(|n| n.0 == name);
+    let &(_, field, header, width) = found.ok_or_else(|| {
+        let all: Vec<&str> = NAMES.iter().map(|n| n.0).collect();
+        format!("unknown field '{name}' (fields: {})", all.join(", "))
+    })?;
+    Ok(Column { field, header: header.to_string(), width })
+}
+
+/// One output column: a field, its header and its minimum width.
 #[derive(Clone, Debug)]
 pub struct Column {
     field: Field,
     header: String,
+    width: usize,
+}
+
+impl Column {
+    fn of(field: Field) -> Column {
+        let found = NAMES.iter().find(|n| n.1 == field);
+        let &(_, field, header, width) = found.expect("every field has a name");
+        Column { field, header: header.to_string(), width }
+    }
 }
 
 fn parse_column(s: &str) -> Result<Column, String> {
@@ -244,9 +274,11 @@ fn parse_column(s: &str) -> Result<Column, String> {
         Some((name, header)) => (name, Some(header)),
         None => (s, None),
     };
-    let field = lookup(name.trim())?;
-    let header = header.map_or_else(|| field.header().to_string(), str::to_string);
-    Ok(Column { field, header })
+    let mut column = lookup(name.trim())?;
+    if let Some(header) = header {
+        column.header = header.to_string();
+    }
+    Ok(column)
 }
 
 fn parse_pid(s: &str) -> Result<i32, String> {
@@ -271,7 +303,7 @@ fn parse_sort_key(s: &str) -> Result<(Field, bool), String> {
         (None, Some(name)) => (name, false),
         _ => (s, false),
     };
-    Ok((lookup(name)?, descending))
+    Ok((lookup(name)?.field, descending))
 }
 
 fn parse_backend(s: &str) -> Result<Backend, String> {
@@ -295,6 +327,7 @@ pub fn main(args: &PsArgs) -> i32 {
     match run(args) {
         Ok(()) => 0,
         Err(Failure::Pipe) => 0,
+        Err(Failure::NoneFound) => FAILED,
         Err(Failure::Msg(m)) => {
             eprintln!("spawnkit ps: {m}");
             FAILED
@@ -305,6 +338,8 @@ pub fn main(args: &PsArgs) -> i32 {
 enum Failure {
     /// stdout was closed: stop quietly.
     Pipe,
+    /// No process to show (the header was written): exit 1 without a message, as procps.
+    NoneFound,
     Msg(String),
 }
 
@@ -326,7 +361,7 @@ impl From<spawnkit::Error> for Failure {
 
 fn run(args: &PsArgs) -> Result<(), Failure> {
     let columns: Vec<Column> = if args.format.is_empty() {
-        DEFAULT_FIELDS.iter().map(|&f| Column { field: f, header: f.header().into() }).collect()
+        DEFAULT_FIELDS.iter().map(|&f| Column::of(f)).collect()
     } else {
         args.format.clone()
     };
@@ -359,7 +394,7 @@ fn run(args: &PsArgs) -> Result<(), Failure> {
         observe::retain_pids(&mut procs, &keep);
     }
 
-    let ctx = Context::new(&columns, &args.sort);
+    let ctx = Context::new(&columns, &args.sort)?;
     observe::sort_processes(&mut procs, SortKey::Pid, false);
     for &(field, descending) in args.sort.iter().rev() {
         sort_by_field(&mut procs, field, descending, &ctx);
@@ -381,28 +416,37 @@ fn run(args: &PsArgs) -> Result<(), Failure> {
         write_table(&mut out, &columns, &procs, &rows, &prefixes, !args.no_headers, &ctx)?;
     }
     out.flush()?;
+    if rows.is_empty() {
+        // As procps: no process to show is exit status 1 (`ps -p PID` tests for a process).
+        return Err(Failure::NoneFound);
+    }
     Ok(())
 }
 
-/// What rendering needs beyond the processes: clock, boot time, user names, pid width.
+/// What rendering needs beyond the processes: clocks, boot time, user names, pid width.
 struct Context {
+    /// The real-time clock (Unix seconds), for start_time's "today".
     now: f64,
+    /// Seconds since boot, for etimes: the clock start times count on, so no rounding of
+    /// the boot time enters (as procps computes it).
+    uptime: f64,
     boot_time: u64,
     users: HashMap<u32, String>,
     pid_width: usize,
 }
 
 impl Context {
-    fn new(columns: &[Column], sort: &[(Field, bool)]) -> Context {
+    fn new(columns: &[Column], sort: &[(Field, bool)]) -> Result<Context, Failure> {
         let used = |f: Field| columns.iter().any(|c| c.field == f) || sort.iter().any(|s| s.0 == f);
-        let timed = used(Field::StartTime) || used(Field::Lstart) || used(Field::Etimes);
+        let timed = used(Field::StartTime) || used(Field::Lstart);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        Context {
+        Ok(Context {
             now,
-            boot_time: if timed { observe::boot_time().unwrap_or(0) } else { 0 },
+            uptime: observe::uptime(),
+            boot_time: if timed { observe::boot_time()? } else { 0 },
             users: if used(Field::User) { read_passwd() } else { HashMap::new() },
             pid_width: pid_width(),
-        }
+        })
     }
 
     fn user(&self, uid: Option<u32>) -> String {
@@ -416,8 +460,9 @@ impl Context {
         p.start_time(self.boot_time)
     }
 
+    /// procps `etimes`: whole seconds since the start.
     fn elapsed(&self, p: &Process) -> u64 {
-        (self.now - self.start(p)).max(0.0) as u64
+        p.elapsed(self.uptime) as u64
     }
 }
 
@@ -478,7 +523,8 @@ fn printable(out: &mut String, bytes: &[u8]) {
     }
 }
 
-/// The command line joined by spaces, or `[comm]` when it is empty or unread.
+/// The command line joined by spaces, or `[comm]` when it is empty or unread (procps adds
+/// ` <defunct>` for a zombie).
 fn args_text(p: &Process) -> Vec<u8> {
     let mut joined = Vec::new();
     for (i, a) in p.args().enumerate() {
@@ -491,6 +537,9 @@ fn args_text(p: &Process) -> Vec<u8> {
         joined.push(b'[');
         joined.extend_from_slice(p.comm.as_bytes());
         joined.push(b']');
+        if p.state == State::Zombie {
+            joined.extend_from_slice(b" <defunct>");
+        }
     }
     joined
 }
@@ -525,42 +574,50 @@ fn write_table(
     headers: bool,
     ctx: &Context,
 ) -> io::Result<()> {
-    let layout: Vec<(usize, bool)> = columns
+    // (width, alignment, last): procps widens a column to its header, and cuts text that
+    // does not fit only in columns that are not last.
+    let layout: Vec<(usize, Align, bool)> = columns
         .iter()
-        .map(|c| {
-            let (w, left) = c.field.layout(ctx.pid_width);
-            (w.max(c.header.chars().count()), left)
+        .enumerate()
+        .map(|(i, c)| {
+            let width = match c.field {
+                Field::Pid | Field::Ppid => ctx.pid_width,
+                _ => c.width,
+            };
+            (width.max(c.header.chars().count()), c.field.align(), i + 1 == columns.len())
         })
         .collect();
     let mut line = String::with_capacity(256);
     let mut text = String::with_capacity(64);
-    let mut emit = |line: &mut String, cells: &mut dyn FnMut(usize, &mut String)| {
+    let mut emit = |line: &mut String, header: bool, cells: &mut dyn FnMut(usize, &mut String)| {
         line.clear();
-        for (i, &(width, left)) in layout.iter().enumerate() {
+        for (i, &(width, align, last)) in layout.iter().enumerate() {
             if i > 0 {
                 line.push(' ');
             }
             text.clear();
             cells(i, &mut text);
+            if !header && !last {
+                fit(&mut text, width, align);
+            }
             let pad = width.saturating_sub(text.chars().count());
-            let last = i + 1 == layout.len();
-            if !left {
+            if align == Align::Right {
                 line.extend((0..pad).map(|_| ' '));
             }
             line.push_str(&text);
-            if left && !last {
+            if align != Align::Right && !last {
                 line.extend((0..pad).map(|_| ' '));
             }
         }
         line.push('\n');
     };
     if headers && columns.iter().any(|c| !c.header.is_empty()) {
-        emit(&mut line, &mut |i, t| t.push_str(&columns[i].header));
+        emit(&mut line, true, &mut |i, t| t.push_str(&columns[i].header));
         out.write_all(line.as_bytes())?;
     }
     for (r, row) in rows.iter().enumerate() {
         let p = &procs[row.index];
-        emit(&mut line, &mut |i, t| {
+        emit(&mut line, false, &mut |i, t| {
             let field = columns[i].field;
             if field.is_name() {
                 if let Some(prefix) = prefixes.get(r) {
@@ -572,6 +629,25 @@ fn write_table(
         out.write_all(line.as_bytes())?;
     }
     Ok(())
+}
+
+/// Cut a cell that is wider than its column, as procps does for a column that is not the
+/// last: comm and args (forest prefix included) at the width, a user name at the width
+/// with a '+' in the last place. Numbers are never cut.
+fn fit(text: &mut String, width: usize, align: Align) {
+    let keep = match align {
+        Align::Text => width,
+        Align::User => width.saturating_sub(1),
+        Align::Right | Align::Left => return,
+    };
+    if text.chars().count() <= width {
+        return;
+    }
+    let at = text.char_indices().nth(keep).map_or(text.len(), |(at, _)| at);
+    text.truncate(at);
+    if align == Align::User {
+        text.push('+');
+    }
 }
 
 fn json_value(field: Field, p: &Process, ctx: &Context) -> serde_json::Value {
@@ -677,8 +753,14 @@ mod tests {
 
     #[test]
     fn names_and_aliases() {
-        assert_eq!(lookup("rsz").unwrap(), Field::Rss);
-        assert_eq!(lookup("thcount").unwrap(), Field::Nlwp);
+        assert_eq!(lookup("rsz").unwrap().field, Field::Rss);
+        assert_eq!(lookup("thcount").unwrap().field, Field::Nlwp);
+        assert_eq!(
+            (lookup("thcount").unwrap().header.as_str(), lookup("thcount").unwrap().width),
+            ("THCNT", 5)
+        );
+        assert_eq!(parse_column("cmd").unwrap().header, "CMD");
+        assert_eq!(parse_column("rsz").unwrap().header, "RSZ");
         assert!(lookup("bogus").unwrap_err().contains("unknown field 'bogus'"));
         let c = parse_column("pid=ID").unwrap();
         assert_eq!((c.field, c.header.as_str()), (Field::Pid, "ID"));
@@ -687,6 +769,24 @@ mod tests {
         assert_eq!(parse_sort_key("+pid").unwrap(), (Field::Pid, false));
         assert!(parse_pid("0").is_err() && parse_pid("x").is_err() && parse_pid("-3").is_err());
         assert_eq!(parse_ppid("0"), Ok(0));
+    }
+
+    #[test]
+    fn cells_that_do_not_fit() {
+        let cut = |s: &str, width, align| {
+            let mut t = s.to_string();
+            fit(&mut t, width, align);
+            t
+        };
+        assert_eq!(cut("systemd-timesync", 8, Align::User), "systemd+");
+        assert_eq!(cut("root", 8, Align::User), "root");
+        assert_eq!(cut("12345678", 8, Align::User), "12345678");
+        assert_eq!(
+            cut("/usr/bin/python3 -m http.server", 27, Align::Text),
+            "/usr/bin/python3 -m http.se"
+        );
+        assert_eq!(cut("é".repeat(20).as_str(), 15, Align::Text), "é".repeat(15));
+        assert_eq!(cut("123456789", 5, Align::Right), "123456789");
     }
 
     #[test]

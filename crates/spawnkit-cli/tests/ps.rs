@@ -70,8 +70,18 @@ struct Tree {
 
 impl Tree {
     fn start(depth: u32, width: u32, comm: &str) -> Tree {
+        Tree::start_as(depth, width, comm, None)
+    }
+
+    /// The tree, run as user `uid` when given.
+    fn start_as(depth: u32, width: u32, comm: &str, uid: Option<u32>) -> Tree {
+        use std::os::unix::process::CommandExt;
         let args = ["tree".to_string(), depth.to_string(), width.to_string(), comm.to_string()];
-        let mut root = Command::new(probe())
+        let mut cmd = Command::new(probe());
+        if let Some(uid) = uid {
+            cmd.uid(uid);
+        }
+        let mut root = cmd
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -161,7 +171,7 @@ fn format_shows_the_fields_asked_for() {
     // Aliases and renamed headers; no header line at all.
     let out = ok(&["-o", "pid=ID,s,thcount,ucomm=NAME", "-p", &tree.root().to_string()]);
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["ID", "S", "NLWP", "NAME"]);
+    assert_eq!(header, ["ID", "S", "THCNT", "NAME"]);
     let out = ok(&["-o", "pid", "--no-headers", "-p", &tree.list()]);
     assert_eq!(pid_column(&out), tree.sorted());
 }
@@ -210,8 +220,12 @@ fn json_values_agree_with_proc() {
     let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
     let keys: BTreeSet<&str> = rows[0].as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(keys, BTreeSet::from(["uid", "nlwp", "rss", "args"]));
+    // Nothing to show: an empty array, and exit status 1 as for the table (procps).
     let dead = i32::MAX.to_string();
-    let rows: Vec<Value> = serde_json::from_str(&ok(&["--json", "-p", &dead])).unwrap();
+    let r = ps(&["--backend", "procfs", "--json", "-p", &dead]);
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.is_empty(), "{r:?}");
+    let rows: Vec<Value> = serde_json::from_str(&r.stdout).unwrap();
     assert!(rows.is_empty());
 }
 
@@ -366,4 +380,199 @@ fn closed_stdout_ends_quietly() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// procps `ps` with these arguments, or `None` when it is not installed. UTF-8 locale, as
+/// spawnkit always writes UTF-8 (procps shows control characters as '?' then too).
+fn procps(args: &[&str]) -> Option<(Option<i32>, String)> {
+    let out = Command::new("ps").args(args).env("LC_ALL", "C.UTF-8").output().ok()?;
+    Some((out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// A child of this test that has exited and is not reaped: a zombie until dropped.
+struct Zombie(Child);
+
+impl Zombie {
+    fn new() -> Zombie {
+        let mut child = Command::new(probe()).args(["exit", "0"]).spawn().unwrap();
+        let path = format!("/proc/{}/stat", child.id());
+        // It becomes a zombie as soon as it exits; wait for that without reaping it.
+        for _ in 0..10_000 {
+            if std::fs::read_to_string(&path).is_ok_and(|s| s.contains(") Z ")) {
+                return Zombie(child);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let pid = child.id();
+        let _ = child.wait();
+        panic!("pid {pid} never became a zombie");
+    }
+}
+
+impl Drop for Zombie {
+    fn drop(&mut self) {
+        let _ = self.0.wait();
+    }
+}
+
+/// `ps -o FIELDS ARGS` and `spawnkit ps -o FIELDS ARGS` print the same table.
+fn same_as_procps(fields: &str, args: &[&str]) -> bool {
+    let mut ps_args = vec!["-o", fields];
+    ps_args.extend_from_slice(args);
+    let Some((code, want)) = procps(&ps_args) else {
+        eprintln!("procps ps is not installed: not compared");
+        return false;
+    };
+    let mut ours = vec!["--backend", "procfs", "-o", fields];
+    ours.extend_from_slice(args);
+    let r = ps(&ours);
+    assert_eq!(r.stdout, want, "spawnkit ps {ours:?} (above) and ps {ps_args:?} (below)");
+    assert_eq!(r.code, code, "exit status of spawnkit ps {ours:?}: {r:?}");
+    true
+}
+
+/// The header lines of `ps ARGS` and `spawnkit ps ARGS`.
+fn headers(args: &[&str]) -> (String, String) {
+    let (_, want) = procps(args).unwrap();
+    let mut ours = vec!["--backend", "procfs"];
+    ours.extend_from_slice(args);
+    let got = ps(&ours).stdout;
+    let first = |s: &str| s.lines().next().unwrap_or_default().to_string();
+    (first(&got), first(&want))
+}
+
+#[test]
+fn headers_widths_and_values_as_procps_shows_them() {
+    // Each procps call reads all of /proc (a second with 10,000 processes): few calls.
+    let tree = Tree::start(3, 2, "procps-agrees");
+    let (list, one) = (tree.list(), tree.root().to_string());
+    if procps(&["-p", &one]).is_none() {
+        eprintln!("procps ps is not installed: not compared");
+        return;
+    }
+    // Every field and alias, in both orders (every one of them is once not last, where a
+    // column keeps its width, and the last one is not cut): header names, widths, alignment.
+    let all = [
+        "pid",
+        "ppid",
+        "s",
+        "state",
+        "uid",
+        "euid",
+        "user",
+        "nlwp",
+        "thcount",
+        "start_time",
+        "lstart",
+        "etimes",
+        "rss",
+        "rssize",
+        "rsz",
+        "comm",
+        "ucomm",
+        "args",
+        "cmd",
+        "command",
+    ];
+    let (got, want) = headers(&["-o", &all.join(","), "-p", &one]);
+    assert_eq!(got, want, "the header line");
+    let reversed: Vec<&str> = all.iter().rev().copied().collect();
+    let (got, want) = headers(&["-o", &reversed.join(","), "-p", &one]);
+    assert_eq!(got, want, "the header line, fields reversed");
+    // Headers wider than the column: one -o per field (procps takes the header to the end
+    // of its -o argument).
+    let mut renamed = Vec::new();
+    for f in all {
+        renamed.extend(["-o".to_string(), format!("{f}=A-LONGER-HEADER")]);
+    }
+    renamed.extend(["-p".to_string(), one.clone()]);
+    let renamed: Vec<&str> = renamed.iter().map(String::as_str).collect();
+    let (got, want) = headers(&renamed);
+    assert_eq!(got, want, "headers wider than their columns");
+
+    // Values that do not move while the tree sleeps (and for init and kthreadd); text
+    // columns that are not last are cut at their width; --forest indents comm and args.
+    let stable = "pid,ppid,s,uid,user,nlwp,start_time,lstart,comm,args";
+    same_as_procps(stable, &["-p", &format!("1,2,{list}")]);
+    same_as_procps("args,comm,pid", &["-p", &list]);
+    same_as_procps("comm,args,pid,args", &["--forest", "-p", &list]);
+
+    // A zombie: "[comm] <defunct>" as its command line.
+    let zombie = Zombie::new();
+    same_as_procps("pid,s,comm,args", &["-p", &zombie.0.id().to_string()]);
+    drop(zombie);
+
+    // No process selected: the header alone, and exit status 1.
+    same_as_procps("pid,comm", &["-p", &i32::MAX.to_string()]);
+}
+
+#[test]
+fn long_user_names_as_procps_shows_them() {
+    // A user whose name is longer than the USER column, if this system has one.
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let Some(uid) = passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[0].len() > 8).then(|| f[2].parse::<u32>().ok()).flatten()
+    }) else {
+        eprintln!("no user name longer than 8 bytes here: not compared");
+        return;
+    };
+    let tree = Tree::start_as(1, 1, "long-user", Some(uid));
+    let list = tree.list();
+    // Cut with a '+' where the column keeps its width, whole in a wider column or last.
+    same_as_procps("user,pid,comm,user", &["-p", &list, "-o", "user=A-VERY-LONG-HEADER,comm"]);
+}
+
+/// CLOCK_BOOTTIME in seconds.
+fn uptime() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) }, 0);
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+#[test]
+fn etimes_counts_from_the_start_as_the_kernel_does() {
+    // etimes = CLOCK_BOOTTIME - start ticks / HZ, truncated (as procps computes it), for
+    // every process: their start times have every fraction of a second, so a rounding
+    // error (such as counting from btime, which is whole seconds) shows.
+    let before = uptime();
+    let out = ok(&["--json", "-o", "pid,etimes"]);
+    let after = uptime();
+    let rows: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let mut checked = 0;
+    for row in &rows {
+        let pid = row["pid"].as_i64().unwrap();
+        let Ok(text) = std::fs::read(format!("/proc/{pid}/stat")) else { continue };
+        let close = text.iter().rposition(|&b| b == b')').unwrap();
+        let fields: Vec<&[u8]> = text[close + 2..].split(|&b| b == b' ').collect();
+        let start: f64 = std::str::from_utf8(fields[19]).unwrap().parse::<f64>().unwrap() / 100.0;
+        let etimes = row["etimes"].as_u64().unwrap() as f64;
+        let (low, high) = ((before - start).floor().max(0.0), (after - start).floor());
+        assert!(low <= etimes && etimes <= high, "pid {pid}: etimes {etimes}, want {low}..={high}");
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
+
+#[test]
+fn start_times_need_no_proc_stat() {
+    // A /proc mounted with subset=pid has no /proc/stat (no btime): the start times still
+    // come out right, from the clocks.
+    let want = ok(&["-o", "lstart,start_time", "-p", "1"]);
+    let sh = format!(
+        "mount -t proc -o subset=pid proc /proc && test ! -e /proc/stat && exec {} ps \
+         --backend procfs -o lstart,start_time -p 1",
+        env!("CARGO_BIN_EXE_spawnkit")
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &sh])
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {
+            let got = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(got, want);
+        }
+        other => eprintln!("no private /proc mount here (not root?): not compared: {other:?}"),
+    }
 }
