@@ -259,6 +259,18 @@ mod tests {
         }
 
         #[test]
+        fn stat_keeps_15_bytes_of_a_long_kernel_name(
+            l in line(),
+            long in proptest::collection::vec(1u8..=255, 16..=63),
+        ) {
+            // Kernel threads and workqueue workers show up to 63 bytes in stat.
+            let l = Line { comm: long.clone(), ..l };
+            let got = stat(&l.render()).expect("a kernel-formatted line parses");
+            prop_assert_eq!(got.comm.as_bytes(), &long[..Comm::MAX]);
+            prop_assert_eq!((got.ppid, got.rss_pages), (l.ppid, l.rss));
+        }
+
+        #[test]
         fn stat_truncated_before_rss_is_none(l in line(), cut in any::<prop::sample::Index>()) {
             let text = l.render();
             let at = cut.index(l.rss_offset());

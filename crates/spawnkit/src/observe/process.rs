@@ -125,7 +125,11 @@ pub struct Process {
     /// Start time in clock ticks (USER_HZ = 100) after boot, as `/proc/PID/stat` field 22.
     pub start_ticks: u64,
     /// Resident set size in bytes, from the kernel's mm counters (`/proc/PID/stat` field 24
-    /// times the page size); 0 for kernel threads.
+    /// times the page size); 0 for kernel threads and zombies. Approximate, as both
+    /// backends read it: the counters' per-CPU parts are not summed, so it can differ from
+    /// the exact `VmRSS` of `/proc/PID/status` (which procps `ps` shows; recent kernels sum
+    /// it) by up to a few hundred KiB per CPU. For exact figures, read
+    /// [`memory()`](crate::observe::memory()) for the processes that matter.
     pub rss_bytes: u64,
     /// The raw `/proc/PID/cmdline` (arguments separated by NUL); `None` when
     /// [`Fields::cmdline`] was not asked for or the process had vanished by then.
