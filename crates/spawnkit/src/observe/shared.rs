@@ -883,7 +883,7 @@ garbage line\n";
             offset in 0u64..(1 << 40),
             major in 0u32..4096,
             minor in 0u32..(1 << 20),
-            inode in 1u64..u64::MAX,
+            inode in prop_oneof![Just(0u64), 1u64..u64::MAX],
             name in "[ -~]{0,40}",
         ) {
             let line = format!(
@@ -891,6 +891,11 @@ garbage line\n";
                 start, start + len, offset, major, minor, inode, name
             );
             let got = parse_maps_shared(line.as_bytes());
+            if inode == 0 && major == 0 && minor == 0 {
+                // Shared but with no file at all: not a shmem object.
+                prop_assert_eq!(got.len(), 0);
+                return Ok(());
+            }
             prop_assert_eq!(got.len(), 1);
             let m = &got[0];
             prop_assert_eq!((m.start, m.end, m.offset), (start, start + len, offset));
@@ -898,6 +903,25 @@ garbage line\n";
             prop_assert_eq!(m.inode, inode);
             let want = name.trim_start().replace("\\012", "\n");
             prop_assert_eq!(String::from_utf8_lossy(&m.name).into_owned(), want);
+        }
+
+        /// A path as the kernel writes it in maps (a newline escaped as `\012`, nothing else
+        /// escaped) reads back as the path, whatever spaces, parentheses, newlines or
+        /// field-like words it holds.
+        #[test]
+        fn maps_names_read_back(
+            name in "/[ -\\[\\]-~\n]{0,60}",
+            deleted in any::<bool>(),
+        ) {
+            let name = if deleted { format!("{name} (deleted)") } else { name };
+            let line = format!(
+                "7f0000000000-7f0000001000 rw-s 00000000 00:1b 42                         {}\n",
+                name.replace('\n', "\\012")
+            );
+            let got = parse_maps_shared(line.as_bytes());
+            prop_assert_eq!(got.len(), 1);
+            prop_assert_eq!(&got[0].name, name.as_bytes());
+            prop_assert_eq!((got[0].dev, got[0].inode), (Dev { major: 0, minor: 0x1b }, 42));
         }
     }
 }
