@@ -37,22 +37,24 @@ fn arg(args: &[String], i: usize, default: usize) -> usize {
     }
 }
 
-/// Write one byte in every page of `[base, base + len)`.
+/// Write one byte in every page of `[base, base + len)`, which must lie inside a writable
+/// mapping (every caller passes a range of a mapping it has just made).
 fn touch(base: *mut u8, len: usize) {
     let mut off = 0;
     while off < len {
-        // SAFETY: `base..base+len` lies inside the writable mapping made in `main`.
+        // SAFETY: `base..base+len` lies inside a writable mapping (the callers' contract).
         unsafe { base.add(off).write_volatile(1) };
         off += 4096;
     }
 }
 
-/// Read one byte of every page of `[base, base + len)` (maps the pages into this process).
+/// Read one byte of every page of `[base, base + len)` (maps the pages into this process),
+/// which must lie inside a readable mapping.
 fn read(base: *const u8, len: usize) -> u64 {
     let mut sum = 0u64;
     let mut off = 0;
     while off < len {
-        // SAFETY: `base..base+len` lies inside the readable mapping made in `main`.
+        // SAFETY: `base..base+len` lies inside a readable mapping (the callers' contract).
         sum += unsafe { base.add(off).read_volatile() } as u64;
         off += 4096;
     }
