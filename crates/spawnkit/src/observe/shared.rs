@@ -606,7 +606,7 @@ impl Walk {
         g.pids.insert(pid);
         g.largest_extent = g.largest_extent.max(extent);
         if !g.measured && !self.map_files_denied {
-            match measure(pid, m.start, m.end) {
+            match measure(pid, m.start, m.end, (m.dev, m.inode)) {
                 Measure::Done { size, blocks_bytes, regular } => {
                     g.measured = true;
                     if regular {
@@ -663,8 +663,9 @@ impl Walk {
             // Mappings whose stat failed because they went away: try the others.
             if !g.measured && !self.map_files_denied {
                 for &(pid, start, end) in &g.candidates {
+                    let object = (g.region.dev, g.region.inode);
                     if let Measure::Done { size, blocks_bytes, regular: true } =
-                        measure(pid, start, end)
+                        measure(pid, start, end, object)
                     {
                         g.region.size_bytes = size;
                         g.region.resident_bytes = Some(blocks_bytes);
@@ -728,9 +729,12 @@ enum Measure {
     Gone,
 }
 
-/// stat(2) the object behind `/proc/PID/map_files/START-END`.
-fn measure(pid: i32, start: u64, end: u64) -> Measure {
+/// stat(2) the object behind `/proc/PID/map_files/START-END`, which must still be `object`
+/// (dev, inode): if the process has mapped something else there since its mappings were
+/// read, that is `Gone` too, not a measure of the wrong object.
+fn measure(pid: i32, start: u64, end: u64, object: (Dev, u64)) -> Measure {
     match std::fs::metadata(format!("/proc/{pid}/map_files/{start:x}-{end:x}")) {
+        Ok(meta) if (Dev::from_dev_t(meta.dev()), meta.ino()) != object => Measure::Gone,
         Ok(meta) => Measure::Done {
             size: meta.size(),
             blocks_bytes: meta.blocks().saturating_mul(512),
