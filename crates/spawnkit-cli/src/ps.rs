@@ -516,10 +516,12 @@ fn sort_by_field(procs: &mut [Process], field: Field, descending: bool, ctx: &Co
     observe::sort_processes(procs, key, descending);
 }
 
-/// Control characters shown as '?', as procps does; bytes that are not UTF-8 as U+FFFD.
+/// Text as procps shows it in a UTF-8 locale: control characters (C0, DEL, C1) and each
+/// byte that is not part of valid UTF-8 as '?'.
 fn printable(out: &mut String, bytes: &[u8]) {
-    for c in String::from_utf8_lossy(bytes).chars() {
-        out.push(if c.is_control() { '?' } else { c });
+    for chunk in bytes.utf8_chunks() {
+        out.extend(chunk.valid().chars().map(|c| if c.is_control() { '?' } else { c }));
+        out.extend(chunk.invalid().iter().map(|_| '?'));
     }
 }
 
@@ -561,7 +563,12 @@ fn cell(out: &mut String, field: Field, p: &Process, ctx: &Context) {
         Field::Lstart => out.push_str(&long_start(ctx.start(p))),
         Field::Etimes => write!(out, "{}", ctx.elapsed(p)).unwrap_or(()),
         Field::Rss => write!(out, "{}", p.rss_bytes / 1024).unwrap_or(()),
-        Field::Args => printable(out, &args_text(p)),
+        Field::Args => {
+            // procps reads command lines with newlines turned into spaces, like the NULs.
+            let mut text = args_text(p);
+            text.iter_mut().filter(|b| **b == b'\n').for_each(|b| *b = b' ');
+            printable(out, &text)
+        }
     }
 }
 
@@ -769,6 +776,18 @@ mod tests {
         assert_eq!(parse_sort_key("+pid").unwrap(), (Field::Pid, false));
         assert!(parse_pid("0").is_err() && parse_pid("x").is_err() && parse_pid("-3").is_err());
         assert_eq!(parse_ppid("0"), Ok(0));
+    }
+
+    #[test]
+    fn printable_as_procps() {
+        let show = |b: &[u8]| {
+            let mut s = String::new();
+            printable(&mut s, b);
+            s
+        };
+        assert_eq!(show(b"x\xff\xfey\x01z\xc3\xa9\t!\x7f"), "x??y?z\u{e9}?!?");
+        assert_eq!(show("a\u{85}b\u{a0}".as_bytes()), "a?b\u{a0}");
+        assert_eq!(show(b"\xe2\x82"), "??");
     }
 
     #[test]

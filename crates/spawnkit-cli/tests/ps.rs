@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
@@ -496,6 +497,35 @@ fn headers_widths_and_values_as_procps_shows_them() {
     same_as_procps(stable, &["-p", &format!("1,2,{list}")]);
     same_as_procps("args,comm,pid", &["-p", &list]);
     same_as_procps("comm,args,pid,args", &["--forest", "-p", &list]);
+
+    // Bytes that are not UTF-8 and control characters, in comm and args: '?' each.
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!("spawnkit-ps-odd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let odd = dir.join(std::ffi::OsStr::from_bytes(b"x\xff\xfey\x01z\xc3\xa9\t!"));
+    std::os::unix::fs::symlink(probe(), &odd).unwrap();
+    // comm is the name exec was given; argv[0] stays UTF-8 (the probe reads its arguments
+    // as strings) but holds control characters.
+    let mut child = Command::new(&odd)
+        .arg0("probe\x01\té\n")
+        .args(["tree", "0", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready "), "{line:?}");
+    let pid = child.id().to_string();
+    // (procps 4.0.2 shows comm differently once it holds a byte that is not UTF-8: '.' for
+    // control characters and '?' for every byte above 127; newer procps as here.)
+    let comm = ok(&["-o", "comm=", "-p", &pid]);
+    assert_eq!(comm, "x??y?z\u{e9}?!\n");
+    same_as_procps("pid,args", &["-p", &pid]);
+    drop(child.stdin.take());
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
 
     // A zombie: "[comm] <defunct>" as its command line.
     let zombie = Zombie::new();
