@@ -45,7 +45,8 @@ pub struct PsRow {
     pub kind: &'static str,
     /// Milliseconds per run, in run order.
     pub runs_ms: Vec<f64>,
-    /// How many processes (lines or objects) the untimed check run listed.
+    /// How many processes (lines after the header, or objects) the untimed check run listed;
+    /// for `spawnkit mem --shared`, its output lines.
     pub listed: Option<usize>,
     pub skipped: Option<String>,
 }
@@ -249,6 +250,8 @@ fn check(row: &CliRow, herd: usize) -> Result<usize, String> {
     if row.mem && row.kind == "shared" {
         return Ok(lines);
     }
+    // Every process row's output starts with one header line.
+    let lines = lines.saturating_sub(1);
     if lines < herd {
         return Err(format!("{} listed {lines} lines, fewer than the {herd} processes", row.name));
     }
