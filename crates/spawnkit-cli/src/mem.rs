@@ -460,7 +460,8 @@ fn run_shared(args: &MemArgs) -> Result<i32, Failure> {
     // What could not be read: in the table's footer; else (JSON, --no-headers) on stderr,
     // unless -v with --json already put the counts there.
     let footer_says_it = !args.json && !args.no_headers;
-    if !footer_says_it && !(args.verbose && args.json) {
+    let summary_says_it = args.verbose && args.json;
+    if !footer_says_it && !summary_says_it {
         if let Some(what) = unread(&report) {
             note(format_args!("spawnkit mem: {what}"));
         }

@@ -115,18 +115,17 @@ fn sysv(args: &[String]) {
         eprintln!("shm-fixture sysv: WRITE_MIB must be at most SIZE_MIB, and SIZE above 0");
         std::process::exit(2);
     }
-    match args.get(2).map(String::as_str) {
-        None => {}
-        Some("newipc") => {
-            // SAFETY: unshare takes a flag word; only this process's IPC namespace changes.
-            if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
-                fail("unshare(CLONE_NEWIPC)");
-            }
-        }
+    let new_ipc = match args.get(2).map(String::as_str) {
+        None => false,
+        Some("newipc") => true,
         Some(other) => {
             eprintln!("shm-fixture sysv: {other:?} is not 'newipc'");
             std::process::exit(2);
         }
+    };
+    // SAFETY: unshare takes a flag word; only this process's IPC namespace changes.
+    if new_ipc && unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+        fail("unshare(CLONE_NEWIPC)");
     }
     // SAFETY: shmget takes integers.
     let id = unsafe { libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600) };

@@ -508,7 +508,13 @@ impl OddNames {
 
         // A name with a newline, spaces, " (deleted)" and what looks like a device and inode.
         let odd_file = format!("{}/odd\nname 00:01 12345 (deleted)", top.display());
-        let f = fs::OpenOptions::new().read(true).write(true).create(true).open(&odd_file).unwrap();
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&odd_file)
+            .unwrap();
         f.set_len(8192).unwrap();
         let p = map_shared(f.as_raw_fd(), 8192);
         write_pages(p, 8192);
