@@ -39,7 +39,9 @@ Columns (per process, from /proc/PID/smaps_rollup):
          shared memory (shmem: MAP_SHARED|MAP_ANONYMOUS, SysV segments, memfds, tmpfs
          files) mapped by this process alone is NOT counted here: those pages belong to
          the shmem object and outlive the process. (For a process that maps shmem, its
-         /proc/PID/smaps is read to find them; for the others the rollup suffices.)
+         /proc/PID/smaps is read to find them, and /proc/PID/pagemap for a private
+         mapping of a shmem file whose copied-on-write pages are shared with a forked
+         relative; for the others the rollup suffices.)
   SHMEM  the shmem part of PSS (Pss_Shmem).
   SWAP   swapped-out memory (shmem swap included).
   '-' in every column: permission denied (another user's process; run as root).
