@@ -443,3 +443,78 @@ fn bad_options_are_usage_errors() {
         assert!(!out.stderr.is_empty(), "{args:?}: no message");
     }
 }
+
+/// `bench ps`: every row, in order, each measured (and listing at least the herd before it was
+/// timed) or skipped with its reason; the ratios and the chart are there.
+#[test]
+fn ps_rows_measured_or_skipped_with_a_reason() {
+    let dir = tmp("ps");
+    let json = dir.join("bench.json");
+    let plots = dir.join("plots");
+    let herd = 40;
+    let out = bench(&[
+        "ps",
+        "--procs",
+        &herd.to_string(),
+        "--no-python",
+        "--no-install",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        plots.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    assert!(stdout.contains("5. Process table and memory: 40 sleeping processes"), "{stdout}");
+    let v = read_json(&json);
+    let ps = &v["ps"];
+    assert_eq!(ps["herd"], herd);
+    let rows = &ps["rows"];
+    assert_eq!(
+        ids(rows),
+        [
+            "ps_spawnkit_bpf",
+            "ps_spawnkit_procfs",
+            "ps_procps",
+            "py_psutil",
+            "py_spawnkit_ps",
+            "mem_spawnkit_all",
+            "mem_spawnkit_shared",
+            "mem_smem",
+        ]
+    );
+    let by_id = |id: &str| rows.as_array().unwrap().iter().find(|r| r["id"] == id).unwrap();
+    let measured = |id: &str| {
+        let r = by_id(id);
+        assert!(r["skipped"].is_null(), "{r}");
+        let (min, median) = (r["min_ms"].as_f64().unwrap(), r["median_ms"].as_f64().unwrap());
+        assert!(min > 0.0 && min <= median, "{r}");
+        if id != "mem_spawnkit_shared" {
+            assert!(r["listed"].as_u64().unwrap() >= herd, "{r}");
+        }
+    };
+    measured("ps_spawnkit_procfs");
+    measured("mem_spawnkit_all");
+    measured("mem_spawnkit_shared");
+    if std::env::var_os("SPAWNKIT_REQUIRE_BPF").is_some_and(|v| v == "1") {
+        measured("ps_spawnkit_bpf");
+    } else if by_id("ps_spawnkit_bpf")["skipped"].is_null() {
+        measured("ps_spawnkit_bpf");
+    }
+    if on_path("ps") {
+        measured("ps_procps");
+    }
+    if on_path("smem") {
+        measured("mem_smem");
+    } else {
+        assert!(by_id("mem_smem")["skipped"].as_str().unwrap().contains("--no-install"));
+    }
+    for id in ["py_psutil", "py_spawnkit_ps"] {
+        assert_eq!(by_id(id)["skipped"], "--no-python");
+    }
+    let ratios = &ps["ratios"];
+    assert!(ratios["ps_spawnkit_procfs/ps_procps"]["target"].as_f64().is_some(), "{ratios}");
+    for f in ["ps.png", "ps.svg"] {
+        assert!(plots.join(f).metadata().unwrap().len() > 1000, "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -496,7 +496,7 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
             c.ps_runs,
             c.ps_mem_runs,
             dir.path(),
-            &py,
+            (!args.no_python).then_some(py.as_path()),
             !args.no_install,
             &progress,
         )?;

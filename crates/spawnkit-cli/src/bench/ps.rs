@@ -36,6 +36,18 @@ pub const TARGETS: [(&str, &str, f64); 4] = [
     ("mem_spawnkit_all", "mem_smem", f64::NAN),
 ];
 
+/// Every row, in the order of the tables and the JSON file.
+pub const ROWS: [&str; 8] = [
+    "ps_spawnkit_bpf",
+    "ps_spawnkit_procfs",
+    "ps_procps",
+    "py_psutil",
+    "py_spawnkit_ps",
+    "mem_spawnkit_all",
+    "mem_spawnkit_shared",
+    "mem_smem",
+];
+
 /// One row's result.
 #[derive(Debug, Clone)]
 pub struct PsRow {
@@ -296,14 +308,17 @@ pub fn run(
     runs: usize,
     mem_runs: usize,
     dir: &Path,
-    python: &Path,
+    python: Option<&Path>,
     install: bool,
     progress: &Progress,
 ) -> Result<PsResults, String> {
     let mut res = PsResults { herd: herd_size, runs, mem_runs, ..PsResults::default() };
     // Before the herd exists: installing takes a while and its output goes to stderr.
     let smem = smem(install, &mut res.notes);
-    let psutil = psutil(python, install, &mut res.notes);
+    let psutil = match python {
+        Some(py) => psutil(py, install, &mut res.notes),
+        None => Err("--no-python".into()),
+    };
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let exe = exe.to_string_lossy().into_owned();
     let ps = which("ps");
@@ -435,7 +450,10 @@ pub fn run(
 
     // The Python rows, in one interpreter.
     progress.phase("ps: Python rows");
-    let py = python_rows(python, runs, herd_size, herd.pid(), dir);
+    let py = match python {
+        Some(python) => python_rows(python, runs, herd_size, herd.pid(), dir),
+        None => Err("--no-python".to_string()),
+    };
     match py {
         Ok((rows, info)) => {
             res.tools.push(("python".into(), info));
@@ -459,6 +477,7 @@ pub fn run(
     }
     progress.inc(2 * runs as u64);
     drop(herd);
+    res.rows.sort_by_key(|r| ROWS.iter().position(|id| *id == r.id).unwrap_or(ROWS.len()));
     Ok(res)
 }
 
