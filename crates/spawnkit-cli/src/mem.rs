@@ -484,22 +484,26 @@ fn unread(report: &SharedReport) -> Option<String> {
     let mut parts = Vec::new();
     match report.processes_denied {
         0 => {}
-        1 => parts.push("1 process could not be read (permission denied)".to_string()),
-        n => parts.push(format!("{n} processes could not be read (permission denied)")),
+        1 => parts.push(
+            "1 process could not be read (permission denied): its regions are missing".to_string(),
+        ),
+        n => parts.push(format!(
+            "{n} processes could not be read (permission denied): their regions are missing"
+        )),
     }
     match report.unknown_resident {
         0 => {}
-        1 => parts.push("1 region has an unknown resident size".to_string()),
-        n => parts.push(format!("{n} regions have an unknown resident size")),
+        1 => parts.push(
+            "1 region has an unknown resident size, not in the total (reading \
+             /proc/PID/map_files needs CAP_SYS_ADMIN)"
+                .to_string(),
+        ),
+        n => parts.push(format!(
+            "{n} regions have an unknown resident size, not in the total (reading \
+             /proc/PID/map_files needs CAP_SYS_ADMIN)"
+        )),
     }
-    if parts.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "{}: the regions of unread processes are missing, and unknown sizes are not in the \
-         total; run as root (reading /proc/PID/map_files needs CAP_SYS_ADMIN)",
-        parts.join(" and ")
-    ))
+    (!parts.is_empty()).then(|| format!("{}; run as root to read them", parts.join("; ")))
 }
 
 fn region_json(r: &SharedRegion) -> Value {
