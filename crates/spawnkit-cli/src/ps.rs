@@ -116,7 +116,9 @@ pub struct PsArgs {
     )]
     pub sort: Vec<(Field, bool)>,
 
-    /// Show the process tree: children under their parent, comm/args indented with '\_'.
+    /// Show the process tree: children under their parent (oldest first, or in --sort
+    /// order), comm/args indented with '\_'. Trees come in that order too (procps lists them
+    /// last first: kthreadd's before init's).
     #[arg(short = 'f', long, help_heading = "Output")]
     pub forest: bool,
 
@@ -396,6 +398,11 @@ fn run(args: &PsArgs) -> Result<(), Failure> {
 
     let ctx = Context::new(&columns, &args.sort)?;
     observe::sort_processes(&mut procs, SortKey::Pid, false);
+    if args.forest && args.sort.is_empty() {
+        // procps orders a tree's siblings by start time (not the same as by pid once pids
+        // have wrapped around).
+        observe::sort_processes(&mut procs, SortKey::StartTime, false);
+    }
     for &(field, descending) in args.sort.iter().rev() {
         sort_by_field(&mut procs, field, descending, &ctx);
     }
