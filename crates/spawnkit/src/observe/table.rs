@@ -362,8 +362,9 @@ pub struct TreeRow {
     pub more_siblings: bool,
 }
 
-/// The order of `ps --forest`: each root, then its subtree depth first, children in the
-/// order they have in `procs` (sort first to order siblings).
+/// The order of a `ps --forest` view: each root, then its subtree depth first, children in
+/// the order they have in `procs` (sort first to order siblings; procps sorts them by start
+/// time). Roots, too, keep their order in `procs`, where procps shows them last first.
 ///
 /// A root is a process whose parent is not in `procs` (or is itself). Every process appears
 /// exactly once: on bad input where ppids form a cycle (no root reaches it), the first
