@@ -423,3 +423,35 @@ fn start_time_and_cmdline_helpers() {
     }
     assert_eq!(observe::read_cmdline(-1), None);
 }
+
+/// pid 1 is in every backend's table, as /proc shows it (some kernels hide it from BPF task
+/// iterators; the table puts it back), in a whole listing and when asked for by pid.
+#[test]
+fn init_is_listed_by_every_backend() {
+    let from_proc = stat_fields(1);
+    for backend in [Backend::Procfs, Backend::Bpf] {
+        let require = std::env::var_os("SPAWNKIT_REQUIRE_BPF").is_some_and(|v| v == "1");
+        let mut table = match ProcessTable::new(backend) {
+            Ok(t) => t,
+            Err(e) if backend == Backend::Bpf && !require => {
+                eprintln!("BPF backend not checked: {e}");
+                continue;
+            }
+            Err(e) => panic!("{backend:?}: {e}"),
+        };
+        let all = table.list(Fields { uid: true, cmdline: true }).unwrap();
+        let init = all.iter().find(|p| p.pid == 1).unwrap_or_else(|| panic!("{backend:?}"));
+        assert_eq!(all.iter().filter(|p| p.pid == 1).count(), 1, "{backend:?}");
+        assert_eq!(all.first().map(|p| p.pid), Some(1), "{backend:?}: pid order");
+        assert_eq!(init.ppid, 0);
+        assert_eq!(init.state.letter().to_string(), from_proc[0], "{backend:?}");
+        assert_eq!(init.start_ticks.to_string(), from_proc[19], "{backend:?}");
+        assert_eq!(
+            init.uid,
+            Some(status(1, "Uid:").split_whitespace().nth(1).unwrap().parse().unwrap())
+        );
+        assert!(init.cmdline.is_some());
+        let one = table.list_pids(&[1, 2], Fields::default()).unwrap();
+        assert_eq!(one.iter().map(|p| p.pid).collect::<Vec<_>>(), [1, 2], "{backend:?}");
+    }
+}

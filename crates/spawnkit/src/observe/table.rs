@@ -40,6 +40,8 @@ pub struct ProcessTable {
     fallback: Option<String>,
     /// Sorted, deduplicated copy of the pids asked for by [`ProcessTable::list_pids`].
     wanted: Vec<i32>,
+    /// Room for the record of pid 1 when the BPF iterator hides it (see `patch_init`).
+    scratch: Vec<Process>,
 }
 
 impl std::fmt::Debug for ProcessTable {
@@ -61,8 +63,13 @@ impl ProcessTable {
     /// - [`Backend::Auto`]: BPF when it loads, else procfs; [`ProcessTable::fallback_reason`]
     ///   then says why BPF was not used.
     pub fn new(backend: Backend) -> Result<ProcessTable> {
-        let mut table =
-            ProcessTable { bpf: None, procfs: None, fallback: None, wanted: Vec::new() };
+        let mut table = ProcessTable {
+            bpf: None,
+            procfs: None,
+            fallback: None,
+            wanted: Vec::new(),
+            scratch: Vec::new(),
+        };
         match backend {
             Backend::Bpf => {
                 let it = TaskIter::open().map_err(|why| Error::unsupported(BPF_STEP, why))?;
@@ -108,6 +115,7 @@ impl ProcessTable {
         match &mut self.bpf {
             Some(it) => {
                 it.read(out)?;
+                self.patch_init(out)?;
                 self.fill_cmdlines(fields, out)
             }
             None => self.walker()?.read_all(fields, out),
@@ -139,6 +147,9 @@ impl ProcessTable {
         wanted.dedup();
         let res = match &mut self.bpf {
             Some(it) => it.read(out).and_then(|()| {
+                if wanted.first() == Some(&1) {
+                    self.patch_init(out)?;
+                }
                 out.retain(|p| wanted.binary_search(&p.pid).is_ok());
                 self.fill_cmdlines(fields, out)
             }),
@@ -153,6 +164,28 @@ impl ProcessTable {
             Some(w) => Ok(w),
             slot => Ok(slot.insert(Walker::open()?)),
         }
+    }
+
+    /// After a BPF read: put pid 1 in when the iterator did not show it. Some kernels hide
+    /// tasks from BPF task iterators (seen here: a sandbox kernel with a `task_iter_hides`
+    /// hook that hides its pid 1, `process_api`); /proc still shows it, and a table without
+    /// init would be wrong. One `stat` and `status` read, only when pid 1 is missing.
+    fn patch_init(&mut self, out: &mut Vec<Process>) -> Result<()> {
+        if out.first().is_some_and(|p| p.pid == 1) {
+            return Ok(());
+        }
+        let mut init = std::mem::take(&mut self.scratch);
+        let res = self
+            .walker()
+            .and_then(|w| w.read_pids(&[1], Fields { uid: true, cmdline: false }, &mut init));
+        if res.is_ok() {
+            if let Some(p) = init.pop() {
+                out.insert(0, p);
+            }
+        }
+        init.clear();
+        self.scratch = init;
+        res
     }
 
     /// After a BPF read: the command lines, from /proc, when asked for.
