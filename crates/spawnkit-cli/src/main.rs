@@ -44,8 +44,9 @@ enum Cmd {
     /// List processes: pid, ppid, comm, state, uid, threads, start time, rss, command line;
     /// from a BPF task iterator (one read for all tasks) or a lean /proc walker.
     Ps(ps::PsArgs),
-    /// Memory per process (RSS, PSS, USS, swap, shared memory kept apart) and anonymous
-    /// shared regions counted once each, with the processes that map them.
+    /// Memory per process (RSS, PSS, USS, swap, shared memory kept apart) and shared memory
+    /// regions (anonymous, SysV, memfd, tmpfs) counted once each, with the processes that
+    /// map them.
     Mem(mem::MemArgs),
 }
 

@@ -445,6 +445,13 @@ impl SharedRegion {
         self.r.pids.clone()
     }
 
+    /// For a SysV segment: the inode of its IPC namespace (segment ids are per namespace);
+    /// None for other kinds.
+    #[getter]
+    fn ipc_ns(&self) -> Option<u64> {
+        self.r.ipc_ns
+    }
+
     /// Every field as a dict (keys as `spawnkit mem --shared --json`).
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
@@ -455,6 +462,7 @@ impl SharedRegion {
         d.set_item("size_bytes", self.r.size_bytes)?;
         d.set_item("resident_bytes", self.r.resident_bytes)?;
         d.set_item("pids", self.pids())?;
+        d.set_item("ipc_ns", self.r.ipc_ns)?;
         Ok(d)
     }
 
