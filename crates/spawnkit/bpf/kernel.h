@@ -2,7 +2,7 @@
  *
  * Only the fields the program touches are listed, in any order and at any offset: every struct
  * carries preserve_access_index, so clang records each field access as a CO-RE relocation
- * (by name and type) and the loader (aya) rewrites the offsets against the running kernel's BTF
+ * (by name and type) and the loader (src/observe/bpf/core.rs) rewrites the offsets against the running kernel's BTF
  * (/sys/kernel/btf/vmlinux). No generated vmlinux.h, no libbpf headers.
  *
  * Types whose name ends in ___something are "flavours": the relocation matches the kernel type
@@ -72,6 +72,27 @@ struct mm_struct___old {
 	struct mm_rss_stat___old rss_stat;
 } CORE;
 
+/* include/linux/time64.h */
+struct timespec64 {
+	__s64 tv_sec;
+	long tv_nsec;
+} CORE;
+
+/* include/linux/time_namespace.h (Linux 5.6+) */
+struct timens_offsets {
+	struct timespec64 monotonic;
+	struct timespec64 boottime;
+} CORE;
+
+struct time_namespace {
+	struct timens_offsets offsets;
+} CORE;
+
+/* include/linux/nsproxy.h: time_ns since Linux 5.6. */
+struct nsproxy {
+	struct time_namespace *time_ns;
+} CORE;
+
 /* include/linux/pid.h */
 struct pid {
 	unsigned int level;
@@ -86,6 +107,7 @@ struct task_struct {
 	int tgid;
 	struct task_struct *real_parent;
 	struct pid *thread_pid;
+	struct nsproxy *nsproxy;
 	const struct cred *real_cred;
 	struct signal_struct *signal;
 	struct mm_struct *mm;

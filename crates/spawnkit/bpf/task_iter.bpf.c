@@ -42,7 +42,7 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __attribute__((secti
 #define kernel_type_id(type) __builtin_btf_type_id(*(type *)0, BPF_TYPE_ID_TARGET)
 
 #define SPAWNKIT_MAGIC 0x4b505350u /* "PSPK" read as little-endian bytes */
-#define SPAWNKIT_LAYOUT_VERSION 1
+#define SPAWNKIT_LAYOUT_VERSION 2
 
 /* include/linux/sched.h */
 #define PF_KTHREAD 0x00200000u
@@ -60,6 +60,10 @@ struct header {
 	 * (0: the initial one; records carry global pids, right only at level 0). */
 	__u32 reader_tgid;
 	__u32 reader_pidns_level;
+	/* The boottime offset (ns) of the reader's time namespace, which /proc adds to start
+	 * times (timens_add_boottime_ns(): current->nsproxy->time_ns, not the namespace of the
+	 * reader's children that /proc/self/timens_offsets shows); 0 before Linux 5.6. */
+	__s64 reader_boottime_offset;
 };
 
 /* One per thread-group leader. */
@@ -75,7 +79,7 @@ struct record {
 	char comm[16];        /* task->comm, NUL-padded */
 };
 
-_Static_assert(sizeof(struct header) == 16, "header layout");
+_Static_assert(sizeof(struct header) == 24, "header layout");
 _Static_assert(sizeof(struct record) == 56, "record layout");
 
 /* percpu_counter_read_positive(), as get_mm_counter() does. The index must be a constant at
@@ -97,15 +101,25 @@ static void write_header(struct seq_file *seq)
 	struct task_struct *me = (void *)bpf_get_current_task();
 	struct pid *pid = 0;
 	unsigned int level = ~0u;
+	struct nsproxy *ns = 0;
+	struct time_namespace *time_ns = 0;
+	struct timespec64 boot = {};
 
 	bpf_probe_read_kernel(&pid, sizeof(pid), &me->thread_pid);
 	if (pid)
 		bpf_probe_read_kernel(&level, sizeof(level), &pid->level);
+	bpf_probe_read_kernel(&ns, sizeof(ns), &me->nsproxy);
+	if (ns && field_exists(ns->time_ns)) {
+		bpf_probe_read_kernel(&time_ns, sizeof(time_ns), &ns->time_ns);
+		if (time_ns)
+			bpf_probe_read_kernel(&boot, sizeof(boot), &time_ns->offsets.boottime);
+	}
 	h.magic = SPAWNKIT_MAGIC;
 	h.version = SPAWNKIT_LAYOUT_VERSION;
 	h.record_size = sizeof(struct record);
 	h.reader_tgid = bpf_get_current_pid_tgid() >> 32;
 	h.reader_pidns_level = level;
+	h.reader_boottime_offset = boot.tv_sec * 1000000000 + boot.tv_nsec;
 	bpf_seq_write(seq, &h, sizeof(h));
 }
 

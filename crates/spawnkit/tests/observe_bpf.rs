@@ -305,12 +305,80 @@ fn helper_tables_in_a_pid_namespace() {
     if std::env::var("SPAWNKIT_TEST_HELPER").as_deref() != Ok("pidns") {
         return;
     }
+    let before = open_fds();
     match ProcessTable::new(Backend::Bpf) {
         Ok(_) => println!("bpf=loaded"),
         Err(e) => println!("bpf={e}"),
     }
+    // Refused after the program was loaded, attached and read: nothing of that stays open.
+    println!("fds={}", if open_fds() == before { "same" } else { "leaked" });
     let auto = ProcessTable::new(Backend::Auto).unwrap();
     println!("auto={:?} {}", auto.backend(), auto.fallback_reason().unwrap_or("-"));
+}
+
+/// This process's open fds and what they are.
+fn open_fds() -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            Some(format!("{} -> {}", e.file_name().to_string_lossy(), target.display()))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// Not a test: the body of the helper process of the next test, alone in its process (the
+/// fds of other tests' tables do not come and go under it).
+#[test]
+#[ignore]
+fn helper_tables_opened_and_dropped() {
+    if std::env::var("SPAWNKIT_TEST_HELPER").as_deref() != Ok("fds") {
+        return;
+    }
+    let before = open_fds();
+    let inherited: Vec<&str> = before.iter().filter_map(|l| l.split(' ').next()).collect();
+    for _ in 0..10 {
+        let mut table = ProcessTable::new(Backend::Bpf).unwrap();
+        table.list(UID).unwrap();
+        // Everything the table holds is closed on exec.
+        for fd in std::fs::read_dir("/proc/self/fd").unwrap() {
+            let fd = fd.unwrap().file_name();
+            if inherited.contains(&&*fd.to_string_lossy()) {
+                continue;
+            }
+            let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.display()))
+            else {
+                continue; // the read_dir's own fd, closed by now
+            };
+            let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap().trim();
+            let flags = u32::from_str_radix(flags, 8).unwrap();
+            let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+            println!("fd {} cloexec={cloexec}", fd.display());
+        }
+    }
+    println!("fds={}", if open_fds() == before { "same" } else { "leaked" });
+}
+
+#[test]
+fn a_table_leaves_no_fd_behind_and_none_to_children() {
+    let Some(_) = bpf_table() else { return };
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "helper_tables_opened_and_dropped", "--nocapture"])
+        .env("SPAWNKIT_TEST_HELPER", "fds")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The fds that were not there before the first table: at least the table's link.
+    let fds: Vec<&str> = text.lines().filter(|l| l.starts_with("fd ")).collect();
+    assert!(fds.len() >= 10, "{text}");
+    for l in fds {
+        assert!(l.ends_with("cloexec=true"), "{l}");
+    }
+    assert!(text.lines().any(|l| l == "fds=same"), "{text}");
 }
 
 #[test]
@@ -335,7 +403,86 @@ fn refused_outside_the_initial_pid_namespace() {
     };
     let bpf = line("bpf=");
     assert!(bpf.contains("not in the initial pid namespace"), "{bpf}");
+    assert_eq!(line("fds="), "same");
     let auto = line("auto=");
     assert!(auto.starts_with("Procfs "), "{auto}");
     assert!(auto.contains("not in the initial pid namespace"), "{auto}");
+}
+
+/// This process's start time in clock ticks as each backend and /proc/self/stat give it:
+/// `bpf=.. procfs=.. proc=..`.
+fn own_start_times() -> String {
+    let me = std::process::id() as i32;
+    let mut bpf = ProcessTable::new(Backend::Bpf).unwrap();
+    let mut procfs = ProcessTable::new(Backend::Procfs).unwrap();
+    let start = |t: &mut ProcessTable| t.list_pids(&[me], UID).unwrap()[0].start_ticks;
+    let (b, p) = (start(&mut bpf), start(&mut procfs));
+    format!("bpf={b} procfs={p} proc={}", stat(me).1[19])
+}
+
+/// Before main, while the process has one thread, the `timens-outside` helper moves its
+/// children (not itself) into a new time namespace whose boottime is 1000 s ahead: a test
+/// runs in a thread of its own, and /proc/PID/timens_offsets is the main thread's.
+#[used]
+#[link_section = ".init_array"]
+static SETUP_TIME_NAMESPACE: extern "C" fn() = setup_time_namespace;
+
+extern "C" fn setup_time_namespace() {
+    if std::env::var_os("SPAWNKIT_TEST_HELPER").is_some_and(|v| v == "timens-outside") {
+        // SAFETY: unshare takes flags and touches no memory of ours; CLONE_NEWTIME only
+        // changes the namespace of the children to come.
+        let unshared = unsafe { libc::unshare(libc::CLONE_NEWTIME) } == 0;
+        if !unshared || std::fs::write("/proc/self/timens_offsets", "boottime 1000 0\n").is_err() {
+            println!("no time namespace: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// Not a test: the body of the helper processes of the next test. `outside` (whose children
+/// start in a time namespace 1000 s ahead; it is not in it) prints its own start times, then
+/// runs `inside` (a child, so in that namespace), which prints its own.
+#[test]
+#[ignore]
+fn helper_start_times_and_time_namespaces() {
+    match std::env::var("SPAWNKIT_TEST_HELPER").as_deref() {
+        Ok("timens-outside") => {
+            println!("outside {}", own_start_times());
+            let inside = Command::new(std::env::current_exe().unwrap())
+                .args(["--ignored", "--exact", "helper_start_times_and_time_namespaces"])
+                .arg("--nocapture")
+                .env("SPAWNKIT_TEST_HELPER", "timens-inside")
+                .output()
+                .unwrap();
+            std::io::stdout().write_all(&inside.stdout).unwrap();
+        }
+        Ok("timens-inside") => println!("inside {}", own_start_times()),
+        _ => {}
+    }
+}
+
+#[test]
+fn start_times_as_proc_shows_them_in_and_out_of_a_time_namespace() {
+    let Some(_) = bpf_table() else { return };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/proc/self/ns/time").exists() {
+        eprintln!("skipped: a new time namespace needs root and a kernel with them");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "helper_start_times_and_time_namespaces", "--nocapture"])
+        .env("SPAWNKIT_TEST_HELPER", "timens-outside")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ticks = |key: &str| -> Vec<u64> {
+        let line = text.lines().find_map(|l| l.strip_prefix(key));
+        let line = line.unwrap_or_else(|| panic!("no {key:?} line in {text:?}"));
+        let values = line.split(' ').map(|kv| kv.split_once('=').unwrap().1.parse().unwrap());
+        let values: Vec<u64> = values.collect();
+        assert!(values.iter().all(|v| *v == values[0]), "{key}{line}");
+        values
+    };
+    let (outside, inside) = (ticks("outside "), ticks("inside "));
+    // The namespace took effect for the child: its start is 1000 s (100 ticks each) later.
+    assert!(inside[0] >= outside[0] + 1000 * 100, "{text}");
 }

@@ -49,8 +49,8 @@ const RDONLY_CAST: &[u8] = b"bpf_rdonly_cast";
 /// Must match task_iter.bpf.c (`SPAWNKIT_MAGIC`, `SPAWNKIT_LAYOUT_VERSION`, `struct header`,
 /// `struct record`).
 const MAGIC: u32 = 0x4b50_5350;
-const VERSION: u16 = 1;
-const HEADER_SIZE: usize = 16;
+const VERSION: u16 = 2;
+const HEADER_SIZE: usize = 24;
 const RECORD_SIZE: usize = 56;
 
 /// What a caller asks for per read: the kernel returns at most its seq_file buffer (8 pages)
@@ -67,8 +67,6 @@ pub(crate) struct TaskIter {
     /// Read buffer, reused by every read.
     buf: Vec<u8>,
     page_size: u64,
-    /// The caller's time namespace boottime offset (ns), which /proc adds to start times.
-    boottime_offset: i64,
 }
 
 impl TaskIter {
@@ -78,13 +76,9 @@ impl TaskIter {
         if !privileged() {
             return Err("needs root or CAP_BPF+CAP_PERFMON".into());
         }
-        let link = load_and_attach(program)?;
-        let mut it = TaskIter {
-            link,
-            buf: vec![0; BUF_SIZE],
-            page_size: crate::sys::bpf::page_size(),
-            boottime_offset: boottime_offset(),
-        };
+        let link = load_and_attach(program, true)?;
+        let mut it =
+            TaskIter { link, buf: vec![0; BUF_SIZE], page_size: crate::sys::bpf::page_size() };
         it.check_reader().map_err(|e| e.to_string())?;
         Ok(it)
     }
@@ -98,7 +92,7 @@ impl TaskIter {
 
     fn read_records(&mut self, out: &mut Vec<Process>) -> crate::Result<()> {
         let mut file = self.session()?;
-        let decoder = Decoder { page_size: self.page_size, boottime_offset: self.boottime_offset };
+        let decoder = Decoder { page_size: self.page_size };
         decoder.stream(&mut self.buf, |buf| read_some(&mut file, buf), out)
     }
 
@@ -124,14 +118,13 @@ impl TaskIter {
         if filled < HEADER_SIZE {
             return Err(Error::invalid("bpf iterator read", "task iterator", "no header"));
         }
-        check_header(&self.buf[..HEADER_SIZE])
+        check_header(&self.buf[..HEADER_SIZE]).map(drop)
     }
 }
 
 /// Turns the bytes of a session (a header, then records) into [`Process`]es.
 struct Decoder {
     page_size: u64,
-    boottime_offset: i64,
 }
 
 impl Decoder {
@@ -143,7 +136,8 @@ impl Decoder {
         mut read: impl FnMut(&mut [u8]) -> crate::Result<usize>,
         out: &mut Vec<Process>,
     ) -> crate::Result<()> {
-        let mut header = false;
+        // The reader's boottime offset, once the header is read.
+        let mut header = None;
         let mut filled = 0;
         loop {
             let n = read(&mut buf[filled..])?;
@@ -152,32 +146,33 @@ impl Decoder {
             }
             filled += n;
             let mut at = 0;
-            if !header {
-                if filled < HEADER_SIZE {
-                    continue;
+            let boottime_offset = match header {
+                Some(offset) => offset,
+                None if filled < HEADER_SIZE => continue,
+                None => {
+                    at = HEADER_SIZE;
+                    *header.insert(check_header(&buf[..HEADER_SIZE])?)
                 }
-                check_header(&buf[..HEADER_SIZE])?;
-                header = true;
-                at = HEADER_SIZE;
-            }
+            };
             let records = buf[at..filled].chunks_exact(RECORD_SIZE);
             at += records.len() * RECORD_SIZE;
-            out.extend(records.map(|r| process(r, self.page_size, self.boottime_offset)));
+            out.extend(records.map(|r| process(r, self.page_size, boottime_offset)));
             buf.copy_within(at..filled, 0);
             filled -= at;
         }
         let bad = |why| Err(Error::invalid("bpf iterator read", "task iterator", why));
         match (header, filled) {
-            (false, _) => bad("the iterator wrote no header"),
-            (true, 0) => Ok(()),
-            (true, _) => bad("the output ended in the middle of a record"),
+            (None, _) => bad("the iterator wrote no header"),
+            (Some(_), 0) => Ok(()),
+            (Some(_), _) => bad("the output ended in the middle of a record"),
         }
     }
 }
 
 /// Check the header every session starts with: this build's layout, a reader in the initial
-/// pid namespace.
-fn check_header(h: &[u8]) -> crate::Result<()> {
+/// pid namespace. Gives the boottime offset of the reader's time namespace (ns), which /proc
+/// adds to start times.
+fn check_header(h: &[u8]) -> crate::Result<i64> {
     let bad = |why: &str| Error::invalid("bpf iterator read", "task iterator", why);
     if u32_at(h, 0) != MAGIC || u16_at(h, 4) != VERSION || usize::from(u16_at(h, 6)) != RECORD_SIZE
     {
@@ -190,7 +185,7 @@ fn check_header(h: &[u8]) -> crate::Result<()> {
             "not in the initial pid namespace: the task iterator reports global pids",
         ));
     }
-    Ok(())
+    Ok(u64_at(h, 16) as i64)
 }
 
 /// One record (`struct record` of task_iter.bpf.c) as a [`Process`].
@@ -300,28 +295,10 @@ fn privileged() -> bool {
     has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
 }
 
-/// The boottime offset of this process's time namespace, in ns (0 outside one, or when the
-/// kernel has no time namespaces): `/proc/self/timens_offsets` line `boottime SECS NSECS`.
-fn boottime_offset() -> i64 {
-    let Ok(text) = std::fs::read_to_string("/proc/self/timens_offsets") else {
-        return 0;
-    };
-    text.lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            if f.next()? != "boottime" {
-                return None;
-            }
-            let secs: i64 = f.next()?.parse().ok()?;
-            let nsecs: i64 = f.next()?.parse().ok()?;
-            Some(secs.saturating_mul(1_000_000_000).saturating_add(nsecs))
-        })
-        .unwrap_or(0)
-}
-
 /// Relocate the program against the kernel's BTF, load it, attach it; keep only the link,
-/// which holds the program.
-fn load_and_attach(object: &[u8]) -> Result<OwnedFd, String> {
+/// which holds the program. `kfunc`: call bpf_rdonly_cast where the kernel has it (else the
+/// loader's fallback, as on kernels without it).
+fn load_and_attach(object: &[u8], kfunc: bool) -> Result<OwnedFd, String> {
     let obj = elf::parse(object, SECTION)?;
     let local = btf::Btf::parse(obj.btf, |_, _, _| {})?;
     let relos = core::relocations(obj.btf_ext, &local, SECTION)?;
@@ -369,6 +346,7 @@ fn load_and_attach(object: &[u8]) -> Result<OwnedFd, String> {
         .map_err(|_| "bad BPF object: license is not a C string")?;
 
     // With the kfunc where the kernel has it; if the kernel refuses that, without.
+    let rdonly_cast = rdonly_cast.filter(|_| kfunc);
     let mut attempts = if rdonly_cast.is_some() { vec![rdonly_cast, None] } else { vec![None] };
     let prog = loop {
         let cast = attempts.remove(0);
@@ -482,19 +460,34 @@ mod tests {
     }
 
     fn header(magic: u32, version: u16, size: u16, tgid: u32, level: u32) -> Vec<u8> {
+        header_with_offset(magic, version, size, tgid, level, 0)
+    }
+
+    fn header_with_offset(
+        magic: u32,
+        version: u16,
+        size: u16,
+        tgid: u32,
+        level: u32,
+        boottime_offset: i64,
+    ) -> Vec<u8> {
         let mut h = Vec::new();
         h.extend_from_slice(&magic.to_ne_bytes());
         h.extend_from_slice(&version.to_ne_bytes());
         h.extend_from_slice(&size.to_ne_bytes());
         h.extend_from_slice(&tgid.to_ne_bytes());
         h.extend_from_slice(&level.to_ne_bytes());
+        h.extend_from_slice(&boottime_offset.to_ne_bytes());
+        assert_eq!(h.len(), HEADER_SIZE);
         h
     }
 
     #[test]
     fn header_checks_layout_and_pid_namespace() {
         let me = std::process::id();
-        assert!(check_header(&header(MAGIC, VERSION, RECORD_SIZE as u16, me, 0)).is_ok());
+        assert_eq!(check_header(&header(MAGIC, VERSION, RECORD_SIZE as u16, me, 0)).unwrap(), 0);
+        let h = header_with_offset(MAGIC, VERSION, RECORD_SIZE as u16, me, 0, -7_000_000_001);
+        assert_eq!(check_header(&h).unwrap(), -7_000_000_001);
         let e = check_header(&header(MAGIC, VERSION, RECORD_SIZE as u16, me, 1)).unwrap_err();
         assert!(e.to_string().contains("initial pid namespace"), "{e}");
         assert!(check_header(&header(MAGIC, VERSION, RECORD_SIZE as u16, me + 1, 0)).is_err());
@@ -543,7 +536,7 @@ mod tests {
 
     /// Feed `stream` to a decoder in reads of the given sizes (cycled; 0 ends the stream).
     fn decode_in_reads(stream: &[u8], sizes: &[usize]) -> crate::Result<Vec<Process>> {
-        let decoder = Decoder { page_size: 4096, boottime_offset: 0 };
+        let decoder = Decoder { page_size: 4096 };
         let mut buf = vec![0u8; 4 * RECORD_SIZE];
         let (mut at, mut i) = (0, 0);
         let mut out = Vec::new();
@@ -604,6 +597,16 @@ mod tests {
     }
 
     #[test]
+    fn the_header_gives_the_readers_boottime_offset() {
+        let me = std::process::id();
+        let offset = -(4 * NS_PER_TICK as i64);
+        let mut stream = header_with_offset(MAGIC, VERSION, RECORD_SIZE as u16, me, 0, offset);
+        stream.extend_from_slice(&record(1234, 1, b"x\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 1, 0));
+        let got = decode_in_reads(&stream, &[7]).unwrap();
+        assert_eq!(got[0].start_ticks, 1230);
+    }
+
+    #[test]
     fn a_stream_without_header_or_cut_in_a_record_is_an_error() {
         let e = decode_in_reads(&[], &[64]).unwrap_err();
         assert!(e.to_string().contains("no header"), "{e}");
@@ -612,6 +615,68 @@ mod tests {
         let e = decode_in_reads(&stream, &[64]).unwrap_err();
         assert_eq!(e.step(), "bpf iterator read");
         assert!(e.to_string().contains("middle of a record"), "{e}");
+    }
+
+    /// Whether BPF can load here (root, kernel BTF, a build with the program); when not, the
+    /// tests that need it say why and pass, unless SPAWNKIT_REQUIRE_BPF=1.
+    fn bpf_here() -> bool {
+        let why = if PROGRAM.is_err() {
+            "this build has no BPF program"
+        } else if !privileged() {
+            "not root"
+        } else if !std::path::Path::new(VMLINUX_BTF).exists() {
+            "no kernel BTF"
+        } else {
+            return true;
+        };
+        let required = std::env::var_os("SPAWNKIT_REQUIRE_BPF").is_some_and(|v| v == "1");
+        assert!(!required, "SPAWNKIT_REQUIRE_BPF=1 but BPF cannot load here: {why}");
+        eprintln!("skipped: {why}");
+        false
+    }
+
+    /// The id of the kernel function `name` in the kernel's BTF.
+    fn kernel_func(name: &[u8]) -> u32 {
+        let btf = std::fs::read(VMLINUX_BTF).unwrap();
+        let mut found = None;
+        btf::Btf::parse(&btf, |id, ty, names| {
+            if ty.kind == btf::kind::FUNC && names.is(ty.name_off, name) {
+                found = found.or(Some(id));
+            }
+        })
+        .unwrap();
+        found.unwrap()
+    }
+
+    /// Both ways of loading the program verify and list this process: with bpf_rdonly_cast
+    /// and with the `r0 = r1` the loader puts in its place on kernels without it.
+    #[test]
+    fn the_program_loads_with_and_without_the_kfunc() {
+        if !bpf_here() {
+            return;
+        }
+        for kfunc in [true, false] {
+            let link = load_and_attach(PROGRAM.unwrap(), kfunc)
+                .unwrap_or_else(|e| panic!("kfunc {kfunc}: {e}"));
+            let mut it = TaskIter { link, buf: vec![0; BUF_SIZE], page_size: 4096 };
+            let mut procs = Vec::new();
+            it.read(&mut procs).unwrap();
+            let me = std::process::id() as i32;
+            assert!(procs.iter().any(|p| p.pid == me), "kfunc {kfunc}: this process listed");
+        }
+    }
+
+    /// A program the verifier refuses: the error gives the verifier's own reason.
+    #[test]
+    fn a_refused_program_says_what_the_verifier_said() {
+        if !bpf_here() {
+            return;
+        }
+        // `exit` with r0 never set.
+        let exit = [0x95, 0, 0, 0, 0, 0, 0, 0];
+        let why = verifier_error(&exit, c"GPL", kernel_func(ITER_FUNC));
+        assert!(why.contains("R0 !read_ok"), "{why}");
+        assert!(why.starts_with("the kernel refused the BPF task iterator"), "{why}");
     }
 
     /// The embedded program, damaged byte by byte, never makes the loader's parsing panic.
