@@ -304,19 +304,18 @@ fn load_and_attach(object: &[u8], kfunc: bool) -> Result<OwnedFd, String> {
     let relos = core::relocations(obj.btf_ext, &local, SECTION)?;
     let wanted = core::wanted(&relos, &local)?;
 
-    let file = File::open(VMLINUX_BTF).map_err(|e| match e.kind() {
-        ErrorKind::NotFound => format!("kernel has no BTF ({VMLINUX_BTF} missing)"),
-        _ => format!("{VMLINUX_BTF}: {e}"),
-    })?;
-    let len = file.metadata().map_err(|e| format!("{VMLINUX_BTF}: {e}"))?.len() as usize;
+    // Mapped where the kernel allows it (6.16+), else read.
     let (mapped, read);
-    let kernel: &[u8] = match crate::sys::bpf::Mapped::file(&file, len) {
+    let kernel: &[u8] = match crate::sys::bpf::Mapped::vmlinux_btf() {
         Ok(m) => {
             mapped = m;
             mapped.bytes()
         }
         Err(_) => {
-            read = std::fs::read(VMLINUX_BTF).map_err(|e| format!("{VMLINUX_BTF}: {e}"))?;
+            read = std::fs::read(VMLINUX_BTF).map_err(|e| match e.kind() {
+                ErrorKind::NotFound => format!("kernel has no BTF ({VMLINUX_BTF} missing)"),
+                _ => format!("{VMLINUX_BTF}: {e}"),
+            })?;
             &read
         }
     };
@@ -385,7 +384,8 @@ fn link_kfuncs(
             let name = String::from_utf8_lossy(name);
             return Err(format!("bad BPF object: unknown kernel function {name}"));
         }
-        let insn = insns.get_mut(at..at + 8).filter(|_| at % 8 == 0);
+        let insn = at.checked_add(8).and_then(|end| insns.get_mut(at..end));
+        let insn = insn.filter(|_| at % 8 == 0);
         let insn = insn.ok_or("bad BPF object: kfunc call out of range")?;
         let (code, regs, imm) = match cast {
             Some(id) => (CALL, regs(0, PSEUDO_KFUNC_CALL), id as i32),
@@ -677,6 +677,21 @@ mod tests {
         let why = verifier_error(&exit, c"GPL", kernel_func(ITER_FUNC));
         assert!(why.contains("R0 !read_ok"), "{why}");
         assert!(why.starts_with("the kernel refused the BPF task iterator"), "{why}");
+    }
+
+    /// A kfunc relocation must sit on a call instruction: anything else would be overwritten.
+    #[cfg(not(spawnkit_no_bpf))]
+    #[test]
+    fn a_kfunc_relocation_off_a_call_is_refused() {
+        let program = PROGRAM.unwrap();
+        let obj = elf::parse(program, SECTION).unwrap();
+        let section = obj.insns.as_ptr() as usize - program.as_ptr() as usize;
+        let (at, name) = obj.kfunc_calls[0];
+        assert_eq!((name, program[section + at]), (RDONLY_CAST, 0x85));
+        let mut bad = program.to_vec();
+        bad[section + at] = 0xb7; // r0 = imm
+        let e = elf::parse(&bad, SECTION).err().unwrap();
+        assert!(e.contains("not on a call"), "{e}");
     }
 
     /// The embedded program, damaged byte by byte, never makes the loader's parsing panic.

@@ -3,6 +3,10 @@
 //! `BPF_ITER_CREATE` (a readable session on the link); and a read-only private mmap(2) of the
 //! kernel's BTF. Layouts: `union bpf_attr` in include/uapi/linux/bpf.h. Parent side only;
 //! plain libc calls are fine here.
+//!
+//! Each attr below is a prefix of `union bpf_attr` with no implicit padding (every byte is a
+//! field, so every byte is initialised); the kernel treats the bytes after the given size as
+//! zero.
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -46,6 +50,8 @@ struct ProgLoad {
     _pad: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<ProgLoad>() == 120);
+
 /// `union bpf_attr`, the `link_create` member up to the iterator's `iter_info` fields.
 #[repr(C)]
 struct LinkCreate {
@@ -58,12 +64,16 @@ struct LinkCreate {
     _pad: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<LinkCreate>() == 32);
+
 /// `union bpf_attr`, the `iter_create` member.
 #[repr(C)]
 struct IterCreate {
     link_fd: u32,
     flags: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<IterCreate>() == 8);
 
 /// bpf(cmd, attr, sizeof attr); the kernel zero-extends a shorter attr. EINTR is retried, and
 /// EAGAIN (which BPF_PROG_LOAD may return transiently) a few times.
@@ -165,17 +175,26 @@ pub(crate) fn page_size() -> u64 {
     }
 }
 
-/// A read-only private mapping of a whole file, unmapped on drop.
+/// A read-only private mapping of the kernel's BTF, unmapped on drop.
 pub(crate) struct Mapped {
     ptr: *mut libc::c_void,
     len: usize,
 }
 
+/// The kernel's own BTF: made when the kernel was built, the same bytes until it stops.
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
 impl Mapped {
-    /// mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) of `file`, `len` being its size. Sysfs
-    /// files such as /sys/kernel/btf/vmlinux allow this since Linux 6.16 (and only private
-    /// read-only mappings); others fail with EINVAL, EACCES or ENODEV.
-    pub(crate) fn file(file: &File, len: usize) -> Result<Mapped, i32> {
+    /// mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) of /sys/kernel/btf/vmlinux (opened
+    /// close-on-exec, closed again). Linux 6.16+ allows this (private read-only mappings
+    /// only); before, it fails with ENODEV or EINVAL; ENOENT when the kernel has no BTF.
+    ///
+    /// Only this file: the borrow that [`Mapped::bytes`] gives relies on bytes that never
+    /// change, which a file someone may write or truncate does not promise.
+    pub(crate) fn vmlinux_btf() -> Result<Mapped, i32> {
+        let file = File::open(VMLINUX_BTF).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        let len = file.metadata().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?.len();
+        let len = usize::try_from(len).map_err(|_| libc::EFBIG)?;
         if len == 0 {
             return Err(libc::EINVAL);
         }
@@ -199,9 +218,9 @@ impl Mapped {
 
     /// The mapped bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` maps `len` readable bytes until drop; the mapping is private and
-        // read-only, so the bytes do not change under the borrow. (A file shrinking under a
-        // mapping raises SIGBUS; the kernel's BTF never changes size.)
+        // SAFETY: `ptr` maps `len` readable bytes until drop (the file's size when mapped).
+        // The mapping is read-only, and the file is the kernel's BTF, which nobody can write
+        // or truncate, so the bytes do not change under the borrow and never fault.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }
 }

@@ -110,7 +110,12 @@ fn root<'a>(local: &Btf<'a>, type_id: u32) -> Result<Wanted<'a>, String> {
     if !ty.is_composite() {
         return Err("CO-RE field relocation on a type that is not a struct or union".into());
     }
-    Ok(Wanted { kind: ty.kind, name: essential(local.names.get(ty.name_off)) })
+    let name = essential(local.names.get(ty.name_off));
+    if name.is_empty() {
+        // As libbpf: an anonymous type has no name to look for in the kernel's.
+        return Err("CO-RE relocation on an anonymous type is not supported".into());
+    }
+    Ok(Wanted { kind: ty.kind, name })
 }
 
 /// A name without its `___flavour` suffix (libbpf's bpf_core_essential_name_len).
@@ -401,6 +406,65 @@ mod tests {
         assert_eq!(essential(b"bpf_iter__task"), b"bpf_iter__task");
         assert_eq!(essential(b"a____b"), b"a____b"); // four underscores: not a flavour
         assert_eq!(essential(b""), b"");
+    }
+
+    /// A BTF blob: a string section of `names` (offset of `names[i]`: `name(i)`), and
+    /// `types` as (name offset, kind, vlen, size or type, the words after the type).
+    fn blob(names: &[&str], types: &[(u32, u8, u16, u32, &[u32])]) -> Vec<u8> {
+        let mut strings = vec![0u8];
+        for n in names {
+            strings.extend_from_slice(n.as_bytes());
+            strings.push(0);
+        }
+        let mut t = Vec::new();
+        for &(n, k, vlen, size, extra) in types {
+            for w in [n, (u32::from(k) << 24) | u32::from(vlen), size].iter().chain(extra) {
+                t.extend_from_slice(&w.to_ne_bytes());
+            }
+        }
+        let mut b = Vec::new();
+        b.extend_from_slice(&0xeb9fu16.to_ne_bytes());
+        b.extend_from_slice(&[1, 0]);
+        for w in [24, 0, t.len() as u32, t.len() as u32, strings.len() as u32] {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b.extend(t);
+        b.extend(strings);
+        b
+    }
+
+    #[test]
+    fn relocations_it_cannot_resolve_are_refused_not_guessed() {
+        // Names: "int" at 1, "s" at 5, "a" at 7.
+        let (int, s, a) = (1, 5, 7);
+        // [1] int; [2] struct s { int a; }; [3] an anonymous struct { int a; }.
+        let b = blob(
+            &["int", "s", "a"],
+            &[
+                (int, kind::INT, 0, 4, &[32]),
+                (s, kind::STRUCT, 1, 4, &[a, 1, 0]),
+                (0, kind::STRUCT, 1, 4, &[a, 1, 0]),
+            ],
+        );
+        let btf = Btf::parse(&b, |_, _, _| {}).unwrap();
+        assert_eq!(btf.names.get(a), b"a");
+        let relo = |type_id, kind| Relo { insn_off: 0, type_id, access: vec![0, 0], kind };
+        let mut insns = insn(0x61, 0, 0); // r0 = *(u32 *)(r0 + 0)
+        let w = wanted(&[relo(2, FIELD_BYTE_OFFSET)], &btf).unwrap();
+        let cands = vec![vec![2]];
+
+        // The offset of s.a (0 here too) is patched.
+        apply(&mut insns, &[relo(2, FIELD_BYTE_OFFSET)], &btf, &btf, &w, &cands).unwrap();
+        // Kinds other than field offset/size/existence and target type id: an error.
+        for k in [3, 4, 5, 6, 8, 9, 10, 11, 12] {
+            let e = apply(&mut insns, &[relo(2, k)], &btf, &btf, &w, &cands).unwrap_err();
+            assert!(e.contains(&format!("kind {k} is not supported")), "{k}: {e}");
+        }
+        // An anonymous root type has no name to find in the kernel's BTF.
+        let e = wanted(&[relo(3, FIELD_BYTE_OFFSET)], &btf).err().unwrap();
+        assert!(e.contains("anonymous"), "{e}");
+        // A root that is not a struct or union.
+        assert!(wanted(&[relo(1, FIELD_BYTE_OFFSET)], &btf).is_err());
     }
 
     fn insn(code: u8, off: i16, imm: i32) -> Vec<u8> {

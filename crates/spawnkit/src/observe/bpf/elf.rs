@@ -21,6 +21,8 @@ const SHT_REL: u32 = 9;
 const EM_BPF: u16 = 247;
 /// A call instruction's 32-bit immediate.
 const R_BPF_64_32: u32 = 10;
+/// BPF_JMP | BPF_CALL
+const CALL: u8 = 0x85;
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
@@ -103,13 +105,21 @@ pub(super) fn parse<'a>(obj: &'a [u8], program: &str) -> Result<Object<'a>, Stri
             if typ != R_BPF_64_32 || defined || name.is_empty() {
                 return Err(bad("the program has relocations other than kfunc calls"));
             }
-            kfunc_calls.push((offset as usize, name));
+            let offset = usize::try_from(offset).map_err(|_| bad("bad relocation offset"))?;
+            kfunc_calls.push((offset, name));
         }
     }
     let missing = |what: &str| bad(&format!("no {what} section"));
-    let insns = insns.ok_or_else(|| missing(program))?;
+    let insns: &[u8] = insns.ok_or_else(|| missing(program))?;
     if insns.is_empty() || insns.len() % 8 != 0 {
         return Err(bad("the program section is not whole instructions"));
+    }
+    // Each relocated place must be a call instruction (BPF_JMP | BPF_CALL) the loader can
+    // point at the kernel's function.
+    for &(at, _) in &kfunc_calls {
+        if at % 8 != 0 || insns.get(at) != Some(&CALL) {
+            return Err(bad("a kfunc relocation is not on a call instruction"));
+        }
     }
     Ok(Object {
         insns,
