@@ -354,7 +354,7 @@ fn load_and_attach(object: &[u8], kfunc: bool) -> Result<OwnedFd, String> {
             Ok(fd) => break fd,
             Err(libc::EPERM) => return Err(load_error("BPF_PROG_LOAD: Operation not permitted")),
             Err(_) if !attempts.is_empty() => continue,
-            Err(_) => return Err(verifier_error(&insns, license, iter_func)),
+            Err(e) => return Err(verifier_error(&insns, license, iter_func, e)),
         }
     };
     crate::sys::bpf::link_create_iter(prog.as_fd()).map_err(|e| {
@@ -399,20 +399,20 @@ fn link_kfuncs(
     Ok(())
 }
 
-/// Load again with the verifier's log, to say why it refused.
-fn verifier_error(insns: &[u8], license: &std::ffi::CStr, iter_func: u32) -> String {
+/// Load again with the verifier's log, to say why it refused (with `errno`, what the load
+/// without a log failed with: a log that fills its buffer makes the load fail with ENOSPC,
+/// the log's end kept).
+fn verifier_error(insns: &[u8], license: &std::ffi::CStr, iter_func: u32, errno: i32) -> String {
     let mut log = vec![0u8; 1 << 20];
-    let e =
-        crate::sys::bpf::prog_load_iter(insns, license, PROGRAM_NAME, iter_func, Some(&mut log))
-            .err()
-            .unwrap_or(libc::EINVAL);
+    let _ =
+        crate::sys::bpf::prog_load_iter(insns, license, PROGRAM_NAME, iter_func, Some(&mut log));
     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
     let log = String::from_utf8_lossy(&log[..end]);
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
     let tail = lines[lines.len().saturating_sub(3)..].join(" / ");
     load_error(&format!(
         "BPF_PROG_LOAD: {}; verifier: {tail}",
-        std::io::Error::from_raw_os_error(e)
+        std::io::Error::from_raw_os_error(errno)
     ))
 }
 
@@ -674,7 +674,7 @@ mod tests {
         }
         // `exit` with r0 never set.
         let exit = [0x95, 0, 0, 0, 0, 0, 0, 0];
-        let why = verifier_error(&exit, c"GPL", kernel_func(ITER_FUNC));
+        let why = verifier_error(&exit, c"GPL", kernel_func(ITER_FUNC), libc::EACCES);
         assert!(why.contains("R0 !read_ok"), "{why}");
         assert!(why.starts_with("the kernel refused the BPF task iterator"), "{why}");
     }

@@ -75,14 +75,21 @@ struct IterCreate {
 
 const _: () = assert!(std::mem::size_of::<IterCreate>() == 8);
 
+/// The attrs above, and only they: what [`bpf`] may pass to the kernel.
+trait Attr {}
+impl Attr for ProgLoad {}
+impl Attr for LinkCreate {}
+impl Attr for IterCreate {}
+
 /// bpf(cmd, attr, sizeof attr); the kernel zero-extends a shorter attr. EINTR is retried, and
 /// EAGAIN (which BPF_PROG_LOAD may return transiently) a few times.
-fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> Result<OwnedFd, i32> {
+fn bpf<T: Attr>(cmd: libc::c_long, attr: &mut T) -> Result<OwnedFd, i32> {
     let mut again = 5;
     loop {
-        // SAFETY: `attr` is a live, initialised `#[repr(C)]` prefix of `union bpf_attr` of the
-        // size passed, and every pointer in it refers to memory the caller borrows for this
-        // call (instructions and license read, log buffer written up to its stated size).
+        // SAFETY: `attr` (an `Attr`) is a live `#[repr(C)]` prefix of `union bpf_attr` without
+        // padding, so initialised, of the size passed; every pointer in it refers to memory
+        // the caller borrows for this call (instructions and license read, log buffer written
+        // up to its stated size).
         let fd = unsafe {
             libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, std::mem::size_of::<T>() as u32)
         };
