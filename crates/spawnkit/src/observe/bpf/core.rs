@@ -287,10 +287,13 @@ pub(super) fn apply(
         let w = root(local, r.type_id)?;
         let cands = wanted.iter().position(|x| *x == w).and_then(|i| candidates.get(i));
         if r.kind == TYPE_ID_TARGET {
-            let id = cands.and_then(|c| c.first()).ok_or_else(|| {
-                format!("CO-RE: the kernel has no type {}", String::from_utf8_lossy(w.name))
-            })?;
-            patch(insns, r.insn_off, u64::from(r.type_id), u64::from(*id))
+            let name = String::from_utf8_lossy(w.name);
+            let id = match cands.map(Vec::as_slice).unwrap_or_default() {
+                [id] => *id,
+                [] => return Err(format!("CO-RE: the kernel has no type {name}")),
+                _ => return Err(format!("CO-RE: the kernel has several types named {name}")),
+            };
+            patch(insns, r.insn_off, u64::from(r.type_id), u64::from(id))
                 .map_err(|e| format!("CO-RE type id: {e}"))?;
             continue;
         }
@@ -460,6 +463,15 @@ mod tests {
             let e = apply(&mut insns, &[relo(2, k)], &btf, &btf, &w, &cands).unwrap_err();
             assert!(e.contains(&format!("kind {k} is not supported")), "{k}: {e}");
         }
+        // The kernel's id of a type: one candidate, or an error.
+        let mut ld = insn(0x18, 0, 2);
+        ld.extend(insn(0, 0, 0));
+        let type_id = Relo { insn_off: 0, type_id: 2, access: vec![0], kind: TYPE_ID_TARGET };
+        let types = std::slice::from_ref(&type_id);
+        apply(&mut ld, types, &btf, &btf, &w, &[vec![2]]).unwrap();
+        let e = apply(&mut ld, types, &btf, &btf, &w, &[vec![2, 3]]).unwrap_err();
+        assert!(e.contains("several types named s"), "{e}");
+        assert!(apply(&mut ld, types, &btf, &btf, &w, &[vec![]]).is_err());
         // An anonymous root type has no name to find in the kernel's BTF.
         let e = wanted(&[relo(3, FIELD_BYTE_OFFSET)], &btf).err().unwrap();
         assert!(e.contains("anonymous"), "{e}");
