@@ -515,6 +515,16 @@ fn ps_rows_measured_or_skipped_with_a_reason() {
     }
     let ratios = &ps["ratios"];
     assert!(ratios["ps_spawnkit_procfs/ps_procps"]["target"].as_f64().is_some(), "{ratios}");
+    // The shared-memory fixture: one region holding what the exited children wrote, mapped
+    // by the fixture alone (reading its size needs root: map_files).
+    let shm = &ps["shm_fixture"];
+    assert_eq!(shm["regions"], 1, "{shm}");
+    assert_eq!(shm["only_mapper"], true, "{shm}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(shm["resident_bytes"], 100 << 20, "{shm}");
+    }
+    assert!(stdout.contains("shared regions ÷ Shmem growth (fixture)") || !shm["difference_pct"].is_f64());
     for f in ["ps.png", "ps.svg"] {
         assert!(plots.join(f).metadata().unwrap().len() > 1000, "{f}");
     }

@@ -90,6 +90,58 @@ pub struct PsResults {
     pub rows: Vec<PsRow>,
     pub tools: Vec<(String, String)>,
     pub notes: Vec<String>,
+    /// The shared-memory fixture, or why it could not run.
+    pub shm: Option<Result<ShmCheck, String>>,
+}
+
+/// Issue 6's fixture, measured: 200 MiB mapped `MAP_SHARED | MAP_ANONYMOUS`, children wrote
+/// 50 and 100 MiB and exited; what `shared_regions` reports against what Shmem grew by.
+#[derive(Debug, Clone)]
+pub struct ShmCheck {
+    pub total_mib: u64,
+    pub written_mib: [u64; 2],
+    /// Regions the fixture maps, as reported (should be 1).
+    pub regions: usize,
+    /// Their resident bytes, summed (unknown ones count 0).
+    pub resident_bytes: u64,
+    /// Whether the fixture is each region's only mapper.
+    pub only_mapper: bool,
+    /// /proc/meminfo Shmem after the fixture is ready minus before it started.
+    pub shmem_growth_bytes: i64,
+    /// The fixture's own RSS (per-process views miss the region).
+    pub fixture_rss_bytes: u64,
+}
+
+impl ShmCheck {
+    /// (resident - Shmem growth) / Shmem growth, in percent.
+    pub fn difference_pct(&self) -> Option<f64> {
+        (self.shmem_growth_bytes > 0).then(|| {
+            (self.resident_bytes as f64 - self.shmem_growth_bytes as f64) * 100.0
+                / self.shmem_growth_bytes as f64
+        })
+    }
+}
+
+/// Run the fixture and measure it.
+fn shm_check(dir: &Path) -> Result<ShmCheck, String> {
+    let (total, a, b) = (200, 50, 100);
+    let shmem = || spawnkit::observe::meminfo_shmem().ok_or("no Shmem in /proc/meminfo");
+    let before = shmem()?;
+    let fixture = Herd::shm(dir, total, a, b)?;
+    let after = shmem()?;
+    let pid = fixture.pid() as i32;
+    let report = spawnkit::observe::shared_regions_of(&[pid]).map_err(|e| e.to_string())?;
+    let rss = spawnkit::observe::memory(pid).ok().flatten().map_or(0, |m| m.rss);
+    drop(fixture);
+    Ok(ShmCheck {
+        total_mib: total,
+        written_mib: [a, b],
+        regions: report.regions.len(),
+        resident_bytes: report.regions.iter().filter_map(|r| r.resident_bytes).sum(),
+        only_mapper: report.regions.iter().all(|r| r.pids == [pid]),
+        shmem_growth_bytes: after as i64 - before as i64,
+        fixture_rss_bytes: rss,
+    })
 }
 
 impl PsResults {
@@ -123,6 +175,17 @@ struct Herd {
 
 impl Herd {
     fn start(dir: &Path, n: usize) -> Result<Herd, String> {
+        Herd::run(dir, &[n.to_string()], &format!("the herd of {n} processes"))
+    }
+
+    /// The shared-memory fixture: TOTAL MiB mapped shared, A and B MiB written by children
+    /// that have exited.
+    fn shm(dir: &Path, total: u64, a: u64, b: u64) -> Result<Herd, String> {
+        let args = ["shm".to_string(), total.to_string(), a.to_string(), b.to_string()];
+        Herd::run(dir, &args, "the shared-memory fixture")
+    }
+
+    fn run(dir: &Path, args: &[String], what: &str) -> Result<Herd, String> {
         use std::io::Read;
         use std::os::unix::fs::PermissionsExt;
         let path = dir.join(HERD_NAME);
@@ -130,7 +193,7 @@ impl Herd {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let mut child = Process::new(&path)
-            .arg(n.to_string())
+            .args(args)
             .stdin(ProcessStdio::piped())
             .stdout(ProcessStdio::piped())
             .spawn()
@@ -148,7 +211,7 @@ impl Herd {
         let herd = Herd { child, stdin, path };
         if got != b"ready\n" {
             return Err(format!(
-                "the herd of {n} processes did not start: {:?}",
+                "{what} did not start: {:?}",
                 String::from_utf8_lossy(&got).trim()
             ));
         }
@@ -477,6 +540,8 @@ pub fn run(
     }
     progress.inc(2 * runs as u64);
     drop(herd);
+    progress.phase("ps: the shared-memory fixture");
+    res.shm = Some(shm_check(dir));
     res.rows.sort_by_key(|r| ROWS.iter().position(|id| *id == r.id).unwrap_or(ROWS.len()));
     Ok(res)
 }
@@ -587,8 +652,27 @@ pub fn print(res: &PsResults) {
         let tools: Vec<String> = res.tools.iter().map(|(t, v)| format!("{t}: {v}")).collect();
         println!("   tools: {}", tools.join("; "));
     }
+    match &res.shm {
+        Some(Ok(c)) => println!(
+            "   shared-memory fixture ({} MiB MAP_SHARED|MAP_ANONYMOUS, children wrote {} and {} \
+             MiB, exited): {} region(s), {:.1} MiB resident, the fixture {}its only mapper; \
+             Shmem grew {:.1} MiB; the fixture's own RSS {} KiB",
+            c.total_mib,
+            c.written_mib[0],
+            c.written_mib[1],
+            c.regions,
+            c.resident_bytes as f64 / MIB,
+            if c.only_mapper { "" } else { "NOT " },
+            c.shmem_growth_bytes as f64 / MIB,
+            c.fixture_rss_bytes / 1024
+        ),
+        Some(Err(e)) => println!("   shared-memory fixture: not measured: {e}"),
+        None => {}
+    }
     println!();
 }
+
+const MIB: f64 = 1048576.0;
 
 /// The ratio lines (median, then minimum), with the targets.
 pub fn summary(res: &PsResults) -> Vec<String> {
@@ -597,6 +681,14 @@ pub fn summary(res: &PsResults) -> Vec<String> {
         let Some((med, min)) = res.ratio(num, den) else { continue };
         let t = if target.is_nan() { String::new() } else { format!(" (target: ≤ {target:.2})") };
         out.push(format!("{num} ÷ {den}: {med:.3} median, {min:.3} minimum{t}"));
+    }
+    if let Some(Ok(c)) = &res.shm {
+        if let Some(pct) = c.difference_pct() {
+            out.push(format!(
+                "shared regions ÷ Shmem growth (fixture): {:+.2} % (target: within 1 %)",
+                pct
+            ));
+        }
     }
     out
 }
@@ -625,6 +717,17 @@ pub fn json(res: &PsResults) -> Value {
         .collect();
     let tools: serde_json::Map<String, Value> =
         res.tools.iter().map(|(t, v)| (t.clone(), json!(v))).collect();
+    let shm = match &res.shm {
+        Some(Ok(c)) => json!({"total_mib": c.total_mib, "written_mib": c.written_mib,
+                              "regions": c.regions, "resident_bytes": c.resident_bytes,
+                              "only_mapper": c.only_mapper,
+                              "shmem_growth_bytes": c.shmem_growth_bytes,
+                              "fixture_rss_bytes": c.fixture_rss_bytes,
+                              "difference_pct": c.difference_pct()}),
+        Some(Err(e)) => json!({"skipped": e}),
+        None => Value::Null,
+    };
     json!({"unit": "ms", "herd": res.herd, "processes": res.processes, "runs": res.runs,
-           "mem_runs": res.mem_runs, "tools": tools, "rows": rows, "ratios": ratios})
+           "mem_runs": res.mem_runs, "tools": tools, "rows": rows, "ratios": ratios,
+           "shm_fixture": shm})
 }
