@@ -324,7 +324,10 @@ fn ps_bars(res: &Results) -> Bars<'static> {
         .iter()
         .flat_map(|p| p.rows.iter())
         .filter(|r| r.skipped.is_none())
-        .map(|r| (r.name.clone(), vec![r.min_ms().map(|m| (m, r.median_ms()))]))
+        .map(|r| {
+            let name = super::ps::short_name(&r.id).to_string();
+            (name, vec![r.min_ms().map(|m| (m, r.median_ms()))])
+        })
         .collect();
     Bars {
         title: "Process table and memory: minimum (bar), median (line), ms, log scale",

@@ -48,6 +48,21 @@ pub const ROWS: [&str; 8] = [
     "mem_smem",
 ];
 
+/// A short label for charts.
+pub fn short_name(id: &str) -> &str {
+    match id {
+        "ps_spawnkit_bpf" => "spawnkit ps (BPF)",
+        "ps_spawnkit_procfs" => "spawnkit ps (/proc)",
+        "ps_procps" => "ps ax (procps)",
+        "py_psutil" => "psutil.process_iter",
+        "py_spawnkit_ps" => "spawnkit.ps()",
+        "mem_spawnkit_all" => "spawnkit mem --all",
+        "mem_spawnkit_shared" => "spawnkit mem --shared",
+        "mem_smem" => "smem",
+        other => other,
+    }
+}
+
 /// One row's result.
 #[derive(Debug, Clone)]
 pub struct PsRow {
