@@ -524,7 +524,10 @@ fn ps_rows_measured_or_skipped_with_a_reason() {
     if unsafe { libc::geteuid() } == 0 {
         assert_eq!(shm["resident_bytes"], 100 << 20, "{shm}");
     }
-    assert!(stdout.contains("shared regions ÷ Shmem growth (fixture)") || !shm["difference_pct"].is_f64());
+    assert!(
+        stdout.contains("shared regions ÷ Shmem growth (fixture)")
+            || !shm["difference_pct"].is_f64()
+    );
     for f in ["ps.png", "ps.svg"] {
         assert!(plots.join(f).metadata().unwrap().len() > 1000, "{f}");
     }
