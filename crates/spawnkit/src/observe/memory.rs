@@ -338,7 +338,7 @@ impl Reader {
         if m.pss_shmem > 0 {
             if let Got::Data = self.read_file(pid, "smaps") {
                 let devs = self.devs.get_or_insert_with(ShmemDevs::new);
-                let page = crate::sys::procmap::page_size();
+                let page = crate::sys::procfs::page_size();
                 let mut pagemap: Option<Option<File>> = None;
                 let private = shmem_private_from_smaps(
                     &self.buf,
@@ -419,7 +419,7 @@ pub fn top_by_rss(n: usize) -> Result<Vec<Memory>> {
 
 /// (RSS, pid) of every process from `/proc/PID/statm`.
 fn rank_by_statm(reader: &mut Reader) -> Result<Vec<(u64, i32)>> {
-    let page = crate::sys::procmap::page_size();
+    let page = crate::sys::procfs::page_size();
     let mut ranked = Vec::new();
     for pid in list_pids()? {
         if let Got::Data = reader.read_file(pid, "statm") {

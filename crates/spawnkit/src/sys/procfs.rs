@@ -82,26 +82,26 @@ pub(crate) fn dirents(buf: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// sysconf(_SC_CLK_TCK): the unit of `/proc/PID/stat` times (USER_HZ, 100 on Linux).
-pub(crate) fn clock_ticks() -> u64 {
+/// sysconf(3) `name`, or `default` where it gives no positive value.
+fn sysconf_or(name: libc::c_int, default: u64) -> u64 {
     // SAFETY: sysconf takes an integer and touches no memory of ours.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        hz as u64
+    let value = unsafe { libc::sysconf(name) };
+    if value > 0 {
+        value as u64
     } else {
-        100
+        default
     }
 }
 
-/// sysconf(_SC_PAGESIZE): the unit of the rss field of `/proc/PID/stat`.
+/// sysconf(_SC_CLK_TCK): the unit of `/proc/PID/stat` times (USER_HZ, 100 on Linux).
+pub(crate) fn clock_ticks() -> u64 {
+    sysconf_or(libc::_SC_CLK_TCK, 100)
+}
+
+/// sysconf(_SC_PAGESIZE): the unit of the rss field of `/proc/PID/stat` and of the counts in
+/// `/proc/PID/statm`.
 pub(crate) fn page_size() -> u64 {
-    // SAFETY: sysconf takes an integer and touches no memory of ours.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 {
-        size as u64
-    } else {
-        4096
-    }
+    sysconf_or(libc::_SC_PAGESIZE, 4096)
 }
 
 /// clock_gettime(2): `clock` (CLOCK_REALTIME, CLOCK_BOOTTIME...) as seconds and

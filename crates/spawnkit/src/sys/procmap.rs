@@ -134,14 +134,3 @@ pub(crate) fn fs_type(path: &CStr) -> Result<i64, i32> {
 
 /// TMPFS_MAGIC of include/uapi/linux/magic.h.
 pub(crate) const TMPFS_MAGIC: i64 = 0x0102_1994;
-
-/// sysconf(_SC_PAGESIZE): the size of the pages /proc/PID/statm counts.
-pub(crate) fn page_size() -> u64 {
-    // SAFETY: sysconf takes an integer and returns a value or -1.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
-}
