@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod mem;
+mod out;
 mod ps;
 mod run;
 

@@ -13,6 +13,8 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 use spawnkit::observe::{self, MapsMethod, Memory, MemoryStatus, SharedRegion, SharedReport};
 
+use crate::out::{parse_pid, stdout_writer, Failure};
+
 /// A PID given does not exist, or the report could not be made.
 const FAILED: i32 = 1;
 
@@ -150,13 +152,6 @@ pub enum SortKey {
     Comm,
 }
 
-fn parse_pid(s: &str) -> Result<i32, String> {
-    match s.trim().parse::<i32>() {
-        Ok(pid) if pid > 0 => Ok(pid),
-        _ => Err(format!("'{s}' is not a pid (a number above 0)")),
-    }
-}
-
 fn parse_method(s: &str) -> Result<MapsMethod, String> {
     match s {
         "auto" => Ok(MapsMethod::Auto),
@@ -182,28 +177,6 @@ pub fn main(args: &MemArgs) -> i32 {
 /// share a pipe whose reader is gone) is not a panic: the line is dropped.
 fn note(line: std::fmt::Arguments<'_>) {
     let _ = writeln!(io::stderr().lock(), "{line}");
-}
-
-enum Failure {
-    /// stdout was closed: stop quietly.
-    Pipe,
-    Msg(String),
-}
-
-impl From<io::Error> for Failure {
-    fn from(e: io::Error) -> Failure {
-        if e.kind() == io::ErrorKind::BrokenPipe {
-            Failure::Pipe
-        } else {
-            Failure::Msg(format!("write to stdout: {e}"))
-        }
-    }
-}
-
-impl From<spawnkit::Error> for Failure {
-    fn from(e: spawnkit::Error) -> Failure {
-        Failure::Msg(e.to_string())
-    }
 }
 
 /// How sizes are printed in tables.
@@ -253,10 +226,6 @@ fn human(n: u64) -> String {
     } else {
         format!("{:.0}{}", v, UNITS[i])
     }
-}
-
-fn stdout_writer() -> io::BufWriter<io::StdoutLock<'static>> {
-    io::BufWriter::with_capacity(64 * 1024, io::stdout().lock())
 }
 
 // ---------------------------------------------------------------------------------------

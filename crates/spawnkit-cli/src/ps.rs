@@ -13,6 +13,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, SortKey, State, TreeRow};
 
+use crate::out::{parse_pid, stdout_writer, Failure};
+
 /// The table could not be read, or no process matched.
 const FAILED: i32 = 1;
 
@@ -283,13 +285,6 @@ fn parse_column(s: &str) -> Result<Column, String> {
     Ok(column)
 }
 
-fn parse_pid(s: &str) -> Result<i32, String> {
-    match s.trim().parse::<i32>() {
-        Ok(pid) if pid > 0 => Ok(pid),
-        _ => Err(format!("'{s}' is not a pid (a number above 0)")),
-    }
-}
-
 /// Like [`parse_pid`], but 0 is allowed: the parent of init and kthreadd.
 fn parse_ppid(s: &str) -> Result<i32, String> {
     match s.trim().parse::<i32>() {
@@ -327,9 +322,8 @@ fn backend_name(b: Backend) -> &'static str {
 
 pub fn main(args: &PsArgs) -> i32 {
     match run(args) {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(Failure::Pipe) => 0,
-        Err(Failure::NoneFound) => FAILED,
         Err(Failure::Msg(m)) => {
             eprintln!("spawnkit ps: {m}");
             FAILED
@@ -337,31 +331,9 @@ pub fn main(args: &PsArgs) -> i32 {
     }
 }
 
-enum Failure {
-    /// stdout was closed: stop quietly.
-    Pipe,
-    /// No process to show (the header was written): exit 1 without a message, as procps.
-    NoneFound,
-    Msg(String),
-}
-
-impl From<io::Error> for Failure {
-    fn from(e: io::Error) -> Failure {
-        if e.kind() == io::ErrorKind::BrokenPipe {
-            Failure::Pipe
-        } else {
-            Failure::Msg(format!("write to stdout: {e}"))
-        }
-    }
-}
-
-impl From<spawnkit::Error> for Failure {
-    fn from(e: spawnkit::Error) -> Failure {
-        Failure::Msg(e.to_string())
-    }
-}
-
-fn run(args: &PsArgs) -> Result<(), Failure> {
+/// The table written; the exit code: 0, or [`FAILED`] (without a message, as procps) when
+/// there was no process to show.
+fn run(args: &PsArgs) -> Result<i32, Failure> {
     let columns: Vec<Column> = if args.format.is_empty() {
         DEFAULT_FIELDS.iter().map(|&f| Column::of(f)).collect()
     } else {
@@ -414,8 +386,7 @@ fn run(args: &PsArgs) -> Result<(), Failure> {
             .collect()
     };
 
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let mut out = stdout_writer();
     if args.json {
         write_json(&mut out, &columns, &procs, &rows, args.forest, &ctx)?;
     } else {
@@ -423,11 +394,8 @@ fn run(args: &PsArgs) -> Result<(), Failure> {
         write_table(&mut out, &columns, &procs, &rows, &prefixes, !args.no_headers, &ctx)?;
     }
     out.flush()?;
-    if rows.is_empty() {
-        // As procps: no process to show is exit status 1 (`ps -p PID` tests for a process).
-        return Err(Failure::NoneFound);
-    }
-    Ok(())
+    // As procps: no process to show is exit status 1 (`ps -p PID` tests for a process).
+    Ok(if rows.is_empty() { FAILED } else { 0 })
 }
 
 /// What rendering needs beyond the processes: clocks, boot time, user names, pid width.
