@@ -11,7 +11,7 @@ mod common;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -22,81 +22,13 @@ use spawnkit::observe::{
 };
 use spawnkit::ErrorKind;
 
+use common::fixtures::{rollup, skip_unless_root, vanished_pid, ShmFixture};
+
 const MIB: u64 = 1 << 20;
 
-/// A running shm-fixture; dropping it closes its stdin and waits for it.
-struct Fixture {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    pid: i32,
-    start: u64,
-    end: u64,
-}
-
-impl Fixture {
-    fn start(args: &[&str]) -> Fixture {
-        let mut child = Command::new(common::probe())
-            .arg("shm-fixture")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn shm-fixture");
-        let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
-        let f: Vec<&str> = line.split_whitespace().collect();
-        assert!(f.len() == 4 && f[0] == "ready", "fixture said {line:?}");
-        Fixture {
-            pid: f[1].parse().unwrap(),
-            start: u64::from_str_radix(f[2], 16).unwrap(),
-            end: u64::from_str_radix(f[3], 16).unwrap(),
-            child,
-            stdin,
-        }
-    }
-
-    /// The region's entry in /proc/PID/map_files, as stat(2) sees the object behind it.
-    fn stat_object(&self) -> fs::Metadata {
-        fs::metadata(format!("/proc/{}/map_files/{:x}-{:x}", self.pid, self.start, self.end))
-            .expect("stat map_files (needs root)")
-    }
-
-    /// The fixture's regions in a report: those its pid maps.
-    fn regions<'a>(&self, report: &'a SharedReport) -> Vec<&'a SharedRegion> {
-        report.regions.iter().filter(|r| r.pids.contains(&self.pid)).collect()
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-fn skip_unless_root(test: &str) -> bool {
-    if common::is_root() {
-        return false;
-    }
-    println!("skipping {test}: reading /proc/PID/map_files needs root (CAP_SYS_ADMIN)");
-    true
-}
-
-/// A pid that existed a moment ago and does not now.
-fn vanished_pid() -> i32 {
-    let mut child = Command::new("true").spawn().expect("spawn true");
-    let pid = child.id() as i32;
-    child.wait().expect("wait");
-    assert!(fs::metadata(format!("/proc/{pid}")).is_err());
-    pid
-}
-
-/// `Key: N kB` of a smaps_rollup, read by the test itself.
-fn rollup_field(pid: i32, key: &str) -> u64 {
-    let text = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).expect("smaps_rollup");
-    let line = text.lines().find(|l| l.starts_with(&format!("{key}:"))).expect(key);
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+/// The fixture's regions in a report: those its pid maps.
+fn fixture_regions<'a>(fx: &ShmFixture, report: &'a SharedReport) -> Vec<&'a SharedRegion> {
+    report.regions.iter().filter(|r| r.pids.contains(&fx.pid)).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -119,13 +51,13 @@ fn fixture_region_is_counted_once_at_100_mib_and_matches_meminfo() {
     let mut noisy = Vec::new();
     for attempt in 1..=6 {
         let s0 = meminfo_shmem().expect("Shmem in /proc/meminfo");
-        let fx = Fixture::start(&["200", "50", "100"]);
+        let fx = ShmFixture::start(&["200", "50", "100"]);
         let s1 = meminfo_shmem().unwrap();
         let report = shared_regions().expect("report");
         let s1_after_report = meminfo_shmem().unwrap();
 
         // Exactly one region for the fixture, reported once, as the object itself says.
-        let mine = fx.regions(&report);
+        let mine = fixture_regions(&fx, &report);
         assert_eq!(mine.len(), 1, "fixture regions: {mine:#?}");
         let r = mine[0];
         let object = fx.stat_object();
@@ -185,7 +117,7 @@ fn fixture_parent_shows_its_shmem_apart_from_uss() {
     let _serial = common::serial();
     // The parent reads the 100 MiB the children wrote: its page tables map them now, and it
     // is their only mapper, so smaps counts them as Private. They are shmem all the same.
-    let fx = Fixture::start(&["200", "50", "100", "100"]);
+    let fx = ShmFixture::start(&["200", "50", "100", "100"]);
     let m = memory(fx.pid).unwrap().expect("fixture alive");
     assert_eq!(m.status, MemoryStatus::Measured);
     assert_eq!(m.pid, fx.pid);
@@ -198,9 +130,9 @@ fn fixture_parent_shows_its_shmem_apart_from_uss() {
     assert_eq!(m.pss, m.pss_anon + m.pss_file + m.pss_shmem);
 
     // Independently: the smem/psutil USS (Private_Clean + Private_Dirty) would count it.
-    let naive = rollup_field(fx.pid, "Private_Clean") + rollup_field(fx.pid, "Private_Dirty");
+    let naive = rollup(fx.pid, "Private_Clean") + rollup(fx.pid, "Private_Dirty");
     assert!(naive >= 100 * MIB, "smem's USS counts the shmem as private: {naive}");
-    assert_eq!(rollup_field(fx.pid, "Pss_Shmem"), m.pss_shmem);
+    assert_eq!(rollup(fx.pid, "Pss_Shmem"), m.pss_shmem);
 
     // The same through memory_of and memory_all.
     let of = memory_of(&[fx.pid]).unwrap();
@@ -222,7 +154,7 @@ fn fixture_parent_shows_its_shmem_apart_from_uss() {
     // And its region still counts 100 MiB, once.
     if !skip_unless_root("fixture_parent_shows_its_shmem_apart_from_uss (region part)") {
         let report = shared_regions_of(&[fx.pid]).unwrap();
-        let mine = fx.regions(&report);
+        let mine = fixture_regions(&fx, &report);
         assert_eq!(mine.len(), 1);
         assert_eq!(mine[0].resident_bytes, Some(100 * MIB));
     }
@@ -278,7 +210,7 @@ fn private_shmem_mapping_with_copies_shared_after_fork_keeps_its_shmem_out_of_us
 #[test]
 fn maps_text_and_procmap_query_give_the_same_regions() {
     let _serial = common::serial();
-    let fx = Fixture::start(&["64", "8", "16"]);
+    let fx = ShmFixture::start(&["64", "8", "16"]);
     let by_ioctl = shared_regions_with(MapsMethod::ProcmapQuery, Some(&[fx.pid])).unwrap();
     let by_text = shared_regions_with(MapsMethod::MapsText, Some(&[fx.pid])).unwrap();
     assert_eq!(by_ioctl.method, MapsMethod::ProcmapQuery);
@@ -286,7 +218,7 @@ fn maps_text_and_procmap_query_give_the_same_regions() {
     assert_eq!(by_ioctl.regions, by_text.regions);
     assert_eq!(by_ioctl.processes_scanned, 1);
     assert_eq!(by_text.processes_scanned, 1);
-    let mine = fx.regions(&by_text);
+    let mine = fixture_regions(&fx, &by_text);
     assert_eq!(mine.len(), 1);
     assert_eq!(mine[0].pids, vec![fx.pid]);
     if common::is_root() {

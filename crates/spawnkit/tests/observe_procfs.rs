@@ -11,14 +11,14 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::os::unix::ffi::OsStrExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, State};
 use spawnkit::ErrorKind;
+
+use common::fixtures::{page_size, stat_fields, status, Tree};
 
 /// Counts each thread's allocations, so that a test can see what one refresh allocates.
 struct Counting;
@@ -66,80 +66,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static COUNTING: Counting = Counting;
 
-/// A process tree from the probe; dies (root first, the rest by PDEATHSIG) when dropped.
-struct Tree {
-    root: Child,
-    stdin: Option<ChildStdin>,
-    /// Every pid, root first, then level by level.
-    pids: Vec<i32>,
-    argv: Vec<Vec<u8>>,
-}
-
-impl Tree {
-    fn start(depth: u32, width: u32, comm: &str) -> Tree {
-        let probe = common::probe();
-        let args = ["tree".to_string(), depth.to_string(), width.to_string(), comm.to_string()];
-        let mut root = Command::new(&probe)
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the tree probe");
-        let mut line = String::new();
-        BufReader::new(root.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let pids: Vec<i32> = match line.trim_end().strip_prefix("ready ") {
-            Some(rest) => rest.split(' ').map(|p| p.parse().unwrap()).collect(),
-            None => panic!("the tree probe said {line:?}"),
-        };
-        let expected: u32 = (0..=depth).map(|d| width.pow(d)).sum();
-        assert_eq!(pids.len(), expected as usize, "{line}");
-        let mut argv = vec![probe.as_os_str().as_bytes().to_vec()];
-        argv.extend(args.iter().map(|a| a.as_bytes().to_vec()));
-        Tree { stdin: root.stdin.take(), root, pids, argv }
-    }
-
-    fn root(&self) -> i32 {
-        self.pids[0]
-    }
-
-    /// The raw /proc/PID/cmdline every node has (they fork without exec).
-    fn cmdline(&self) -> Vec<u8> {
-        self.argv.iter().flat_map(|a| a.iter().copied().chain([0])).collect()
-    }
-
-    fn sorted_pids(&self) -> Vec<i32> {
-        let mut v = self.pids.clone();
-        v.sort_unstable();
-        v
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.root.wait();
-    }
-}
-
-/// /proc/PID/stat as read here: the fields after the comm (field 3 is index 0).
-fn stat_fields(pid: i32) -> Vec<String> {
-    let text = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
-    let close = text.iter().rposition(|&b| b == b')').unwrap();
-    String::from_utf8(text[close + 2..].to_vec())
-        .unwrap()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
-}
-
-/// A `Name:\tvalue` line of /proc/PID/status.
-fn status(pid: i32, key: &str) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
-}
-
 fn by_pid(procs: &[Process]) -> BTreeMap<i32, &Process> {
     procs.iter().map(|p| (p.pid, p)).collect()
 }
@@ -160,8 +86,7 @@ fn the_tree_as_proc_shows_it() {
         .unwrap()
         .parse()
         .unwrap();
-    // SAFETY: sysconf takes an integer and touches no memory of ours.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    let page = page_size();
     for &pid in &tree.pids {
         let p = seen.get(&pid).unwrap_or_else(|| panic!("fixture pid {pid} not listed"));
         let f = stat_fields(pid);

@@ -19,6 +19,15 @@ use std::time::{Duration, Instant};
 
 use spawnkit::{Command, Stdio, Strategy};
 
+/// The probe, the process tree and shared-memory fixtures, /proc read independently: one
+/// file that the `spawnkit` binary's tests include too.
+pub mod fixtures;
+
+// Kept here under their old names for every test binary; like the rest of this module, each
+// binary uses only some of them (hence the allow, as for dead_code above).
+#[allow(unused_imports)]
+pub use fixtures::{is_root, probe};
+
 /// Strategies that can do everything (posix-spawn refuses rlimits, credentials, ...).
 pub const FULL: [Strategy; 2] = [Strategy::CloneVfork, Strategy::ForkExec];
 
@@ -28,20 +37,6 @@ pub const GLIBC_INTERNAL_SIGNALS: u64 = (1 << 31) | (1 << 32);
 /// The bit of signal `n` in a /proc/PID/status signal mask.
 pub fn sigbit(n: i32) -> u64 {
     1u64 << (n - 1)
-}
-
-/// Path of the `spawnkit-probe` helper, next to the test executable's `deps/` directory.
-pub fn probe() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test>-<hash> -> target/<profile>/spawnkit-probe
-    let dir = exe.parent().and_then(Path::parent).expect("test executable has no grandparent");
-    let probe = dir.join("spawnkit-probe");
-    assert!(
-        probe.is_file(),
-        "the test helper {} is missing: run `cargo build --workspace --bins` before `cargo test`",
-        probe.display()
-    );
-    probe
 }
 
 /// The probe at a path a private /tmp does not hide: a copy under /var/tmp when the build
@@ -363,12 +358,6 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether the tests run as root (credential tests need it).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// The CPUs this process may run on.
