@@ -6,115 +6,23 @@
 //! children write A and B MiB and exit, the parent reads PARENT MiB itself, prints
 //! `ready PID START END` and waits for EOF on stdin.
 
-use std::fs;
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
+use common::fixtures::{is_root, rollup, skip_unless_root, vanished_pid, ShmFixture};
+use common::{spawnkit, spawnkit_bin, spawnkit_cmd, Res};
+
 const MIB: u64 = 1 << 20;
-
-fn spawnkit_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_spawnkit")
-}
-
-/// target/<profile>/spawnkit-probe: the test binary is target/<profile>/deps/mem-xxxx.
-fn probe() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile> directory");
-    let probe = dir.join("spawnkit-probe");
-    assert!(
-        probe.is_file(),
-        "{} is missing: build the helper binaries first with `cargo build --workspace --bins`",
-        probe.display()
-    );
-    probe
-}
 
 /// One fixture at a time: each holds up to 100 MiB.
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn is_root() -> bool {
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().nth(1).map(str::to_string));
-    euid.as_deref() == Some("0")
-}
-
-fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    println!("skipping {test}: reading /proc/PID/map_files needs root (CAP_SYS_ADMIN)");
-    true
-}
-
-struct Fixture {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    pid: i32,
-    start: u64,
-    end: u64,
-}
-
-impl Fixture {
-    fn start(args: &[&str]) -> Fixture {
-        let mut child = Command::new(probe())
-            .arg("shm-fixture")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn shm-fixture");
-        let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
-        let f: Vec<&str> = line.split_whitespace().collect();
-        assert!(f.len() == 4 && f[0] == "ready", "fixture said {line:?}");
-        Fixture {
-            pid: f[1].parse().unwrap(),
-            start: u64::from_str_radix(f[2], 16).unwrap(),
-            end: u64::from_str_radix(f[3], 16).unwrap(),
-            child,
-            stdin,
-        }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
-/// What `spawnkit` did: exit code, stdout, stderr.
-#[derive(Debug)]
-struct Res {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-fn spawnkit(args: &[&str]) -> Res {
-    let out = Command::new(spawnkit_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run spawnkit");
-    Res {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
 }
 
 fn json(res: &Res) -> Vec<Value> {
@@ -125,26 +33,12 @@ fn json(res: &Res) -> Vec<Value> {
     }
 }
 
-/// `Key: N kB` of /proc/PID/smaps_rollup, in bytes, read by the test itself.
-fn rollup(pid: i32, key: &str) -> u64 {
-    let text = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).expect("smaps_rollup");
-    let line = text.lines().find(|l| l.split(':').next() == Some(key)).expect(key);
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
-}
-
-fn vanished_pid() -> i32 {
-    let mut child = Command::new("true").spawn().expect("spawn true");
-    let pid = child.id() as i32;
-    child.wait().unwrap();
-    pid
-}
-
 #[test]
 fn mem_pid_prints_one_row_with_the_shmem_apart() {
     let _s = serial();
-    let fx = Fixture::start(&["200", "50", "100", "100"]);
+    let fx = ShmFixture::start(&["200", "50", "100", "100"]);
     let pid = fx.pid.to_string();
-    let res = spawnkit(&["mem", "--bytes", &pid]);
+    let res = spawnkit(["mem", "--bytes", &pid]);
     assert_eq!(res.code, Some(0), "{res:?}");
     let lines: Vec<&str> = res.stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{res:?}");
@@ -160,12 +54,12 @@ fn mem_pid_prints_one_row_with_the_shmem_apart() {
     assert_eq!(row[6], "spawnkit-probe");
 
     // Human-readable by default.
-    let res = spawnkit(&["mem", &pid]);
+    let res = spawnkit(["mem", &pid]);
     let row: Vec<String> =
         res.stdout.lines().nth(1).unwrap().split_whitespace().map(String::from).collect();
     assert_eq!(row[4], "100M", "{res:?}");
     // KiB.
-    let res = spawnkit(&["mem", "-k", &pid]);
+    let res = spawnkit(["mem", "-k", &pid]);
     let row: Vec<String> =
         res.stdout.lines().nth(1).unwrap().split_whitespace().map(String::from).collect();
     assert_eq!(row[4], (rollup(fx.pid, "Pss_Shmem") / 1024).to_string(), "{res:?}");
@@ -174,9 +68,9 @@ fn mem_pid_prints_one_row_with_the_shmem_apart() {
 #[test]
 fn mem_json_gives_objects_with_byte_values() {
     let _s = serial();
-    let fx = Fixture::start(&["200", "50", "100", "100"]);
+    let fx = ShmFixture::start(&["200", "50", "100", "100"]);
     let me = std::process::id() as i32;
-    let list = json(&spawnkit(&["mem", "--json", &fx.pid.to_string(), &me.to_string()]));
+    let list = json(&spawnkit(["mem", "--json", &fx.pid.to_string(), &me.to_string()]));
     assert_eq!(list.len(), 2);
     assert_eq!(list[0]["pid"], fx.pid, "the order of the PIDs given");
     assert_eq!(list[1]["pid"], me);
@@ -215,12 +109,12 @@ fn mem_json_gives_objects_with_byte_values() {
     assert_eq!(n("pss"), n("pss_anon") + n("pss_file") + n("shmem"));
 
     // --all lists it too; --top 2 gives two, largest RSS first.
-    let all = json(&spawnkit(&["mem", "--all", "--json"]));
+    let all = json(&spawnkit(["mem", "--all", "--json"]));
     assert!(all.iter().any(|o| o["pid"] == fx.pid));
-    let top = json(&spawnkit(&["mem", "--top", "2", "--json"]));
+    let top = json(&spawnkit(["mem", "--top", "2", "--json"]));
     assert_eq!(top.len(), 2);
     assert!(top[0]["rss"].as_u64() >= top[1]["rss"].as_u64());
-    let sorted = json(&spawnkit(&["mem", "--all", "--json", "--sort", "shmem"]));
+    let sorted = json(&spawnkit(["mem", "--all", "--json", "--sort", "shmem"]));
     // Largest first; processes that could not be read (null) at the end.
     let key = |o: &Value| o["shmem"].as_u64().map_or(-1, |v| v as i128);
     assert!(sorted.windows(2).all(|w| key(&w[0]) >= key(&w[1])), "{sorted:?}");
@@ -235,12 +129,11 @@ fn mem_shared_json_reports_the_region_once() {
         return;
     }
     let _s = serial();
-    let fx = Fixture::start(&["200", "50", "100"]);
-    let object = fs::metadata(format!("/proc/{}/map_files/{:x}-{:x}", fx.pid, fx.start, fx.end))
-        .expect("stat map_files");
+    let fx = ShmFixture::start(&["200", "50", "100"]);
+    let object = fx.stat_object();
     let dev = format!("{}:{}", libc::major(object.dev()), libc::minor(object.dev()));
     for method in ["auto", "procmap-query", "maps-text"] {
-        let list = json(&spawnkit(&["mem", "--shared", "--json", "--method", method]));
+        let list = json(&spawnkit(["mem", "--shared", "--json", "--method", method]));
         let mine: Vec<&Value> = list
             .iter()
             .filter(|o| o["pids"].as_array().unwrap().iter().any(|p| p == fx.pid))
@@ -265,7 +158,7 @@ fn mem_shared_json_reports_the_region_once() {
     }
 
     // Restricted to the fixture: just its region. -v puts the totals on stderr as JSON.
-    let res = spawnkit(&["mem", "--shared", "--json", "-v", &fx.pid.to_string()]);
+    let res = spawnkit(["mem", "--shared", "--json", "-v", &fx.pid.to_string()]);
     let list = json(&res);
     assert_eq!(list.len(), 1);
     let summary: Value = serde_json::from_str(res.stderr.trim()).expect("summary on stderr");
@@ -281,8 +174,8 @@ fn mem_shared_table_has_the_region_and_the_meminfo_check() {
         return;
     }
     let _s = serial();
-    let fx = Fixture::start(&["200", "50", "100"]);
-    let res = spawnkit(&["mem", "--shared", "--bytes"]);
+    let fx = ShmFixture::start(&["200", "50", "100"]);
+    let res = spawnkit(["mem", "--shared", "--bytes"]);
     assert_eq!(res.code, Some(0), "{res:?}");
     let mut lines = res.stdout.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
@@ -308,29 +201,29 @@ fn mem_shared_table_has_the_region_and_the_meminfo_check() {
 #[test]
 fn bad_pids_are_clear_errors() {
     let gone = vanished_pid();
-    let res = spawnkit(&["mem", &gone.to_string()]);
+    let res = spawnkit(["mem", &gone.to_string()]);
     assert_eq!(res.code, Some(1), "{res:?}");
     assert_eq!(res.stderr.trim(), format!("spawnkit mem: no process {gone}"));
     assert_eq!(res.stdout.lines().count(), 1, "only the header: {res:?}");
 
     // The others are still shown.
     let me = std::process::id().to_string();
-    let res = spawnkit(&["mem", "--json", &gone.to_string(), &me]);
+    let res = spawnkit(["mem", "--json", &gone.to_string(), &me]);
     assert_eq!(res.code, Some(1));
     let list: Vec<Value> = serde_json::from_str(&res.stdout).unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["pid"].to_string(), me);
 
-    let res = spawnkit(&["mem", "--shared", &gone.to_string()]);
+    let res = spawnkit(["mem", "--shared", &gone.to_string()]);
     assert_eq!(res.code, Some(1), "{res:?}");
     assert!(res.stderr.contains(&format!("no process {gone}")), "{res:?}");
 
     for bad in ["0", "-5", "abc", "12x"] {
-        let res = spawnkit(&["mem", "--", bad]);
+        let res = spawnkit(["mem", "--", bad]);
         assert_eq!(res.code, Some(125), "{bad}: {res:?}");
         assert!(res.stderr.contains("is not a pid"), "{bad}: {res:?}");
     }
-    let res = spawnkit(&["mem", "--method", "nope", "--shared"]);
+    let res = spawnkit(["mem", "--method", "nope", "--shared"]);
     assert_eq!(res.code, Some(125), "{res:?}");
     assert!(res.stderr.contains("auto, procmap-query or maps-text"), "{res:?}");
 }
@@ -338,8 +231,7 @@ fn bad_pids_are_clear_errors() {
 #[test]
 fn closed_stdout_ends_quietly() {
     for args in [&["mem", "--all"][..], &["mem", "--shared"][..]] {
-        let mut child = Command::new(spawnkit_bin())
-            .args(args)
+        let mut child = spawnkit_cmd(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -425,8 +317,7 @@ fn closed_stderr_and_stdout_end_quietly() {
             }
         };
         drop(r);
-        let status = Command::new(spawnkit_bin())
-            .args(args)
+        let status = spawnkit_cmd(args)
             .stdin(Stdio::null())
             .stdout(w.try_clone().unwrap())
             .stderr(w)

@@ -5,47 +5,22 @@
 //! Values are checked with `--backend procfs` (the BPF backend has its own tests); `auto`
 //! must work whether or not BPF loads here.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-fn probe() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile> directory");
-    let probe = dir.join("spawnkit-probe");
-    assert!(
-        probe.is_file(),
-        "{} is missing: build the helper binaries first with `cargo build --workspace --bins`",
-        probe.display()
-    );
-    probe
-}
+use common::fixtures::{page_size, probe, stat_fields, status, Tree};
+use common::{spawnkit_bin, spawnkit_cmd, Res};
 
-/// What `spawnkit ps ARGS` did.
-#[derive(Debug)]
-struct Res {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
+/// `spawnkit ps ARGS`; spawnkit writes UTF-8 whatever the processes are named.
 fn ps(args: &[&str]) -> Res {
-    let out = Command::new(env!("CARGO_BIN_EXE_spawnkit"))
-        .arg("ps")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run spawnkit ps");
-    Res {
-        code: out.status.code(),
-        stdout: String::from_utf8(out.stdout).expect("UTF-8 output"),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    Res::of_utf8(spawnkit_cmd(["ps"]).args(args))
 }
 
 /// `spawnkit ps --backend procfs ARGS`, which must succeed.
@@ -60,81 +35,6 @@ fn ok(args: &[&str]) -> String {
 /// The first column of each line, as pids.
 fn pid_column(out: &str) -> Vec<i32> {
     out.lines().map(|l| l.split_whitespace().next().unwrap().parse().unwrap()).collect()
-}
-
-/// A process tree from the probe; dies when dropped.
-struct Tree {
-    root: Child,
-    stdin: Option<ChildStdin>,
-    pids: Vec<i32>,
-}
-
-impl Tree {
-    fn start(depth: u32, width: u32, comm: &str) -> Tree {
-        Tree::start_as(depth, width, comm, None)
-    }
-
-    /// The tree, run as user `uid` when given.
-    fn start_as(depth: u32, width: u32, comm: &str, uid: Option<u32>) -> Tree {
-        use std::os::unix::process::CommandExt;
-        let args = ["tree".to_string(), depth.to_string(), width.to_string(), comm.to_string()];
-        let mut cmd = Command::new(probe());
-        if let Some(uid) = uid {
-            cmd.uid(uid);
-        }
-        let mut root = cmd
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the tree probe");
-        let mut line = String::new();
-        BufReader::new(root.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let pids: Vec<i32> = match line.trim_end().strip_prefix("ready ") {
-            Some(rest) => rest.split(' ').map(|p| p.parse().unwrap()).collect(),
-            None => panic!("the tree probe said {line:?}"),
-        };
-        Tree { stdin: root.stdin.take(), root, pids }
-    }
-
-    fn root(&self) -> i32 {
-        self.pids[0]
-    }
-
-    fn sorted(&self) -> Vec<i32> {
-        let mut v = self.pids.clone();
-        v.sort_unstable();
-        v
-    }
-
-    fn list(&self) -> String {
-        self.pids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.root.wait();
-    }
-}
-
-/// The fields after the comm in /proc/PID/stat (field 3 is index 0).
-fn stat_fields(pid: i32) -> Vec<String> {
-    let text = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
-    let close = text.iter().rposition(|&b| b == b')').unwrap();
-    String::from_utf8(text[close + 2..].to_vec())
-        .unwrap()
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
-}
-
-fn status(pid: i32, key: &str) -> String {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
 }
 
 fn ppid(pid: i32) -> i32 {
@@ -167,14 +67,14 @@ fn format_shows_the_fields_asked_for() {
         assert_eq!(&cols[4..], ["fmt", "name"], "{line}");
         seen.push(pid);
     }
-    assert_eq!(seen, tree.sorted());
+    assert_eq!(seen, tree.sorted_pids());
 
     // Aliases and renamed headers; no header line at all.
     let out = ok(&["-o", "pid=ID,s,thcount,ucomm=NAME", "-p", &tree.root().to_string()]);
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["ID", "S", "THCNT", "NAME"]);
     let out = ok(&["-o", "pid", "--no-headers", "-p", &tree.list()]);
-    assert_eq!(pid_column(&out), tree.sorted());
+    assert_eq!(pid_column(&out), tree.sorted_pids());
 }
 
 #[test]
@@ -186,8 +86,7 @@ fn json_values_agree_with_proc() {
     let rows: Vec<Value> = serde_json::from_str(&out).expect("a JSON array");
     let want_keys: BTreeSet<&str> = fields.split(',').collect();
     let boot = boot_time();
-    // SAFETY: sysconf takes an integer and touches no memory of ours.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    let page = page_size();
     let mut pids = Vec::new();
     for row in &rows {
         let obj = row.as_object().unwrap();
@@ -214,7 +113,7 @@ fn json_values_agree_with_proc() {
         assert_eq!(obj["args"].as_str(), Some(args.as_str()));
         pids.push(pid);
     }
-    assert_eq!(pids, tree.sorted());
+    assert_eq!(pids, tree.sorted_pids());
 
     // Aliases give the main name as the key; nothing selected gives an empty array.
     let out = ok(&["--json", "-o", "euid,thcount,rsz,cmd", "-p", &tree.root().to_string()]);
@@ -235,7 +134,7 @@ fn selections() {
     let tree = Tree::start(2, 2, "select");
     let root = tree.root().to_string();
     let out = ok(&["-o", "pid", "--no-headers", "--tree-of", &root]);
-    assert_eq!(pid_column(&out), tree.sorted(), "the root and every descendant");
+    assert_eq!(pid_column(&out), tree.sorted_pids(), "the root and every descendant");
 
     let out = ok(&["-o", "pid", "--no-headers", "--ppid", &root]);
     let mut kids = tree.pids[1..3].to_vec();
@@ -259,7 +158,7 @@ fn selections() {
 fn sorting() {
     let tree = Tree::start(2, 2, "sort");
     let out = ok(&["-o", "pid", "--no-headers", "--sort=-pid", "-p", &tree.list()]);
-    let mut want = tree.sorted();
+    let mut want = tree.sorted_pids();
     want.reverse();
     assert_eq!(pid_column(&out), want);
 
@@ -304,7 +203,7 @@ fn forest_indents_children_under_their_parent() {
     assert_eq!(depth_of[&tree.root()], 0);
     let mut sorted = order.clone();
     sorted.sort_unstable();
-    assert_eq!(sorted, tree.sorted());
+    assert_eq!(sorted, tree.sorted_pids());
     for (i, &pid) in order.iter().enumerate().skip(1) {
         let parent = ppid(pid);
         assert_eq!(depth_of[&pid], depth_of[&parent] + 1, "{out}");
@@ -372,8 +271,7 @@ fn closed_stdout_ends_quietly() {
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(read_end); // every write to the pipe now fails with EPIPE
-    let out = Command::new(env!("CARGO_BIN_EXE_spawnkit"))
-        .args(["ps", "--backend", "procfs"])
+    let out = spawnkit_cmd(["ps", "--backend", "procfs"])
         .stdin(Stdio::null())
         .stdout(Stdio::from(write_end))
         .stderr(Stdio::piped())
@@ -597,7 +495,7 @@ fn start_times_need_no_proc_stat() {
     let sh = format!(
         "mount -t proc -o subset=pid proc /proc && test ! -e /proc/stat && exec {} ps \
          --backend procfs -o lstart,start_time -p 1",
-        env!("CARGO_BIN_EXE_spawnkit")
+        spawnkit_bin()
     );
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", &sh])

@@ -4,6 +4,8 @@
 //! The probe is built by `cargo build --workspace --bins`; these tests look for it next to
 //! the test binary's directory (target/<profile>/spawnkit-probe).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -16,6 +18,9 @@ use std::process::{Child as StdChild, Command as StdCommand, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::fixtures::{is_root, probe};
+use common::{spawnkit, spawnkit_cmd, Res};
+
 /// Every strategy.
 const STRATEGIES: [&str; 3] = ["clone-vfork", "posix-spawn", "fork-exec"];
 /// The strategies that support every option (posix-spawn refuses limits, credentials...).
@@ -25,79 +30,17 @@ const FULL: [&str; 2] = ["clone-vfork", "fork-exec"];
 // Helpers
 // ---------------------------------------------------------------------------------------
 
-fn spawnkit_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_spawnkit")
-}
-
-/// target/<profile>/spawnkit-probe: the test binary is target/<profile>/deps/run-xxxx.
-fn probe() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile> directory");
-    let probe = dir.join("spawnkit-probe");
-    assert!(
-        probe.is_file(),
-        "{} is missing: build the helper binaries first with `cargo build --workspace --bins`",
-        probe.display()
-    );
-    probe
-}
-
 fn probe_str() -> String {
     probe().display().to_string()
 }
 
-/// What `spawnkit` did: exit code (None if killed by a signal), stdout, stderr.
-#[derive(Debug)]
-struct Res {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 impl Res {
-    fn of(cmd: &mut StdCommand) -> Res {
-        let out = cmd.stdin(Stdio::null()).output().expect("run spawnkit");
-        Res {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    #[track_caller]
-    fn code(&self, code: i32) -> &Res {
-        assert_eq!(self.code, Some(code), "exit code; {self:#?}");
-        self
-    }
-
-    #[track_caller]
-    fn stderr_is(&self, expected: &str) -> &Res {
-        assert_eq!(self.stderr, expected, "stderr; {self:#?}");
-        self
-    }
-
-    #[track_caller]
-    fn stderr_has(&self, part: &str) -> &Res {
-        assert!(self.stderr.contains(part), "stderr should contain {part:?}; {self:#?}");
-        self
-    }
-
+    /// The probe's report; the run must have succeeded.
     #[track_caller]
     fn state(&self) -> State {
         self.code(0);
         State::parse(&self.stdout)
     }
-}
-
-/// `spawnkit ARGS...` (a std Command, to adjust before running).
-fn spawnkit<I, S>(args: I) -> StdCommand
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<OsStr>,
-{
-    let mut cmd = StdCommand::new(spawnkit_bin());
-    cmd.args(args);
-    cmd
 }
 
 /// `spawnkit run ARGS...`, run to completion.
@@ -106,7 +49,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let mut cmd = spawnkit(["run"]);
+    let mut cmd = spawnkit_cmd(["run"]);
     cmd.args(args);
     Res::of(&mut cmd)
 }
@@ -195,11 +138,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// Give `cmd`'s process (spawnkit) `file` as its fd 9, without close-on-exec.
@@ -299,7 +237,7 @@ fn wait_gone(pid: u32) -> bool {
 
 #[test]
 fn top_level_help_lists_subcommands_with_examples() {
-    let r = Res::of(&mut spawnkit(["--help"]));
+    let r = spawnkit(["--help"]);
     r.code(0).stderr_is("");
     for part in ["Usage: spawnkit <COMMAND>", "run", "bench", "Examples:", "spawnkit run --"] {
         assert!(r.stdout.contains(part), "missing {part:?} in:\n{}", r.stdout);
@@ -308,7 +246,7 @@ fn top_level_help_lists_subcommands_with_examples() {
 
 #[test]
 fn run_help_describes_every_flag() {
-    let r = Res::of(&mut spawnkit(["run", "--help"]));
+    let r = spawnkit(["run", "--help"]);
     r.code(0).stderr_is("");
     for flag in [
         "--cwd <DIR>",
@@ -350,7 +288,7 @@ fn run_help_describes_every_flag() {
 
 #[test]
 fn version_prints_to_stdout_and_succeeds() {
-    let r = Res::of(&mut spawnkit(["--version"]));
+    let r = spawnkit(["--version"]);
     r.code(0).stderr_is("");
     assert_eq!(r.stdout, format!("spawnkit {}\n", env!("CARGO_PKG_VERSION")));
 }
@@ -364,7 +302,7 @@ fn usage_errors_exit_125() {
         vec!["no-such-subcommand"],
         vec![],
     ] {
-        let r = Res::of(&mut spawnkit(&args));
+        let r = spawnkit(&args);
         assert_eq!(r.code, Some(125), "spawnkit {args:?}: {r:#?}");
         assert_eq!(r.stdout, "", "spawnkit {args:?}: usage errors go to stderr");
         assert!(!r.stderr.is_empty(), "spawnkit {args:?}: no message");
@@ -518,7 +456,7 @@ fn cwd() {
 #[test]
 fn env_set_unset_and_clear() {
     for strategy in STRATEGIES {
-        let mut cmd = spawnkit([
+        let mut cmd = spawnkit_cmd([
             "run",
             "--strategy",
             strategy,
@@ -689,7 +627,7 @@ fn parent_death_signal() {
 #[test]
 fn parent_death_signal_fires_when_spawnkit_dies() {
     let probe = probe_str();
-    let mut sk = spawnkit(["run", "--pdeathsig", "KILL", "--", &probe, "sleep", "30"])
+    let mut sk = spawnkit_cmd(["run", "--pdeathsig", "KILL", "--", &probe, "sleep", "30"])
         .stdin(Stdio::null())
         .spawn()
         .expect("start spawnkit");
@@ -782,7 +720,7 @@ fn fds_keep_map_and_close() {
         let mut args = vec!["run", "--strategy", strategy];
         args.extend_from_slice(flags);
         args.extend_from_slice(&["--", probe.as_str()]);
-        let mut cmd = spawnkit(&args);
+        let mut cmd = spawnkit_cmd(&args);
         give_fd9(&mut cmd, &file);
         Res::of(&mut cmd).state()
     };
@@ -799,7 +737,7 @@ fn fds_keep_map_and_close() {
         assert_eq!(fds.get(&9), None, "{strategy}: {fds:?}");
 
         // Stdout replaced by the file: the report goes there.
-        let mut cmd = spawnkit(["run", "--strategy", strategy, "--fd", "1=9", "--", &probe]);
+        let mut cmd = spawnkit_cmd(["run", "--strategy", strategy, "--fd", "1=9", "--", &probe]);
         give_fd9(&mut cmd, &file);
         let r = Res::of(&mut cmd);
         r.code(0);
@@ -958,7 +896,7 @@ fn restore_signals() {
         args.extend_from_slice(flags);
         let probe = probe_str();
         args.extend_from_slice(&["--", &probe]);
-        let mut cmd = spawnkit(&args);
+        let mut cmd = spawnkit_cmd(&args);
         // SAFETY: the hook runs in the forked child before exec and only calls signal(2),
         // which is async-signal-safe.
         unsafe {
@@ -1043,7 +981,7 @@ fn forward(flags: &[&str], sig: i32) -> Option<i32> {
     let mut args = vec!["run"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["--", &probe, "sleep", "30"]);
-    let mut cmd = spawnkit(&args);
+    let mut cmd = spawnkit_cmd(&args);
     cmd.stdin(Stdio::null());
     // SAFETY: the hook runs in the forked child before exec and only calls signal(2), which
     // is async-signal-safe: SIGINT/SIGQUIT may be ignored when the tests run in the
@@ -1119,7 +1057,7 @@ fn ctrl_c(flags: &[&str]) -> Option<i32> {
     let mut args = vec!["run"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["--", &probe, "sleep", "30"]);
-    let mut cmd = spawnkit(&args);
+    let mut cmd = spawnkit_cmd(&args);
     cmd.stdin(Stdio::from(slave)).stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: the hook runs in the forked child before exec and only makes async-signal-safe
     // calls (signal, setsid, ioctl) on integers: a new session whose controlling terminal is

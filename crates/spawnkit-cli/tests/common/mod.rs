@@ -1,0 +1,87 @@
+//! Shared helpers for the integration tests of the `spawnkit` binary: running it, and (from
+//! the library's tests) the probe and the fixtures made with it.
+//!
+//! Every test binary compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::process::{Command, Stdio};
+
+/// `spawnkit-probe`, its process tree and shared-memory fixture, and /proc read
+/// independently: the very file the library's tests use.
+#[path = "../../../spawnkit/tests/common/fixtures.rs"]
+pub mod fixtures;
+
+/// The `spawnkit` binary under test.
+pub fn spawnkit_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_spawnkit")
+}
+
+/// `spawnkit ARGS...` (a std Command, to adjust before running).
+pub fn spawnkit_cmd<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(spawnkit_bin());
+    cmd.args(args);
+    cmd
+}
+
+/// `spawnkit ARGS...`, run to completion with stdin from /dev/null.
+pub fn spawnkit<I, S>(args: I) -> Res
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Res::of(&mut spawnkit_cmd(args))
+}
+
+/// What `spawnkit` did: exit code (None if killed by a signal), stdout, stderr.
+#[derive(Debug)]
+pub struct Res {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Res {
+    /// Run `cmd` to completion with stdin from /dev/null; bytes of its output that are not
+    /// UTF-8 are kept as U+FFFD.
+    pub fn of(cmd: &mut Command) -> Res {
+        Res::run(cmd, |bytes| String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// [`Res::of`] for a command that promises UTF-8 on stdout (`spawnkit ps`): anything else
+    /// fails the test.
+    pub fn of_utf8(cmd: &mut Command) -> Res {
+        Res::run(cmd, |bytes| String::from_utf8(bytes).expect("UTF-8 output"))
+    }
+
+    fn run(cmd: &mut Command, stdout: impl FnOnce(Vec<u8>) -> String) -> Res {
+        let out = cmd.stdin(Stdio::null()).output().expect("run spawnkit");
+        Res {
+            code: out.status.code(),
+            stdout: stdout(out.stdout),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    #[track_caller]
+    pub fn code(&self, code: i32) -> &Res {
+        assert_eq!(self.code, Some(code), "exit code; {self:#?}");
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_is(&self, expected: &str) -> &Res {
+        assert_eq!(self.stderr, expected, "stderr; {self:#?}");
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_has(&self, part: &str) -> &Res {
+        assert!(self.stderr.contains(part), "stderr should contain {part:?}; {self:#?}");
+        self
+    }
+}
