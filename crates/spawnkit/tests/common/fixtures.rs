@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Path of the `spawnkit-probe` helper, next to the test executable's `deps/` directory.
 pub fn probe() -> PathBuf {
@@ -63,6 +64,12 @@ impl Tree {
         };
         let expected: u32 = (0..=depth).map(|d| width.pow(d)).sum();
         assert_eq!(pids.len(), expected as usize, "{line}");
+        // A node reports itself just before pause(2), and the root prints `ready` just before
+        // it reads its stdin: each may still be running (R) for a moment. The tests expect
+        // the tree asleep (S), so wait for that.
+        for &pid in &pids {
+            wait_asleep(pid);
+        }
         let mut argv = vec![probe.as_os_str().as_bytes().to_vec()];
         argv.extend(args.iter().map(|a| a.as_bytes().to_vec()));
         Tree { stdin: root.stdin.take(), root, pids, argv }
@@ -86,6 +93,19 @@ impl Tree {
     /// The raw /proc/PID/cmdline every node has.
     pub fn cmdline(&self) -> Vec<u8> {
         self.argv.iter().flat_map(|a| a.iter().copied().chain([0])).collect()
+    }
+}
+
+/// Wait until `pid` sleeps (state S in /proc/PID/stat); fail after 10 s.
+fn wait_asleep(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = stat_fields(pid)[0].clone();
+        if state == "S" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "tree node {pid} is still in state {state}");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
