@@ -9,9 +9,8 @@
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -22,7 +21,7 @@ use spawnkit::observe::{
 };
 use spawnkit::ErrorKind;
 
-use common::fixtures::{rollup, skip_unless_root, vanished_pid, ShmFixture};
+use common::fixtures::{rollup, skip_unless_root, vanished_pid, Ready, ShmFixture};
 
 const MIB: u64 = 1 << 20;
 
@@ -182,17 +181,8 @@ fn private_shmem_mapping_with_copies_shared_after_fork_keeps_its_shmem_out_of_us
     // Anonymous), then read file pages only it maps. Every private page of that mapping is
     // a shmem page: Private - Anonymous would miss as many of them as there are shared copies.
     let _serial = common::serial();
-    let mut child = Command::new(common::probe())
-        .args(["shm-fixture", "private-cow"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn shm-fixture private-cow");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
-    let f: Vec<&str> = line.split_whitespace().collect();
-    assert!(f.len() == 3 && f[0] == "ready", "fixture said {line:?}");
-    let pid: i32 = f[1].parse().unwrap();
+    let fixture = Ready::start(&["shm-fixture", "private-cow"], 2);
+    let pid: i32 = fixture.word(0);
 
     let vma = smaps_vma(pid, "/memfd:spawnkit-private-cow (deleted)");
     let private = vma["Private_Clean"] + vma["Private_Dirty"];
@@ -201,8 +191,7 @@ fn private_shmem_mapping_with_copies_shared_after_fork_keeps_its_shmem_out_of_us
     assert!(private >= 32 * 4096, "the 32 file pages read: {vma:?}");
 
     let m = memory(pid).unwrap().expect("fixture alive");
-    drop(child.stdin.take());
-    let _ = child.wait();
+    drop(fixture);
     assert!(m.shmem_private >= private, "private shmem {private} of the memfd mapping: {m:#?}");
     assert_eq!(m.uss + m.shmem_private, m.private_clean + m.private_dirty);
 }
@@ -543,20 +532,13 @@ fn odd_and_over_long_names_are_read_alike_by_both_methods() {
     assert_eq!(by_ioctl.regions, by_text.regions);
 }
 
-/// `shm-fixture sysv SIZE WRITE [newipc]`: (child, its pid, the segment's shmid).
-fn sysv_fixture(args: &[&str]) -> (Child, i32, u64) {
-    let mut child = Command::new(common::probe())
-        .args(["shm-fixture", "sysv"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn shm-fixture sysv");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
-    let f: Vec<&str> = line.split_whitespace().collect();
-    assert!(f.len() == 3 && f[0] == "ready", "fixture said {line:?}");
-    (child, f[1].parse().unwrap(), f[2].parse().unwrap())
+/// `shm-fixture sysv SIZE WRITE [newipc]`: (the fixture, its pid, the segment's shmid).
+fn sysv_fixture(args: &[&str]) -> (Ready, i32, u64) {
+    let mut all = vec!["shm-fixture", "sysv"];
+    all.extend_from_slice(args);
+    let fixture = Ready::start(&all, 2);
+    let (pid, shmid) = (fixture.word(0), fixture.word(1));
+    (fixture, pid, shmid)
 }
 
 #[test]
@@ -567,8 +549,8 @@ fn sysv_segments_of_different_ipc_namespaces_are_not_merged() {
     let _serial = common::serial();
     // Segment ids are per IPC namespace, and the inode of a segment's file is its id: two
     // fresh namespaces both number their first segment 0, on the same internal shm device.
-    let (mut a, pid_a, id_a) = sysv_fixture(&["4", "2", "newipc"]);
-    let (mut b, pid_b, id_b) = sysv_fixture(&["4", "3", "newipc"]);
+    let (a, pid_a, id_a) = sysv_fixture(&["4", "2", "newipc"]);
+    let (b, pid_b, id_b) = sysv_fixture(&["4", "3", "newipc"]);
     assert_eq!(id_a, id_b, "fresh IPC namespaces number their first segment alike");
     let ns = |pid: i32| fs::metadata(format!("/proc/{pid}/ns/ipc")).unwrap().ino();
     let (ns_a, ns_b) = (ns(pid_a), ns(pid_b));
@@ -592,10 +574,7 @@ fn sysv_segments_of_different_ipc_namespaces_are_not_merged() {
             assert_eq!(rb.ipc_ns, Some(ns_b));
         }
     }
-    for c in [&mut a, &mut b] {
-        drop(c.stdin.take());
-        let _ = c.wait();
-    }
+    drop((a, b));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,11 +25,58 @@ pub fn probe() -> PathBuf {
     probe
 }
 
+/// A `spawnkit-probe` that said `ready WORD...` on its stdout and now waits for EOF on its
+/// stdin: dropping it closes that stdin and waits for it to exit.
+pub struct Ready {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// The words after `ready`.
+    pub words: Vec<String>,
+}
+
+impl Ready {
+    /// `spawnkit-probe ARGS...`, once it said `ready` and `count` words more.
+    pub fn start(args: &[&str], count: usize) -> Ready {
+        Ready::spawn(Command::new(probe()).args(args), count)
+    }
+
+    /// `cmd` (the probe, with its arguments), once it said `ready` and `count` words more.
+    pub fn spawn(cmd: &mut Command, count: usize) -> Ready {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let stdin = child.stdin.take();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
+        let words: Vec<String> = match line.trim_end().strip_prefix("ready ") {
+            Some(rest) => rest.split(' ').map(str::to_string).collect(),
+            None => panic!("{cmd:?} said {line:?}"),
+        };
+        assert_eq!(words.len(), count, "{cmd:?} said {line:?}");
+        Ready { child, stdin, words }
+    }
+
+    /// Word `i` after `ready`, parsed.
+    pub fn word<T: std::str::FromStr>(&self, i: usize) -> T {
+        let word = &self.words[i];
+        word.parse().unwrap_or_else(|_| panic!("ready word {i} is {word:?}"))
+    }
+}
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
 /// A process tree from `spawnkit-probe tree DEPTH WIDTH COMM`: every node sleeps, named COMM;
 /// it dies (root first, the rest by PDEATHSIG) when dropped.
 pub struct Tree {
-    root: Child,
-    stdin: Option<ChildStdin>,
+    /// The root, which prints the pids.
+    _root: Ready,
     /// Every pid, root first, then level by level.
     pub pids: Vec<i32>,
     /// The probe's argv, which every node has (they fork without exec).
@@ -50,20 +97,9 @@ impl Tree {
         if let Some(uid) = uid {
             cmd.uid(uid);
         }
-        let mut root = cmd
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the tree probe");
-        let mut line = String::new();
-        BufReader::new(root.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let pids: Vec<i32> = match line.trim_end().strip_prefix("ready ") {
-            Some(rest) => rest.split(' ').map(|p| p.parse().unwrap()).collect(),
-            None => panic!("the tree probe said {line:?}"),
-        };
         let expected: u32 = (0..=depth).map(|d| width.pow(d)).sum();
-        assert_eq!(pids.len(), expected as usize, "{line}");
+        let root = Ready::spawn(cmd.args(&args), expected as usize);
+        let pids: Vec<i32> = (0..root.words.len()).map(|i| root.word(i)).collect();
         // A node reports itself just before pause(2), and the root prints `ready` just before
         // it reads its stdin: each may still be running (R) for a moment. The tests expect
         // the tree asleep (S), so wait for that.
@@ -72,7 +108,7 @@ impl Tree {
         }
         let mut argv = vec![probe.as_os_str().as_bytes().to_vec()];
         argv.extend(args.iter().map(|a| a.as_bytes().to_vec()));
-        Tree { stdin: root.stdin.take(), root, pids, argv }
+        Tree { _root: root, pids, argv }
     }
 
     pub fn root(&self) -> i32 {
@@ -109,20 +145,12 @@ fn wait_asleep(pid: i32) {
     }
 }
 
-impl Drop for Tree {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.root.wait();
-    }
-}
-
 /// A running `spawnkit-probe shm-fixture TOTAL A B [PARENT]`: a parent maps TOTAL MiB
 /// `MAP_SHARED | MAP_ANONYMOUS`, child A writes the first A MiB and exits, child B the first
 /// B MiB and exits; the parent optionally reads PARENT MiB itself, prints
 /// `ready PID START END` and waits for EOF on stdin. Dropping it closes that stdin and waits.
 pub struct ShmFixture {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    _probe: Ready,
     /// The parent, the region's one remaining mapper.
     pub pid: i32,
     /// Where the region starts and ends in the parent.
@@ -133,38 +161,17 @@ pub struct ShmFixture {
 impl ShmFixture {
     /// The fixture with these arguments (`TOTAL A B [PARENT]`, in MiB).
     pub fn start(args: &[&str]) -> ShmFixture {
-        let mut child = Command::new(probe())
-            .arg("shm-fixture")
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn shm-fixture");
-        let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("ready line");
-        let f: Vec<&str> = line.split_whitespace().collect();
-        assert!(f.len() == 4 && f[0] == "ready", "fixture said {line:?}");
-        ShmFixture {
-            pid: f[1].parse().unwrap(),
-            start: u64::from_str_radix(f[2], 16).unwrap(),
-            end: u64::from_str_radix(f[3], 16).unwrap(),
-            child,
-            stdin,
-        }
+        let mut all = vec!["shm-fixture"];
+        all.extend_from_slice(args);
+        let probe = Ready::start(&all, 3);
+        let hex = |i: usize| u64::from_str_radix(&probe.words[i], 16).unwrap();
+        ShmFixture { pid: probe.word(0), start: hex(1), end: hex(2), _probe: probe }
     }
 
     /// The region's entry in /proc/PID/map_files, as stat(2) sees the object behind it.
     pub fn stat_object(&self) -> fs::Metadata {
         fs::metadata(format!("/proc/{}/map_files/{:x}-{:x}", self.pid, self.start, self.end))
             .expect("stat map_files (needs root)")
-    }
-}
-
-impl Drop for ShmFixture {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
     }
 }
 
