@@ -694,7 +694,11 @@ pub fn summary(res: &PsResults) -> Vec<String> {
     let mut out = Vec::new();
     for (num, den, target) in TARGETS {
         let Some((med, min)) = res.ratio(num, den) else { continue };
-        let t = if target.is_nan() { String::new() } else { format!(" (target: ≤ {target:.2})") };
+        let t = if target.is_nan() {
+            String::new()
+        } else {
+            format!(" (target, with 10,000 processes: ≤ {target:.2})")
+        };
         out.push(format!("{num} ÷ {den}: {med:.3} median, {min:.3} minimum{t}"));
     }
     if let Some(Ok(c)) = &res.shm {
