@@ -11,9 +11,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::fixtures::{page_size, Tree};
 use spawnkit::observe::{Backend, Fields, Process, ProcessTable, State};
 
 /// The BPF table, or `None` (after saying why) where the tests may skip.
@@ -39,42 +40,6 @@ fn bpf_table() -> Option<ProcessTable> {
     None
 }
 
-/// A process tree from the probe; dies (root first, the rest by PDEATHSIG) when dropped.
-struct Tree {
-    root: Child,
-    stdin: Option<ChildStdin>,
-    /// Every pid, root first.
-    pids: Vec<i32>,
-}
-
-impl Tree {
-    fn start(depth: u32, width: u32, comm: &str) -> Tree {
-        let args = ["tree".to_string(), depth.to_string(), width.to_string(), comm.to_string()];
-        let mut root = Command::new(common::probe())
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the tree probe");
-        let mut line = String::new();
-        BufReader::new(root.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let pids: Vec<i32> = match line.trim_end().strip_prefix("ready ") {
-            Some(rest) => rest.split(' ').map(|p| p.parse().unwrap()).collect(),
-            None => panic!("the tree probe said {line:?}"),
-        };
-        let expected: u32 = (0..=depth).map(|d| width.pow(d)).sum();
-        assert_eq!(pids.len(), expected as usize, "{line}");
-        Tree { stdin: root.stdin.take(), root, pids }
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.root.wait();
-    }
-}
-
 /// /proc/PID/stat as read here: (comm, the fields after it: field 3 is index 0).
 fn stat(pid: i32) -> (Vec<u8>, Vec<String>) {
     let text = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
@@ -89,11 +54,6 @@ fn euid(pid: i32) -> u32 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uids = text.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap();
     uids.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf takes an integer and touches no memory of ours.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as u64 }
 }
 
 fn by_pid(procs: &[Process]) -> BTreeMap<i32, &Process> {

@@ -78,7 +78,7 @@ impl TaskIter {
         }
         let link = load_and_attach(program, true)?;
         let mut it =
-            TaskIter { link, buf: vec![0; BUF_SIZE], page_size: crate::sys::bpf::page_size() };
+            TaskIter { link, buf: vec![0; BUF_SIZE], page_size: crate::sys::procfs::page_size() };
         it.check_reader().map_err(|e| e.to_string())?;
         Ok(it)
     }

@@ -171,17 +171,6 @@ pub(crate) fn iter_create(link: BorrowedFd<'_>) -> Result<OwnedFd, i32> {
     bpf(BPF_ITER_CREATE, &mut attr)
 }
 
-/// sysconf(_SC_PAGESIZE): the unit of the mm counters the iterator reports.
-pub(crate) fn page_size() -> u64 {
-    // SAFETY: sysconf takes an integer and returns one.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
-}
-
 /// A read-only private mapping of the kernel's BTF, unmapped on drop.
 pub(crate) struct Mapped {
     ptr: *mut libc::c_void,
