@@ -46,7 +46,8 @@ Columns (per process, from /proc/PID/smaps_rollup):
          relative; for the others the rollup suffices.)
   SHMEM  the shmem part of PSS (Pss_Shmem).
   SWAP   swapped-out memory (shmem swap included).
-  '-' in every column: permission denied (another user's process; run as root).
+  '-' in every column: permission denied (another user's process: run as root; as root,
+  a process with capabilities this one lacks, or outside its user namespace).
   Processes without user memory (kernel threads, zombies) are left out of --top and
   --all, and shown as 0 when named.
 
@@ -63,14 +64,15 @@ Shared regions (--shared):
   (/proc/sysvipc/shm; this namespace's only).
   DEV:INODE  the object; SIZE its virtual size; RESIDENT the memory it really holds
   (st_blocks of /proc/PID/map_files/START-END: pages in RAM or swap, including those
-  written by processes that have exited; '-' when unreadable, which needs root); PIDS
+  written by processes that have exited; '-' when unreadable: that needs CAP_SYS_ADMIN); PIDS
   the processes that map it; KIND anonymous, sysv, memfd, tmpfs or other.
   The footer compares the total with Shmem in /proc/meminfo (all shmem in RAM). The
   difference is shmem no process maps: files on tmpfs mounts (/dev/shm, /run, /tmp if
   tmpfs) that are not mapped, and kernel-internal users (GPU buffers...). It can be
   negative when regions have pages in swap, which RESIDENT counts and Shmem does not.
   A 'not read' line counts the processes whose mappings could not be read (another
-  user's, without root): their regions are missing from the list and the total.
+  user's, without root; as root, those holding capabilities this one lacks or outside
+  its user namespace): their regions are missing from the list and the total.
 
 JSON (--json):
   Per process: an array of objects with the keys pid, comm, status (measured, no-memory,
@@ -472,7 +474,25 @@ fn unread(report: &SharedReport) -> Option<String> {
              /proc/PID/map_files needs CAP_SYS_ADMIN)"
         )),
     }
-    (!parts.is_empty()).then(|| format!("{}; run as root to read them", parts.join("; ")))
+    (!parts.is_empty()).then(|| format!("{}; {}", parts.join("; "), refused_advice(false)))
+}
+
+/// What to do about what /proc refused us, at the end of a sentence (`short`: in the table's
+/// footer). As another user: run as root. As root, that advice would be wrong: root too is
+/// refused a process that holds capabilities it lacks (pid 1 of a sandbox), and root of a
+/// user namespace is refused every process outside it.
+fn refused_advice(short: bool) -> &'static str {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    match (root, short) {
+        (false, false) => "run as root to read them",
+        (false, true) => "run as root",
+        (true, false) => {
+            "root too is refused a process that holds capabilities this one lacks, or one \
+             outside this user namespace"
+        }
+        (true, true) => "refused even to root: capabilities or user namespace",
+    }
 }
 
 fn region_json(r: &SharedRegion) -> Value {
@@ -574,18 +594,20 @@ fn write_shared_table(
     let total = units.show(report.total_resident_bytes);
     let unknown = match report.unknown_resident {
         0 => String::new(),
-        n => format!(", {n} of unknown size (reading map_files needs root)"),
+        n => format!(", {n} of unknown size (reading map_files needs CAP_SYS_ADMIN)"),
     };
     let denied = match report.processes_denied {
         0 => String::new(),
         1 => format!(
             "not read                {:>10} process (permission denied: its regions are \
-             missing; run as root)\n",
-            1
+             missing; {})\n",
+            1,
+            refused_advice(true)
         ),
         n => format!(
             "not read                {n:>10} processes (permission denied: their regions are \
-             missing; run as root)\n"
+             missing; {})\n",
+            refused_advice(true)
         ),
     };
     let plural = if footer.found == 1 { "" } else { "s" };

@@ -326,3 +326,38 @@ fn closed_stderr_and_stdout_end_quietly() {
         assert_eq!(status.code(), Some(1), "{args:?}: the pid does not exist; no panic (101)");
     }
 }
+
+/// Root of a user namespace is root (euid 0) and yet refused every process outside it: what
+/// could not be read must not be answered with "run as root".
+#[test]
+fn root_refused_is_not_told_to_run_as_root() {
+    if !is_root() {
+        println!("skipping root_refused_is_not_told_to_run_as_root: needs root");
+        return;
+    }
+    let in_userns = |args: &[&str]| {
+        let mut all = vec!["run", "--map-root-user", "--"];
+        all.push(spawnkit_bin());
+        all.extend(args);
+        spawnkit(&all)
+    };
+    let res = in_userns(&["mem", "--shared"]);
+    assert_eq!(res.code, Some(0), "{res:?}");
+    let line = res
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("not read"))
+        .unwrap_or_else(|| panic!("no 'not read' line in the footer: {res:?}"));
+    assert!(line.contains("refused even to root"), "{line}");
+    assert!(!line.contains("run as root"), "{line}");
+
+    let res = in_userns(&["mem", "--shared", "--json"]);
+    json(&res);
+    assert!(res.stderr.contains("could not be read"), "{res:?}");
+    assert!(res.stderr.contains("root too is refused"), "{res:?}");
+    assert!(!res.stderr.contains("run as root"), "{res:?}");
+
+    // Dropped to nobody, the advice is still to run as root.
+    let res = spawnkit_as_nobody(&["mem", "--shared", "--json"]);
+    assert!(res.stderr.contains("run as root to read them"), "{res:?}");
+}
