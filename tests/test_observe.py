@@ -2,16 +2,18 @@
 independently, against psutil, and with the probe's fixtures (a known process tree with odd
 names; a known shared anonymous region whose writers have exited)."""
 
+import json
 import os
 import pathlib
 import subprocess
+import textwrap
 import threading
 
 import pytest
 
 import spawnkit
 
-from conftest import is_root
+from conftest import PY, is_root
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -188,9 +190,38 @@ def test_memory_of_own_process():
     m = m[0]
     assert m.rss > 0 and 0 < m.pss <= m.rss and 0 < m.uss <= m.pss
     assert m.pss == m.pss_anon + m.pss_file + m.pss_shmem
-    assert set(m.as_dict()) >= {"pid", "comm", "rss", "pss", "uss", "pss_shmem", "swap"}
+    d = m.as_dict()
+    assert set(d) == {"pid", "comm", "status", "rss", "pss", "pss_anon", "pss_file",
+                      "pss_shmem", "uss", "shmem_private", "swap", "swap_pss", "shared_clean",
+                      "shared_dirty", "private_clean", "private_dirty"}
+    assert all(d[k] == getattr(m, k) for k in d)
     top = spawnkit.memory(top=3)
-    assert len(top) == 3 and top[0].rss >= top[1].rss >= top[2].rss
+    assert len(top) == 3
+    # Largest RSS first; a process that could not be read (rss unknown) after those that were.
+    status = [t.status for t in top]
+    assert status == sorted(status, key=lambda s: s == "denied"), top
+    known = [t.rss for t in top if t.status != "denied"]
+    assert known == sorted(known, reverse=True), top
+
+
+def test_memory_denied_is_unknown_not_zero():
+    # Root of a user namespace of its own is refused every process outside it: the child
+    # asks for the memory of this test's process and must get "denied" and None, not zeros.
+    code = textwrap.dedent("""
+        import json, spawnkit, sys
+        m = spawnkit.memory(int(sys.argv[1]))[0]
+        print(json.dumps([m.status, m.rss, m.uss, m.as_dict(), repr(m)]))
+    """)
+    try:
+        r = spawnkit.Command(PY).args(["-c", code, str(os.getpid())]).map_root_user().output()
+    except OSError as e:
+        pytest.skip(f"no user namespaces here: {e}")
+    assert r.returncode == 0, r.stderr.decode()
+    status, rss, uss, d, rep = json.loads(r.stdout)
+    assert (status, rss, uss) == ("denied", None, None)
+    assert d["status"] == "denied" and d["pid"] == os.getpid()
+    assert all(v is None for k, v in d.items() if k not in ("pid", "comm", "status")), d
+    assert 'status="denied"' in rep and "rss=" not in rep
 
 
 @pytest.mark.skipif(not is_root(), reason="reading map_files needs root")

@@ -88,7 +88,13 @@ def memory(pids=None, *, top=None):
     """Memory per process (:class:`MemoryInfo`, bytes), from ``smaps_rollup``.
 
     pids: these processes (a pid or an iterable; vanished ones are left out), in that order;
-    top: else the ``top`` processes by RSS, largest first; neither: every process, by pid.
+    top: else the ``top`` processes by RSS, largest first (those denied last); neither: every
+    process, by pid.
+
+    ``status`` says whether the sizes were measured: "measured"; "no-memory" (a kernel
+    thread or a zombie: every size 0); "denied" (another user's process without root, or,
+    as root, one that holds capabilities the caller lacks or lies outside its user
+    namespace): every size ``None``, unknown rather than 0.
     """
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 0):
         raise ValueError(f"top must be a non-negative int, not {top!r}")

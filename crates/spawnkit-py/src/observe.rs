@@ -16,8 +16,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use spawnkit::observe::{
-    self, Backend, Comm, Fields, Memory, Process, ProcessTable, SharedRegion as Region,
-    SharedReport as Report,
+    self, Backend, Comm, Fields, Memory, MemoryStatus, Process, ProcessTable,
+    SharedRegion as Region, SharedReport as Report,
 };
 
 fn error(e: spawnkit::Error) -> PyErr {
@@ -233,7 +233,8 @@ pub fn ps_backend(py: Python<'_>, backend: &str) -> PyResult<(&'static str, Opti
     .map_err(error)
 }
 
-/// The memory of one process (`spawnkit.memory()`), in bytes.
+/// The memory of one process (`spawnkit.memory()`), in bytes; every size is `None` when the
+/// process could not be read (`status == "denied"`).
 #[pyclass(frozen, module = "spawnkit._native", name = "MemoryInfo")]
 pub struct MemoryInfo {
     m: Memory,
@@ -243,80 +244,80 @@ pub struct MemoryInfo {
 impl MemoryInfo {
     /// Resident set size: every page mapped.
     #[getter]
-    fn rss(&self) -> u64 {
-        self.m.rss
+    fn rss(&self) -> Option<u64> {
+        self.known(self.m.rss)
     }
 
     /// Proportional set size: pss_anon + pss_file + pss_shmem.
     #[getter]
-    fn pss(&self) -> u64 {
-        self.m.pss
+    fn pss(&self) -> Option<u64> {
+        self.known(self.m.pss)
     }
 
     /// The anonymous part of PSS.
     #[getter]
-    fn pss_anon(&self) -> u64 {
-        self.m.pss_anon
+    fn pss_anon(&self) -> Option<u64> {
+        self.known(self.m.pss_anon)
     }
 
     /// The file-backed part of PSS.
     #[getter]
-    fn pss_file(&self) -> u64 {
-        self.m.pss_file
+    fn pss_file(&self) -> Option<u64> {
+        self.known(self.m.pss_file)
     }
 
     /// The shared-memory (shmem: shared anonymous, SysV, memfd, tmpfs) part of PSS.
     #[getter]
-    fn pss_shmem(&self) -> u64 {
-        self.m.pss_shmem
+    fn pss_shmem(&self) -> Option<u64> {
+        self.known(self.m.pss_shmem)
     }
 
     /// Unique set size: the private pages the process's exit frees (shmem excluded).
     #[getter]
-    fn uss(&self) -> u64 {
-        self.m.uss
+    fn uss(&self) -> Option<u64> {
+        self.known(self.m.uss)
     }
 
     /// The shmem pages only this process maps (they outlive it; not in uss).
     #[getter]
-    fn shmem_private(&self) -> u64 {
-        self.m.shmem_private
+    fn shmem_private(&self) -> Option<u64> {
+        self.known(self.m.shmem_private)
     }
 
     /// Swapped-out memory.
     #[getter]
-    fn swap(&self) -> u64 {
-        self.m.swap
+    fn swap(&self) -> Option<u64> {
+        self.known(self.m.swap)
     }
 
     /// Proportional swap.
     #[getter]
-    fn swap_pss(&self) -> u64 {
-        self.m.swap_pss
+    fn swap_pss(&self) -> Option<u64> {
+        self.known(self.m.swap_pss)
     }
 
     /// Shared_Clean.
     #[getter]
-    fn shared_clean(&self) -> u64 {
-        self.m.shared_clean
+    fn shared_clean(&self) -> Option<u64> {
+        self.known(self.m.shared_clean)
     }
 
     /// Shared_Dirty.
     #[getter]
-    fn shared_dirty(&self) -> u64 {
-        self.m.shared_dirty
+    fn shared_dirty(&self) -> Option<u64> {
+        self.known(self.m.shared_dirty)
     }
 
     /// Private_Clean (shmem included).
     #[getter]
-    fn private_clean(&self) -> u64 {
-        self.m.private_clean
+    fn private_clean(&self) -> Option<u64> {
+        self.known(self.m.private_clean)
     }
 
     /// Private_Dirty (shmem included).
     #[getter]
-    fn private_dirty(&self) -> u64 {
-        self.m.private_dirty
+    fn private_dirty(&self) -> Option<u64> {
+        self.known(self.m.private_dirty)
     }
 
     /// Process id.
@@ -337,7 +338,7 @@ impl MemoryInfo {
         self.m.status.as_str()
     }
 
-    /// Every field as a dict (keys as `spawnkit mem --json`).
+    /// Every field as a dict keyed by the attributes' names (None where unknown).
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let m = &self.m;
         let d = PyDict::new(py);
@@ -354,14 +355,25 @@ impl MemoryInfo {
             ("shmem_private", m.shmem_private),
             ("swap", m.swap),
             ("swap_pss", m.swap_pss),
+            ("shared_clean", m.shared_clean),
+            ("shared_dirty", m.shared_dirty),
+            ("private_clean", m.private_clean),
+            ("private_dirty", m.private_dirty),
         ] {
-            d.set_item(k, v)?;
+            d.set_item(k, self.known(v))?;
         }
         Ok(d)
     }
 
     fn __repr__(&self) -> String {
         let m = &self.m;
+        if m.status == MemoryStatus::Denied {
+            return format!(
+                "MemoryInfo(pid={}, comm={:?}, status=\"denied\")",
+                m.pid,
+                m.comm.to_string_lossy()
+            );
+        }
         format!(
             "MemoryInfo(pid={}, comm={:?}, rss={}, pss={}, uss={}, pss_shmem={}, swap={})",
             m.pid,
@@ -372,6 +384,13 @@ impl MemoryInfo {
             m.pss_shmem,
             m.swap
         )
+    }
+}
+
+impl MemoryInfo {
+    /// A size, or `None` when the process could not be read (its numbers are unknown, not 0).
+    fn known(&self, v: u64) -> Option<u64> {
+        (self.m.status != MemoryStatus::Denied).then_some(v)
     }
 }
 
