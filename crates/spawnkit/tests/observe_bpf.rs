@@ -14,8 +14,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fixtures::{page_size, Tree};
-use spawnkit::observe::{Backend, Fields, Process, ProcessTable, State};
+use common::fixtures::{page_size, Churn, Tree};
+use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, State};
 
 /// The BPF table, or `None` (after saying why) where the tests may skip.
 fn bpf_table() -> Option<ProcessTable> {
@@ -257,6 +257,21 @@ fn one_table_read_a_hundred_times_sees_processes_come_and_go() {
     assert!(gone.is_some());
 }
 
+#[test]
+fn processes_gone_before_their_command_line_is_read_are_skipped() {
+    let Some(mut bpf) = bpf_table() else { return };
+    let churn = Churn::start();
+    let all = Fields { uid: true, cmdline: true };
+    let mut procs = Vec::new();
+    for round in 0..50 {
+        bpf.list_into(all, &mut procs).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let missing: Vec<i32> =
+            procs.iter().filter(|p| p.cmdline.is_none()).map(|p| p.pid).collect();
+        assert!(missing.is_empty(), "round {round}: listed without a command line: {missing:?}");
+    }
+    assert!(churn.spawned() > 0, "the churn thread could not spawn");
+}
+
 /// Not a test: the body of the helper process of the next test, run in a new pid namespace.
 /// Prints what the BPF and Auto backends do there.
 #[test]
@@ -380,19 +395,23 @@ fn own_start_times() -> String {
     format!("bpf={b} procfs={p} proc={}", stat(me).1[19])
 }
 
-/// Before main, while the process has one thread, the `timens-outside` helper moves its
-/// children (not itself) into a new time namespace whose boottime is 1000 s ahead: a test
-/// runs in a thread of its own, and /proc/PID/timens_offsets is the main thread's.
+/// Before main, while the process has one thread, a `timens-outside...` helper moves its
+/// children (not itself) into a new time namespace whose boottime is
+/// `SPAWNKIT_TIMENS_BOOTTIME` seconds (default 1000) ahead: a test runs in a thread of its
+/// own, and /proc/PID/timens_offsets is the main thread's.
 #[used]
 #[link_section = ".init_array"]
 static SETUP_TIME_NAMESPACE: extern "C" fn() = setup_time_namespace;
 
 extern "C" fn setup_time_namespace() {
-    if std::env::var_os("SPAWNKIT_TEST_HELPER").is_some_and(|v| v == "timens-outside") {
+    let helper = std::env::var("SPAWNKIT_TEST_HELPER").unwrap_or_default();
+    if helper.starts_with("timens-outside") {
+        let secs = std::env::var("SPAWNKIT_TIMENS_BOOTTIME").unwrap_or_else(|_| "1000".into());
         // SAFETY: unshare takes flags and touches no memory of ours; CLONE_NEWTIME only
         // changes the namespace of the children to come.
         let unshared = unsafe { libc::unshare(libc::CLONE_NEWTIME) } == 0;
-        if !unshared || std::fs::write("/proc/self/timens_offsets", "boottime 1000 0\n").is_err() {
+        let offsets = format!("boottime {secs} 0\n");
+        if !unshared || std::fs::write("/proc/self/timens_offsets", offsets).is_err() {
             println!("no time namespace: {}", std::io::Error::last_os_error());
         }
     }
@@ -445,4 +464,76 @@ fn start_times_as_proc_shows_them_in_and_out_of_a_time_namespace() {
     let (outside, inside) = (ticks("outside "), ticks("inside "));
     // The namespace took effect for the child: its start is 1000 s (100 ticks each) later.
     assert!(inside[0] >= outside[0] + 1000 * 100, "{text}");
+}
+
+/// Not a test: the body of the helper processes of the next test. `outside` runs `inside`,
+/// a child in a time namespace whose boottime is behind, which lists every process with both
+/// backends and prints `agree N` or the first disagreement.
+#[test]
+#[ignore]
+fn helper_backends_in_a_time_namespace_behind() {
+    match std::env::var("SPAWNKIT_TEST_HELPER").as_deref() {
+        Ok("timens-outside-behind") => {
+            let inside = Command::new(std::env::current_exe().unwrap())
+                .args(["--ignored", "--exact", "helper_backends_in_a_time_namespace_behind"])
+                .arg("--nocapture")
+                .env("SPAWNKIT_TEST_HELPER", "timens-inside-behind")
+                .output()
+                .unwrap();
+            std::io::stdout().write_all(&inside.stdout).unwrap();
+        }
+        Ok("timens-inside-behind") => {
+            let bpf = ProcessTable::new(Backend::Bpf).unwrap().list(UID).unwrap();
+            let procfs = ProcessTable::new(Backend::Procfs).unwrap().list(UID).unwrap();
+            // Now, in this namespace's clock ticks (CLOCK_BOOTTIME is shifted for it).
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes one timespec, which `ts` is.
+            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) }, 0);
+            let now = ts.tv_sec as u64 * 100 + ts.tv_nsec as u64 / 10_000_000;
+            let procfs = by_pid(&procfs);
+            let mut agree = 0;
+            for p in &bpf {
+                let Some(q) = procfs.get(&p.pid) else { continue };
+                if p.start_ticks != q.start_ticks || q.start_ticks > now + 100 {
+                    println!(
+                        "differ pid {} bpf {} procfs {} now {now}",
+                        p.pid, p.start_ticks, q.start_ticks
+                    );
+                    return;
+                }
+                agree += 1;
+            }
+            println!("agree {agree}");
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn backends_agree_on_start_times_in_a_time_namespace_behind() {
+    let Some(_) = bpf_table() else { return };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/proc/self/ns/time").exists() {
+        eprintln!("skipped: a new time namespace needs root and a kernel with them");
+        return;
+    }
+    // As far back as the kernel allows (the namespace's clock may not go below 0): kernel
+    // threads started in the first seconds after boot then started before its boot, and
+    // /proc's start times for them wrap around.
+    let uptime = observe::uptime() as u64;
+    if uptime < 10 {
+        eprintln!("skipped: booted {uptime} s ago, too recently to set a clock back");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "helper_backends_in_a_time_namespace_behind"])
+        .arg("--nocapture")
+        .env("SPAWNKIT_TEST_HELPER", "timens-outside-behind")
+        .env("SPAWNKIT_TIMENS_BOOTTIME", format!("-{}", uptime - 5))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let agree = text.lines().find_map(|l| l.strip_prefix("agree "));
+    let agree: usize = agree.unwrap_or_else(|| panic!("{text}")).parse().unwrap();
+    assert!(agree > 10, "{text}");
 }

@@ -11,14 +11,12 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::process::{Child, Command};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::process::Command;
 
 use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, State};
 use spawnkit::ErrorKind;
 
-use common::fixtures::{page_size, stat_fields, status, Tree};
+use common::fixtures::{page_size, stat_fields, status, Churn, Tree};
 
 /// Counts each thread's allocations, so that a test can see what one refresh allocates.
 struct Counting;
@@ -192,24 +190,7 @@ fn list_pids_reads_only_those_that_exist() {
 
 #[test]
 fn vanishing_processes_are_no_error() {
-    let stop = Arc::new(AtomicBool::new(false));
-    let spawned = Arc::new(AtomicUsize::new(0));
-    let churn = {
-        let (stop, spawned) = (stop.clone(), spawned.clone());
-        std::thread::spawn(move || {
-            let probe = common::probe();
-            while !stop.load(Ordering::Relaxed) {
-                // A few at a time, so some exit while others are being read.
-                let kids: Vec<Child> = (0..4)
-                    .filter_map(|_| Command::new(&probe).args(["exit", "0"]).spawn().ok())
-                    .collect();
-                spawned.fetch_add(kids.len(), Ordering::Relaxed);
-                for mut k in kids {
-                    let _ = k.wait();
-                }
-            }
-        })
-    };
+    let churn = Churn::start();
     let mut table = ProcessTable::new(Backend::Procfs).unwrap();
     let mut out = Vec::new();
     let me = std::process::id() as i32;
@@ -218,19 +199,22 @@ fn vanishing_processes_are_no_error() {
         let fields = Fields { uid: i % 5 == 0, cmdline: i % 10 == 0 };
         table.list_into(fields, &mut out).unwrap_or_else(|e| panic!("refresh {i}: {e}"));
         assert!(out.iter().any(|p| p.pid == me));
+        // A process gone before its command line was read is skipped, not listed without.
+        if fields.cmdline {
+            assert!(out.iter().all(|p| p.cmdline.is_some()), "refresh {i}: a cmdline is missing");
+        }
         // The newest pids, where the churn is: some of them are gone by now.
         let pids: Vec<i32> = out.iter().rev().take(200).map(|p| p.pid).collect();
-        table.list_pids(&pids, fields).unwrap_or_else(|e| panic!("list_pids {i}: {e}"));
+        let got = table.list_pids(&pids, fields).unwrap_or_else(|e| panic!("list_pids {i}: {e}"));
+        assert!(!fields.cmdline || got.iter().all(|p| p.cmdline.is_some()), "list_pids {i}");
     }
     // Keep listing until the churn has really churned (a slow machine may need longer).
     let mut refreshes = 0;
-    while spawned.load(Ordering::Relaxed) < 100 && refreshes < 20_000 {
+    while churn.spawned() < 100 && refreshes < 20_000 {
         table.list_into(Fields::default(), &mut out).unwrap();
         refreshes += 1;
     }
-    stop.store(true, Ordering::Relaxed);
-    churn.join().unwrap();
-    assert!(spawned.load(Ordering::Relaxed) >= 100, "the churn thread could not spawn");
+    assert!(churn.spawned() >= 100, "the churn thread could not spawn");
 }
 
 #[test]

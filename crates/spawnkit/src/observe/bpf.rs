@@ -24,7 +24,7 @@ use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::os::fd::{AsFd, OwnedFd};
 
-use super::process::{Comm, Process, State};
+use super::process::{Comm, Process, State, NS_PER_TICK};
 use crate::Error;
 
 mod btf;
@@ -56,9 +56,6 @@ const RECORD_SIZE: usize = 56;
 /// What a caller asks for per read: the kernel returns at most its seq_file buffer (8 pages)
 /// per read, so a bigger buffer only guarantees that no record is ever split.
 const BUF_SIZE: usize = 256 * 1024;
-
-/// `start_boottime` is in ns; /proc/PID/stat field 22 is `nsec_to_clock_t` of it (USER_HZ=100).
-const NS_PER_TICK: u64 = 1_000_000_000 / 100;
 
 /// A loaded and attached task iterator, kept loaded between reads.
 pub(crate) struct TaskIter {

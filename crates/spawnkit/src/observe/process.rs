@@ -122,7 +122,9 @@ pub struct Process {
     pub uid: Option<u32>,
     /// Number of threads.
     pub threads: u32,
-    /// Start time in clock ticks (USER_HZ = 100) after boot, as `/proc/PID/stat` field 22.
+    /// Start time in clock ticks (USER_HZ = 100) after boot, as `/proc/PID/stat` field 22:
+    /// the boot of the reader's time namespace. A process that started before it (a negative
+    /// boottime offset) gives 0, where /proc's unsigned sum wraps around.
     pub start_ticks: u64,
     /// Resident set size in bytes, from the kernel's mm counters (`/proc/PID/stat` field 24
     /// times the page size); 0 for kernel threads and zombies. Approximate, as both
@@ -156,4 +158,39 @@ pub enum Backend {
     Bpf,
     /// getdents64 over /proc and one read of `stat` per process.
     Procfs,
+}
+
+/// `start_boottime` is in ns; /proc/PID/stat field 22 is `nsec_to_clock_t` of it (USER_HZ=100).
+pub(crate) const NS_PER_TICK: u64 = 1_000_000_000 / 100;
+
+/// A start time read from /proc/PID/stat, as the BPF backend gives it. /proc adds the reader's
+/// time-namespace boottime offset to a task's start in unsigned arithmetic, so with a
+/// negative offset a task that started before the namespace's boot wraps around to some
+/// 5,800 years ahead; the BPF backend clamps such a start at the namespace's boot (0). No
+/// real start comes near 2^63 ns (292 years of uptime), so a value past it is such a wrap.
+pub(crate) fn unwrap_start_ticks(ticks: u64) -> u64 {
+    if ticks >= (1u64 << 63) / NS_PER_TICK {
+        0
+    } else {
+        ticks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapped_start_times_are_clamped_at_the_namespace_boot() {
+        // A task started 3 s after boot, read in a namespace whose boottime is 1000 s behind:
+        // /proc shows nsec_to_clock_t(3e9 - 1000e9 mod 2^64).
+        let wrapped = 3_000_000_000u64.wrapping_sub(1_000_000_000_000) / NS_PER_TICK;
+        assert_eq!(unwrap_start_ticks(wrapped), 0);
+        assert_eq!(unwrap_start_ticks(u64::MAX / NS_PER_TICK), 0);
+        // Real starts are kept, up to 292 years of uptime.
+        assert_eq!(unwrap_start_ticks(0), 0);
+        assert_eq!(unwrap_start_ticks(123_456), 123_456);
+        let last = (1u64 << 63) / NS_PER_TICK - 1;
+        assert_eq!(unwrap_start_ticks(last), last);
+    }
 }

@@ -5,6 +5,7 @@
 //! the caller's output vector are reused from one refresh to the next, paths are built in a
 //! stack buffer, and a [`Process`] keeps its comm inline. `status` is read only when the uid
 //! is asked for, `cmdline` only when the command line is (that one allocates its result).
+//! A process whose `cmdline` is gone by the time it is read is skipped too.
 //! Those are opened before `stat` is read, so that a pid reused between the reads cannot
 //! mix two processes in one record (see `read_process`).
 //!
@@ -147,9 +148,22 @@ impl Walker {
         Ok(())
     }
 
-    /// `/proc/PID/cmdline`, or `None` when the process is gone.
-    pub(crate) fn cmdline(&mut self, pid: i32) -> Result<Option<Vec<u8>>> {
-        cmdline_in(self.proc.as_fd(), pid, &mut self.file)
+    /// The command line of the process `pid` that started at `start_ticks` (a record of
+    /// the BPF backend), or `None` when that process is gone: `cmdline` and `stat` are read
+    /// as one process (see `read_process`), and a start time that differs means the pid now
+    /// names a newcomer.
+    pub(crate) fn cmdline_of(&mut self, pid: i32, start_ticks: u64) -> Result<Option<Vec<u8>>> {
+        let Some(name) = Digits::new(pid) else { return Ok(None) };
+        let fields = Fields { uid: false, cmdline: true };
+        let got = read_process(
+            self.proc.as_fd(),
+            name.as_bytes(),
+            fields,
+            false,
+            &mut self.file,
+            self.page_size,
+        )?;
+        Ok(got.filter(|p| p.pid == pid && p.start_ticks == start_ticks).and_then(|p| p.cmdline))
     }
 }
 
@@ -198,7 +212,7 @@ fn read_process(
         state: s.state,
         uid: None,
         threads: s.threads,
-        start_ticks: s.start_ticks,
+        start_ticks: super::process::unwrap_start_ticks(s.start_ticks),
         rss_bytes: s.rss_pages.saturating_mul(page_size),
         cmdline: None,
     };
@@ -214,7 +228,10 @@ fn read_process(
         }
     }
     if let Some(fd) = &cmdline_fd {
-        p.cmdline = read_whole(fd, buf)?;
+        // Gone since its stat was read: skipped like any other vanished process, not listed
+        // without its command line.
+        let Some(cmdline) = read_whole(fd, buf)? else { return Ok(None) };
+        p.cmdline = Some(cmdline);
     }
     Ok(Some(p))
 }

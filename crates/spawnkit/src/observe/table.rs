@@ -188,16 +188,32 @@ impl ProcessTable {
         res
     }
 
-    /// After a BPF read: the command lines, from /proc, when asked for.
-    fn fill_cmdlines(&mut self, fields: Fields, out: &mut [Process]) -> Result<()> {
+    /// After a BPF read: the command lines, from /proc, when asked for. A process that has
+    /// exited since the read (or whose pid a newcomer took: its start time differs) leaves
+    /// the listing, as the procfs backend would skip it.
+    fn fill_cmdlines(&mut self, fields: Fields, out: &mut Vec<Process>) -> Result<()> {
         if !fields.cmdline {
             return Ok(());
         }
         let w = self.walker()?;
-        for p in out {
-            p.cmdline = w.cmdline(p.pid)?;
-        }
-        Ok(())
+        let mut res = Ok(());
+        out.retain_mut(|p| {
+            if res.is_err() {
+                return true;
+            }
+            match w.cmdline_of(p.pid, p.start_ticks) {
+                Ok(Some(cmdline)) => {
+                    p.cmdline = Some(cmdline);
+                    true
+                }
+                Ok(None) => false,
+                Err(e) => {
+                    res = Err(e);
+                    true
+                }
+            }
+        });
+        res
     }
 }
 

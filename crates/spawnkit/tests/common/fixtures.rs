@@ -9,6 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Path of the `spawnkit-probe` helper, next to the test executable's `deps/` directory.
@@ -69,6 +71,50 @@ impl Drop for Ready {
     fn drop(&mut self) {
         drop(self.stdin.take());
         let _ = self.child.wait();
+    }
+}
+
+/// Short-lived processes (`spawnkit-probe exit 0`), started and reaped by a thread of their
+/// own a few at a time, so that some exit while a listing reads them. Dropping it stops the
+/// thread and waits for it.
+pub struct Churn {
+    stop: Arc<AtomicBool>,
+    spawned: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Churn {
+    pub fn start() -> Churn {
+        let stop = Arc::new(AtomicBool::new(false));
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let (s, n) = (stop.clone(), spawned.clone());
+        let thread = std::thread::spawn(move || {
+            let probe = probe();
+            while !s.load(Ordering::Relaxed) {
+                let kids: Vec<Child> = (0..4)
+                    .filter_map(|_| Command::new(&probe).args(["exit", "0"]).spawn().ok())
+                    .collect();
+                n.fetch_add(kids.len(), Ordering::Relaxed);
+                for mut k in kids {
+                    let _ = k.wait();
+                }
+            }
+        });
+        Churn { stop, spawned, thread: Some(thread) }
+    }
+
+    /// How many processes it has started so far.
+    pub fn spawned(&self) -> usize {
+        self.spawned.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
