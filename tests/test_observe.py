@@ -130,6 +130,13 @@ def test_tree_fixture_both_backends_agree_with_proc():
         assert [p.pid for p in spawnkit.ps(pids=[pids[5], pids[2]])] == sorted([pids[2], pids[5]])
         both = spawnkit.ps(pids=pids[:5], ppid=pids[0], tree_of=pids[0])
         assert sorted(p.pid for p in both) == sorted(pids[1:4])
+        # A grandchild is in the root's tree even when a filter leaves its parent out.
+        grand = next(p for p in pids[1:] if proc_stat(p)[2] != pids[0])
+        parent = proc_stat(grand)[2]
+        assert [p.pid for p in spawnkit.ps(pids=[grand], tree_of=pids[0])] == [grand]
+        siblings = sorted(q for q in pids if proc_stat(q)[2] == parent)
+        assert len(siblings) == 3
+        assert [p.pid for p in spawnkit.ps(ppid=parent, tree_of=pids[0])] == siblings
 
 
 def test_listing_agrees_with_psutil():
@@ -167,6 +174,11 @@ def test_dead_and_bad_pids():
     assert spawnkit.memory(p.pid) == []
     with pytest.raises(ValueError, match="not a process id"):
         spawnkit.ps(pids=0)
+    with pytest.raises(ValueError, match="not a process id"):
+        spawnkit.ps(ppid=-1)
+    # The children of 0: the processes without a parent (as `spawnkit ps --ppid 0`).
+    orphans = {p.pid for p in spawnkit.ps(ppid=0)}
+    assert 1 in orphans and all(p.ppid == 0 for p in spawnkit.ps(ppid=[0]))
     with pytest.raises(TypeError):
         spawnkit.ps(pids="1")
     with pytest.raises(ValueError, match="unknown backend"):

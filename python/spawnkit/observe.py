@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-def _pids(value, what):
+def _pids(value, what, zero_ok=False):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, Iterable)):
@@ -50,7 +50,7 @@ def _pids(value, what):
     for p in pids:
         if isinstance(p, bool) or not isinstance(p, int):
             raise TypeError(f"{what} must hold ints, not {type(p).__name__}")
-        if p <= 0:
+        if p < 0 or (p == 0 and not zero_ok):
             raise ValueError(f"{what}: {p} is not a process id")
     return pids
 
@@ -59,7 +59,8 @@ def ps(*, pids=None, ppid=None, tree_of=None, uid=False, cmdline=False, backend=
     """The process table: one :class:`ProcessInfo` per process, by increasing pid.
 
     pids: only these processes (a pid or an iterable of pids).
-    ppid: only the direct children of this process (or these processes).
+    ppid: only the direct children of this process (or these processes); 0 gives the
+    processes without a parent (init, kthreadd).
     tree_of: this process (or these) and all its descendants.
     uid: fill ``uid`` (free with the BPF backend; one more read per process with procfs).
     cmdline: fill ``cmdline`` (one more read per process).
@@ -70,7 +71,7 @@ def ps(*, pids=None, ppid=None, tree_of=None, uid=False, cmdline=False, backend=
     """
     return _native.ps(
         pids=_pids(pids, "pids"),
-        ppid=_pids(ppid, "ppid"),
+        ppid=_pids(ppid, "ppid", zero_ok=True),
         tree_of=_pids(tree_of, "tree_of"),
         uid=bool(uid),
         cmdline=bool(cmdline),

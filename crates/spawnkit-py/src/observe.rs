@@ -141,8 +141,8 @@ impl ProcessInfo {
         self.p.rss_bytes
     }
 
-    /// The arguments (os.fsdecode'd); None when not asked for (`ps(cmdline=True)`) or the
-    /// process vanished first; [] for kernel threads and zombies.
+    /// The arguments (os.fsdecode'd); None when not asked for (`ps(cmdline=True)`); [] for
+    /// kernel threads and zombies.
     #[getter]
     fn cmdline<'py>(&self, py: Python<'py>) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
         if self.p.cmdline.is_none() {
@@ -153,8 +153,9 @@ impl ProcessInfo {
         args.map(Some)
     }
 
-    /// Every field as a dict (keys as `spawnkit ps --json`: pid, ppid, comm, state, uid,
-    /// threads, start_time, rss, cmdline).
+    /// Every field as a dict keyed by the attributes' names (pid, ppid, comm, state, uid,
+    /// threads, start_time, rss, cmdline) with their values: rss in bytes, cmdline a list.
+    /// (`spawnkit ps --json` uses procps names and units instead: nlwp, rss in KiB, args.)
     fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("pid", self.pid())?;
@@ -204,14 +205,17 @@ pub fn ps(
                 Some(pids) if ppid.is_none() && tree_of.is_none() => t.list_pids(pids, fields),
                 _ => t.list(fields),
             })?;
+            // The trees are followed through the whole listing, before the other filters
+            // take out a descendant's parent.
+            let trees = tree_of.as_ref().map(|roots| observe::tree_pids(&procs, roots));
             if let Some(pids) = &pids {
                 observe::retain_pids(&mut procs, pids);
             }
             if let Some(parents) = &ppid {
                 observe::retain_children(&mut procs, parents);
             }
-            if let Some(roots) = &tree_of {
-                observe::retain_trees(&mut procs, roots);
+            if let Some(in_trees) = &trees {
+                observe::retain_pids(&mut procs, in_trees);
             }
             Ok((procs, observe::boot_time()?))
         })
