@@ -37,10 +37,11 @@ Columns (per process, from /proc/PID/smaps_rollup):
   RSS    resident set size: every page the process maps, shared or not.
   PSS    proportional set size: each page divided by the number of processes mapping it;
          PSS summed over all processes is the memory they use together.
-  USS    unique set size: memory the process's exit would free. Unlike smem and psutil,
+  USS    unique set size: memory the process's exit surely frees. Unlike smem and psutil,
          shared memory (shmem: MAP_SHARED|MAP_ANONYMOUS, SysV segments, memfds, tmpfs
          files) mapped by this process alone is NOT counted here: those pages belong to
-         the shmem object and outlive the process. (For a process that maps shmem, its
+         the shmem object, which outlives the process whenever anything else holds it
+         (another mapping or fd, a file not deleted). (For a process that maps shmem, its
          /proc/PID/smaps is read to find them, and /proc/PID/pagemap for a private
          mapping of a shmem file whose copied-on-write pages are shared with a forked
          relative; for the others the rollup suffices.)
@@ -64,7 +65,9 @@ Shared regions (--shared):
   (/proc/sysvipc/shm; this namespace's only).
   DEV:INODE  the object; SIZE its virtual size; RESIDENT the memory it really holds
   (st_blocks of /proc/PID/map_files/START-END: pages in RAM or swap, including those
-  written by processes that have exited; '-' when unreadable: that needs CAP_SYS_ADMIN); PIDS
+  written by processes that have exited; '-' when unknown: reading map_files needs
+  CAP_SYS_ADMIN, and a process whose main thread has exited before its other threads has
+  no map_files, so its regions are measured only through another process mapping them); PIDS
   the processes that map it; KIND anonymous, sysv, memfd, tmpfs or other.
   The footer compares the total with Shmem in /proc/meminfo (all shmem in RAM). The
   difference is shmem no process maps: files on tmpfs mounts (/dev/shm, /run, /tmp if
@@ -209,7 +212,9 @@ impl Units {
     }
 }
 
-/// 0, 512B, 4.0K, 12K, 1.5M, 100M, 2.0G: binary units, one decimal below 10.
+/// 0, 512B, 4.0K, 12K, 1.5M, 100M, 2.0G: binary units, one decimal below 10. The choice is
+/// made on the value as shown, rounded: 9.96M shows as 10M (not 10.0M), 1023.6M as 1.0G (not
+/// 1024M).
 fn human(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
     if n == 0 {
@@ -223,10 +228,12 @@ fn human(n: u64) -> String {
     }
     if i == 0 {
         format!("{n}B")
-    } else if v < 10.0 {
+    } else if v < 9.95 {
         format!("{v:.1}{}", UNITS[i])
-    } else {
+    } else if v.round() < 1024.0 || i == UNITS.len() - 1 {
         format!("{:.0}{}", v, UNITS[i])
+    } else {
+        format!("1.0{}", UNITS[i + 1])
     }
 }
 
@@ -416,6 +423,7 @@ fn run_shared(args: &MemArgs) -> Result<i32, Failure> {
             "regions": found,
             "total_resident_bytes": report.total_resident_bytes,
             "unknown_resident": report.unknown_resident,
+            "map_files_denied": report.map_files_denied,
             "meminfo_shmem_bytes": report.meminfo_shmem_bytes,
             "difference_bytes": report.difference_bytes,
         });
@@ -464,34 +472,55 @@ fn unread(report: &SharedReport) -> Option<String> {
     }
     match report.unknown_resident {
         0 => {}
-        1 => parts.push(
-            "1 region has an unknown resident size, not in the total (reading \
-             /proc/PID/map_files needs CAP_SYS_ADMIN)"
-                .to_string(),
-        ),
+        1 => parts.push(format!(
+            "1 region has an unknown resident size, not in the total ({})",
+            unknown_why(report)
+        )),
         n => parts.push(format!(
-            "{n} regions have an unknown resident size, not in the total (reading \
-             /proc/PID/map_files needs CAP_SYS_ADMIN)"
+            "{n} regions have an unknown resident size, not in the total ({})",
+            unknown_why(report)
         )),
     }
-    (!parts.is_empty()).then(|| format!("{}; {}", parts.join("; "), refused_advice(false)))
-}
-
-/// What to do about what /proc refused us, at the end of a sentence (`short`: in the table's
-/// footer). As another user: run as root. As root, that advice would be wrong: root too is
-/// refused a process that holds capabilities it lacks (pid 1 of a sandbox), and root of a
-/// user namespace is refused every process outside it.
-fn refused_advice(short: bool) -> &'static str {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    match (root, short) {
-        (false, false) => "run as root to read them",
-        (false, true) => "run as root",
-        (true, false) => {
+    if parts.is_empty() {
+        return None;
+    }
+    if !caller_is_root() {
+        parts.push("run as root to read them".into());
+    } else if report.processes_denied > 0 {
+        parts.push(
             "root too is refused a process that holds capabilities this one lacks, or one \
              outside this user namespace"
-        }
-        (true, true) => "refused even to root: capabilities or user namespace",
+                .into(),
+        );
+    }
+    Some(parts.join("; "))
+}
+
+fn caller_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Why regions' resident sizes are unknown: reading /proc/PID/map_files was refused, or
+/// (when it was not) only processes whose main thread has exited before their other threads
+/// map them, and those have no map_files.
+fn unknown_why(report: &SharedReport) -> &'static str {
+    if report.map_files_denied {
+        "reading /proc/PID/map_files needs CAP_SYS_ADMIN"
+    } else {
+        "no /proc/PID/map_files: only mapped by processes whose main thread has exited"
+    }
+}
+
+/// The footer's advice about processes /proc refused us. As another user: run as root. As
+/// root, that advice would be wrong: root too is refused a process that holds capabilities
+/// it lacks (pid 1 of a sandbox), and root of a user namespace is refused every process
+/// outside it.
+fn refused_short() -> &'static str {
+    if caller_is_root() {
+        "refused even to root: capabilities or user namespace"
+    } else {
+        "run as root"
     }
 }
 
@@ -594,7 +623,7 @@ fn write_shared_table(
     let total = units.show(report.total_resident_bytes);
     let unknown = match report.unknown_resident {
         0 => String::new(),
-        n => format!(", {n} of unknown size (reading map_files needs CAP_SYS_ADMIN)"),
+        n => format!(", {n} of unknown size ({})", unknown_why(report)),
     };
     let denied = match report.processes_denied {
         0 => String::new(),
@@ -602,12 +631,12 @@ fn write_shared_table(
             "not read                {:>10} process (permission denied: its regions are \
              missing; {})\n",
             1,
-            refused_advice(true)
+            refused_short()
         ),
         n => format!(
             "not read                {n:>10} processes (permission denied: their regions are \
              missing; {})\n",
-            refused_advice(true)
+            refused_short()
         ),
     };
     let plural = if footer.found == 1 { "" } else { "s" };
@@ -631,4 +660,27 @@ fn write_shared_table(
     }
     line.push_str(&denied);
     out.write_all(line.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human;
+
+    #[test]
+    fn human_sizes_change_unit_and_precision_as_shown() {
+        let k = 1024u64;
+        assert_eq!(human(0), "0");
+        assert_eq!(human(512), "512B");
+        assert_eq!(human(1023), "1023B");
+        assert_eq!(human(k), "1.0K");
+        assert_eq!(human(4 * k), "4.0K");
+        assert_eq!(human(12 * k), "12K");
+        assert_eq!(human(3 * k * k / 2), "1.5M");
+        assert_eq!(human(9 * k * k + 972 * k), "9.9M"); // 9.949M
+        assert_eq!(human(9 * k * k + 1000 * k), "10M"); // 9.977M, not 10.0M
+        assert_eq!(human(1023 * k * k + 700 * k), "1.0G"); // 1023.7M, not 1024M
+        assert_eq!(human(1023 * k * k + 400 * k), "1023M");
+        assert_eq!(human(2 * k * k * k), "2.0G");
+        assert_eq!(human(u64::MAX), "16384P");
+    }
 }

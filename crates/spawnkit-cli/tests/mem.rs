@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use common::fixtures::{is_root, rollup, skip_unless_root, vanished_pid, ShmFixture};
+use common::fixtures::{is_root, rollup, skip_unless_root, vanished_pid, Ready, ShmFixture};
 use common::{spawnkit, spawnkit_bin, spawnkit_cmd, Res};
 
 const MIB: u64 = 1 << 20;
@@ -360,4 +360,30 @@ fn root_refused_is_not_told_to_run_as_root() {
     // Dropped to nobody, the advice is still to run as root.
     let res = spawnkit_as_nobody(&["mem", "--shared", "--json"]);
     assert!(res.stderr.contains("run as root to read them"), "{res:?}");
+}
+
+/// A process whose main thread has exited while another runs: its memory is read through
+/// the live thread, and its region, which no map_files can measure, says why its size is
+/// unknown.
+#[test]
+fn a_leader_that_exited_before_its_threads_is_measured_through_a_thread() {
+    let _serial = serial();
+    let fixture = Ready::start(&["shm-fixture", "leader-exits", "16"], 3);
+    let pid = fixture.words[0].clone();
+    let list = json(&spawnkit(["mem", "--json", &pid]));
+    assert_eq!(list[0]["status"], "measured", "{list:?}");
+    assert!(list[0]["shmem"].as_u64().unwrap() >= 16 * MIB, "{list:?}");
+
+    if !is_root() {
+        return; // without root every resident size is unknown, for map_files' sake
+    }
+    let res = spawnkit(["mem", "--shared", &pid]);
+    assert_eq!(res.code, Some(0), "{res:?}");
+    let row = res.stdout.lines().nth(1).unwrap_or_default();
+    assert!(row.contains(" - ") && row.contains(&pid) && row.contains("anonymous"), "{res:?}");
+    assert!(res.stdout.contains("1 of unknown size (no /proc/PID/map_files"), "{res:?}");
+    let res = spawnkit(["mem", "--shared", "--json", "-v", &pid]);
+    let summary: Value = serde_json::from_str(res.stderr.trim()).expect("summary on stderr");
+    assert_eq!(summary["map_files_denied"], false, "{summary}");
+    assert_eq!(summary["unknown_resident"], 1, "{summary}");
 }

@@ -21,7 +21,19 @@
 //!   keeps those copies mapped too (so they are shared, not private), then reads pages 16..48
 //!   (file pages only it maps: 32 pages of private shmem). Prints `ready PID CHILD_PID`.
 //!
-//! Every shape waits for EOF on stdin, then exits (the child of `private-cow` too).
+//! - `shm-fixture sysv-ns SIZE_A_MIB SIZE_B_MIB` (needs root): segment A (SIZE_A MiB, all
+//!   written) in this IPC namespace, attached; a child inherits the attachment, moves to an
+//!   IPC namespace of its own (unshare CLONE_NEWIPC), sets its `shm_next_id` so that its
+//!   segment B (SIZE_B MiB, all written) gets A's id, and attaches B too. So A is mapped by
+//!   two processes in two IPC namespaces, and A and B share device and inode number (the id).
+//!   Prints `ready PID CHILD_PID SHMID`.
+//! - `shm-fixture leader-exits SIZE_MIB`: SIZE MiB mapped `MAP_SHARED | MAP_ANONYMOUS` and
+//!   written, then the main thread exits (exit(2), the thread alone) while a second thread
+//!   keeps the process alive: /proc/PID shows a zombie leader whose mm files read empty.
+//!   The thread prints `ready PID START END`.
+//!
+//! Every shape waits for EOF on stdin, then exits (the child of `private-cow` and `sysv-ns`
+//! too).
 
 use std::io::Write;
 
@@ -145,6 +157,120 @@ fn sysv(args: &[String]) {
     wait_for_eof();
 }
 
+/// shmget IPC_PRIVATE of `size` bytes, attached, marked for removal at once (it goes when
+/// the last process detaches), every page written: (id, address).
+fn sysv_segment(size: usize) -> (i32, *mut u8) {
+    // SAFETY: shmget takes integers.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600) };
+    if id < 0 {
+        fail("shmget");
+    }
+    // SAFETY: attaches the segment just created at an address the kernel picks.
+    let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
+    if p as isize == -1 {
+        fail("shmat");
+    }
+    // SAFETY: IPC_RMID takes no buffer.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    touch(p as *mut u8, size);
+    (id, p as *mut u8)
+}
+
+/// `sysv-ns SIZE_A_MIB SIZE_B_MIB`.
+fn sysv_ns(args: &[String]) {
+    let (size_a, size_b) = (arg(args, 0, 16) * MIB, arg(args, 1, 4) * MIB);
+    if size_a == 0 || size_b == 0 {
+        eprintln!("shm-fixture sysv-ns: sizes must be above 0");
+        std::process::exit(2);
+    }
+    let (id, _) = sysv_segment(size_a);
+    let mut pipe = [0; 2];
+    // SAFETY: pipe writes two fds into `pipe`.
+    if unsafe { libc::pipe(pipe.as_mut_ptr()) } != 0 {
+        fail("pipe");
+    }
+    // SAFETY: this process is single-threaded; the child runs only this function's code.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail("fork");
+    }
+    if child == 0 {
+        // SAFETY: unshare takes a flag word; only this process's IPC namespace changes.
+        if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+            fail("unshare(CLONE_NEWIPC)");
+        }
+        if std::fs::write("/proc/sys/kernel/shm_next_id", id.to_string()).is_err() {
+            fail("write /proc/sys/kernel/shm_next_id");
+        }
+        let (id_b, _) = sysv_segment(size_b);
+        if id_b != id {
+            eprintln!("shm-fixture sysv-ns: segment B got id {id_b}, not {id}");
+            std::process::exit(1);
+        }
+        // SAFETY: writes one byte from a local to the pipe's write end.
+        unsafe { libc::write(pipe[1], [1u8].as_ptr().cast(), 1) };
+        wait_for_eof();
+        // SAFETY: _exit ends the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: closes our copy of the write end, then reads one byte into a local.
+    let got = unsafe {
+        libc::close(pipe[1]);
+        let mut b = 0u8;
+        libc::read(pipe[0], (&mut b as *mut u8).cast(), 1)
+    };
+    if got != 1 {
+        eprintln!("shm-fixture sysv-ns: the child failed");
+        std::process::exit(1);
+    }
+    ready(format_args!("ready {} {child} {id}", std::process::id()));
+    wait_for_eof();
+    let mut status = 0;
+    // SAFETY: waitpid writes the status of our own child into `status`.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+}
+
+/// `leader-exits SIZE_MIB`.
+fn leader_exits(args: &[String]) {
+    let size = arg(args, 0, 32) * MIB;
+    // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        fail("mmap");
+    }
+    touch(base as *mut u8, size);
+    let start = base as usize;
+    std::thread::spawn(move || {
+        // Until the main thread has exited: the leader stays, a zombie (state Z in stat).
+        let me = std::process::id();
+        let zombie = || {
+            let stat = std::fs::read(format!("/proc/{me}/stat")).unwrap_or_default();
+            let after = stat.iter().rposition(|&b| b == b')').map_or(&[][..], |i| &stat[i..]);
+            after.starts_with(b") Z")
+        };
+        while !zombie() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        ready(format_args!("ready {me} {:x} {:x}", start, start + size));
+        wait_for_eof();
+        // SAFETY: _exit ends the whole process (exit_group) at once.
+        unsafe { libc::_exit(0) };
+    });
+    // SAFETY: the raw exit(2) system call ends this thread alone, at once: no unwinding and
+    // no destructors run, so nothing of this thread's is touched again; the spawned thread
+    // uses only what it owns.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+}
+
 /// `private-cow`.
 fn private_cow() {
     const PAGE: usize = 4096;
@@ -203,6 +329,8 @@ pub fn main(args: &[String]) {
     match args.first().map(String::as_str) {
         Some("sysv") => return sysv(&args[1..]),
         Some("private-cow") => return private_cow(),
+        Some("sysv-ns") => return sysv_ns(&args[1..]),
+        Some("leader-exits") => return leader_exits(&args[1..]),
         _ => {}
     }
     let total = arg(args, 0, 200) * MIB;

@@ -276,13 +276,14 @@ impl MemoryInfo {
         self.known(self.m.pss_shmem)
     }
 
-    /// Unique set size: the private pages the process's exit frees (shmem excluded).
+    /// Unique set size: the private pages the process's exit surely frees (shmem excluded).
     #[getter]
     fn uss(&self) -> Option<u64> {
         self.known(self.m.uss)
     }
 
-    /// The shmem pages only this process maps (they outlive it; not in uss).
+    /// The shmem pages only this process maps (not in uss: they outlive it when anything
+    /// else holds their object).
     #[getter]
     fn shmem_private(&self) -> Option<u64> {
         self.known(self.m.shmem_private)
@@ -538,6 +539,13 @@ impl SharedReport {
     #[getter]
     fn unknown_resident(&self) -> usize {
         self.rep.unknown_resident
+    }
+
+    /// Whether reading /proc/PID/map_files was refused (needs CAP_SYS_ADMIN): then every
+    /// resident size is unknown.
+    #[getter]
+    fn map_files_denied(&self) -> bool {
+        self.rep.map_files_denied
     }
 
     /// "procmap-query" or "maps-text".

@@ -9,18 +9,20 @@
 //! # What USS means here
 //!
 //! smem and psutil define USS ("unique set size") as `Private_Clean + Private_Dirty`: the
-//! pages mapped by this process only, which its exit would free. That is wrong for shmem
+//! pages mapped by this process only, which its exit would free. That does not hold for shmem
 //! pages (shared anonymous mappings, SysV segments, memfds, tmpfs files): a shmem page mapped
-//! by one process is counted as private, yet it belongs to the shmem object and lives on after
-//! the process exits (in the object, as long as another process maps it, a file descriptor
-//! holds it, or the file exists). So here:
+//! by one process is counted as private, yet it belongs to the shmem object, which lives on
+//! after the process exits whenever something else holds it (another process's mapping or
+//! file descriptor, a file not unlinked, a SysV segment not removed). Whether anything does
+//! cannot be read from the process's own numbers, so here:
 //!
 //! - [`Memory::shmem_private`] = the private pages of shmem mappings: for each shared mapping
 //!   of a shmem object, its `Private_Clean + Private_Dirty`; for a private mapping of a shmem
 //!   file (a program run from /tmp on tmpfs, a memfd mapped `MAP_PRIVATE`), those minus its
 //!   private anonymous pages (the copied-on-write pages, which are truly private).
 //! - [`Memory::uss`] = `Private_Clean + Private_Dirty - shmem_private`: memory the process's
-//!   exit really frees.
+//!   exit surely frees. (Its exit frees `shmem_private` too when nothing else holds those
+//!   objects: a `MAP_SHARED | MAP_ANONYMOUS` region it alone maps, say.)
 //! - [`Memory::pss_shmem`] = the shmem part of PSS (the kernel's `Pss_Shmem`), reported apart;
 //!   `pss = pss_anon + pss_file + pss_shmem`.
 //!
@@ -44,7 +46,7 @@
 use std::fs::File;
 use std::io::Read;
 
-use super::shared::{list_pids, parse_num, Dev, ShmemDevs};
+use super::shared::{list_pids, live_thread_dir, parse_num, Dev, ShmemDevs};
 use super::Comm;
 use crate::{Error, Result};
 
@@ -102,10 +104,11 @@ pub struct Memory {
     pub private_clean: u64,
     /// Pages mapped by this process only, modified (`Private_Dirty`; shmem included).
     pub private_dirty: u64,
-    /// The shmem pages among `private_clean + private_dirty`: they outlive the process.
+    /// The shmem pages among `private_clean + private_dirty`: they outlive the process when
+    /// anything else holds their object.
     pub shmem_private: u64,
     /// Unique set size: `private_clean + private_dirty - shmem_private`, the memory this
-    /// process's exit frees.
+    /// process's exit surely frees.
     pub uss: u64,
     /// Swapped-out memory of this process (`Swap`; shmem swap included).
     pub swap: u64,
@@ -296,10 +299,12 @@ impl Reader {
         Reader { buf: Vec::with_capacity(4096), devs: None }
     }
 
-    fn read_file(&mut self, pid: i32, name: &str) -> Got {
+    /// `DIR/NAME`, `dir` being the /proc directory of process `pid` (`/proc/PID`, or a
+    /// thread's `/proc/PID/task/TID`).
+    fn read_file(&mut self, dir: &str, pid: i32, name: &str) -> Got {
         self.buf.clear();
-        let res = File::open(format!("/proc/{pid}/{name}"))
-            .and_then(|mut f| f.read_to_end(&mut self.buf));
+        let res =
+            File::open(format!("{dir}/{name}")).and_then(|mut f| f.read_to_end(&mut self.buf));
         match res {
             Ok(0) | Err(_) if !proc_exists(pid) => Got::Vanished,
             Ok(0) => Got::NoMemory,
@@ -313,7 +318,7 @@ impl Reader {
     }
 
     fn comm(&mut self, pid: i32) -> Comm {
-        match self.read_file(pid, "comm") {
+        match self.read_file(&format!("/proc/{pid}"), pid, "comm") {
             Got::Data => {
                 let raw = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
                 Comm::new(raw)
@@ -324,7 +329,18 @@ impl Reader {
 
     /// `None` when the process does not exist (any more).
     fn memory(&mut self, pid: i32) -> Option<Memory> {
-        let status = self.read_file(pid, "smaps_rollup");
+        let mut dir = format!("/proc/{pid}");
+        let mut status = self.read_file(&dir, pid, "smaps_rollup");
+        if let Got::NoMemory = status {
+            // Perhaps a leader that exited before its threads: another thread shows the
+            // memory they all share.
+            if let Some(task) = live_thread_dir(pid) {
+                if let Got::Data = self.read_file(&task, pid, "smaps_rollup") {
+                    status = Got::Data;
+                    dir = task;
+                }
+            }
+        }
         let mut m = match status {
             Got::Vanished => return None,
             Got::Data => match parse_smaps_rollup(&self.buf) {
@@ -336,16 +352,16 @@ impl Reader {
         };
         m.pid = pid;
         if m.pss_shmem > 0 {
-            if let Got::Data = self.read_file(pid, "smaps") {
+            if let Got::Data = self.read_file(&dir, pid, "smaps") {
                 let devs = self.devs.get_or_insert_with(ShmemDevs::new);
                 let page = crate::sys::procfs::page_size();
                 let mut pagemap: Option<Option<File>> = None;
                 let private = shmem_private_from_smaps(
                     &self.buf,
-                    |dev, start, end| devs.is_shmem(dev, pid, start, end),
+                    |dev, start, end| devs.is_shmem(dev, &dir, start, end),
                     |start, end| {
                         let f = pagemap
-                            .get_or_insert_with(|| File::open(format!("/proc/{pid}/pagemap")).ok());
+                            .get_or_insert_with(|| File::open(format!("{dir}/pagemap")).ok());
                         exclusive_file_bytes(f.as_ref()?, start, end, page)
                     },
                 );
@@ -422,7 +438,7 @@ fn rank_by_statm(reader: &mut Reader) -> Result<Vec<(u64, i32)>> {
     let page = crate::sys::procfs::page_size();
     let mut ranked = Vec::new();
     for pid in list_pids()? {
-        if let Got::Data = reader.read_file(pid, "statm") {
+        if let Got::Data = reader.read_file(&format!("/proc/{pid}"), pid, "statm") {
             let rss =
                 reader.buf.split(|&b| b == b' ').nth(1).and_then(|f| parse_num(f, 10)).unwrap_or(0);
             ranked.push((rss.saturating_mul(page), pid));

@@ -35,6 +35,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 
 use crate::sys::procmap;
@@ -171,6 +172,11 @@ pub struct SharedReport {
     pub total_resident_bytes: u64,
     /// How many regions have an unknown `resident_bytes` (not counted in the total).
     pub unknown_resident: usize,
+    /// Whether reading `/proc/PID/map_files` was refused (it needs CAP_SYS_ADMIN or
+    /// CAP_SYS_CHECKPOINT_RESTORE in the initial user namespace): then every resident size is
+    /// unknown. When it was not, a region is unknown only if every process mapping it has
+    /// no `map_files` to read (its main thread exited before its other threads).
+    pub map_files_denied: bool,
     /// `Shmem` of /proc/meminfo in bytes, read after the walk: all shmem and tmpfs pages in
     /// RAM, system-wide. `None` if it could not be read.
     pub meminfo_shmem_bytes: Option<u64>,
@@ -231,6 +237,19 @@ pub(crate) fn list_pids() -> Result<Vec<i32>> {
     Ok(pids)
 }
 
+/// `/proc/PID/task/TID` of a thread of `pid` other than its leader, `None` when it has none.
+/// Once the leader (main thread) has exited while other threads run, the files of
+/// `/proc/PID` that go through the leader's mm (`maps`, `smaps`, `smaps_rollup`, `pagemap`,
+/// `map_files`) see no memory at all; those of another thread's task directory show the
+/// process's (all but `map_files`, which task directories lack).
+pub(crate) fn live_thread_dir(pid: i32) -> Option<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let tid = tasks
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&tid| tid != pid)?;
+    Some(format!("/proc/{pid}/task/{tid}"))
+}
+
 /// Which device numbers hold shmem: the internal shm mount, tmpfs mounts of this mount
 /// namespace, and (asked lazily, by statfs of a `map_files` entry) devices this namespace
 /// does not show.
@@ -261,15 +280,16 @@ impl ShmemDevs {
     }
 
     /// Whether `dev` holds shmem; for a device not seen in mountinfo, statfs the mapped file
-    /// through `/proc/PID/map_files/START-END` (once per device).
-    pub(crate) fn is_shmem(&mut self, dev: Dev, pid: i32, start: u64, end: u64) -> bool {
+    /// through `DIR/map_files/START-END` (once per device), `dir` being the process's
+    /// `/proc/PID`.
+    pub(crate) fn is_shmem(&mut self, dev: Dev, dir: &str, start: u64, end: u64) -> bool {
         if dev == Dev::default() {
             return false;
         }
         if let Some(&yes) = self.known.get(&dev) {
             return yes;
         }
-        let path = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
+        let path = format!("{dir}/map_files/{start:x}-{end:x}");
         let Ok(path) = CString::new(path) else { return false };
         match procmap::fs_type(&path) {
             Ok(t) => {
@@ -327,7 +347,8 @@ pub(crate) struct Mapping {
 /// of every IPC namespace is number 0):
 /// `START-END PERMS OFFSET MAJ:MIN INODE   NAME`, numbers in hex but the inode in decimal.
 /// Lines that do not parse are skipped. The kernel escapes a newline in a name as `\012`;
-/// it is turned back into a newline, as `PROCMAP_QUERY` gives names unescaped.
+/// it is turned back into a newline, as `PROCMAP_QUERY` gives names unescaped. (A name that
+/// holds a real backslash and 012 reads the same; the walk asks map_files about those.)
 pub(crate) fn parse_maps_shared(text: &[u8]) -> Vec<Mapping> {
     let mut out = Vec::new();
     for line in text.split(|&b| b == b'\n') {
@@ -431,9 +452,9 @@ struct Gathered {
     measured: bool,
     /// Not shmem after all (a device node on a tmpfs, as /dev in a container).
     dropped: bool,
-    /// Mappings not yet tried for a stat (pid, start, end), when every try so far failed
-    /// because the process or mapping went away.
-    candidates: Vec<(i32, u64, u64)>,
+    /// Mappings not yet tried for a stat (the process's /proc directory, start, end), when
+    /// every try so far failed because the process or mapping went away.
+    candidates: Vec<(String, u64, u64)>,
     pids: BTreeSet<i32>,
 }
 
@@ -442,8 +463,8 @@ struct Walk {
     requested: MapsMethod,
     method: Option<MapsMethod>,
     devs: ShmemDevs,
-    /// Keyed by (device, inode, IPC namespace for a SysV segment else 0).
-    regions: HashMap<(Dev, u64, u64), Gathered>,
+    /// Keyed by (device, inode, what else tells SysV segments apart).
+    regions: HashMap<(Dev, u64, Ident), Gathered>,
     /// The IPC namespace of this process, once asked.
     own_ipc_ns: Option<Option<u64>>,
     map_files_denied: bool,
@@ -453,10 +474,25 @@ struct Walk {
     denied: usize,
 }
 
+/// What tells apart objects with the same (device, inode) in [`Walk::regions`]: nothing for
+/// most, since an inode number names one object of its file system. A SysV segment's inode
+/// number is its id, which every IPC namespace counts from 0, so two segments can share one.
+/// Their shmem inodes have random generations, read from a file handle of the mapping
+/// (`map_files`, so with the same privilege as the resident size); without one, the IPC
+/// namespace of the process that maps it is the next best thing (wrong for a process that
+/// attached a segment and then moved to another IPC namespace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Ident {
+    Object,
+    SysvGeneration(u32),
+    SysvNamespace(u64),
+}
+
 /// What reading one process's mappings gave.
 enum Read1 {
     Mappings(Vec<Mapping>),
-    /// The process is gone or has no memory (kernel thread, zombie).
+    /// The process is gone or has no memory (kernel thread, zombie, or a leader that has
+    /// exited while other threads run: see [`live_thread_dir`]).
     Gone,
     Denied,
     /// PROCMAP_QUERY is not supported here.
@@ -483,11 +519,14 @@ impl Walk {
     }
 
     fn process(&mut self, pid: i32) -> Result<()> {
-        let method = self.method.unwrap_or(MapsMethod::ProcmapQuery);
-        let got = match method {
-            MapsMethod::MapsText => self.read_text(pid),
-            _ => self.read_ioctl(pid),
-        };
+        let mut dir = format!("/proc/{pid}");
+        let mut got = self.read_mappings(&dir)?;
+        if let Read1::Gone = got {
+            // No memory through /proc/PID: perhaps a leader that exited before its threads.
+            let Some(task) = live_thread_dir(pid) else { return Ok(()) };
+            got = self.read_mappings(&task)?;
+            dir = task;
+        }
         let mappings = match got {
             Read1::Mappings(m) => m,
             Read1::Gone => return Ok(()),
@@ -495,16 +534,8 @@ impl Walk {
                 self.denied += 1;
                 return Ok(());
             }
-            Read1::NoIoctl => {
-                if self.requested == MapsMethod::ProcmapQuery {
-                    return Err(Error::unsupported(
-                        "PROCMAP_QUERY",
-                        "this kernel has no PROCMAP_QUERY ioctl on /proc/PID/maps (Linux 6.11+)",
-                    ));
-                }
-                self.method = Some(MapsMethod::MapsText);
-                return self.process(pid);
-            }
+            // read_mappings never gives it.
+            Read1::NoIoctl => return Ok(()),
         };
         if self.method.is_none() {
             self.method = Some(MapsMethod::ProcmapQuery);
@@ -513,25 +544,53 @@ impl Walk {
         // The IPC namespace of this process, read only if it maps a SysV segment.
         let mut ipc_ns: Option<Option<u64>> = None;
         for m in mappings {
-            if !self.devs.is_shmem(m.dev, pid, m.start, m.end) {
+            if !self.devs.is_shmem(m.dev, &dir, m.start, m.end) {
                 continue;
             }
-            let ns = if kind_of(m.dev, self.devs.internal(), &m.name) == SharedKind::SysV {
-                match *ipc_ns.get_or_insert_with(|| ipc_ns_of(&format!("/proc/{pid}/ns/ipc"))) {
-                    Some(ns) => Some(ns),
+            let (ident, ns) = if kind_of(m.dev, self.devs.internal(), &m.name) == SharedKind::SysV {
+                let Some(ns) =
+                    *ipc_ns.get_or_insert_with(|| ipc_ns_of(&format!("/proc/{pid}/ns/ipc")))
+                else {
                     // Gone meanwhile: its segments cannot be told apart from others'.
-                    None => continue,
+                    continue;
+                };
+                let path = CString::new(format!("{dir}/map_files/{:x}-{:x}", m.start, m.end));
+                match path.map(|p| procmap::shmem_generation(&p)) {
+                    Ok(Ok(generation)) => (Ident::SysvGeneration(generation), Some(ns)),
+                    _ => (Ident::SysvNamespace(ns), Some(ns)),
                 }
             } else {
-                None
+                (Ident::Object, None)
             };
-            self.add(pid, m, ns);
+            self.add(&dir, pid, m, ident, ns);
         }
         Ok(())
     }
 
-    fn read_ioctl(&mut self, pid: i32) -> Read1 {
-        let file = match File::open(format!("/proc/{pid}/maps")) {
+    /// The shared file-backed mappings of the process whose /proc directory is `dir`, by
+    /// the method chosen (switching to the text of `maps` for good when `Auto` finds no
+    /// ioctl). Never `Read1::NoIoctl`.
+    fn read_mappings(&mut self, dir: &str) -> Result<Read1> {
+        let method = self.method.unwrap_or(MapsMethod::ProcmapQuery);
+        let got = match method {
+            MapsMethod::MapsText => self.read_text(dir),
+            _ => self.read_ioctl(dir),
+        };
+        if let Read1::NoIoctl = got {
+            if self.requested == MapsMethod::ProcmapQuery {
+                return Err(Error::unsupported(
+                    "PROCMAP_QUERY",
+                    "this kernel has no PROCMAP_QUERY ioctl on /proc/PID/maps (Linux 6.11+)",
+                ));
+            }
+            self.method = Some(MapsMethod::MapsText);
+            return Ok(self.read_text(dir));
+        }
+        Ok(got)
+    }
+
+    fn read_ioctl(&mut self, dir: &str) -> Read1 {
+        let file = match File::open(format!("{dir}/maps")) {
             Ok(f) => f,
             Err(e) => return gone_or_denied(&e),
         };
@@ -562,7 +621,7 @@ impl Walk {
                 Err(libc::EACCES | libc::EPERM) => return Read1::Denied,
                 // A path longer than PATH_MAX (deep directories on a tmpfs): the ioctl cannot
                 // name the mapping, and its text in `maps` can. Read this process that way.
-                Err(libc::ENAMETOOLONG) => return self.read_text(pid),
+                Err(libc::ENAMETOOLONG) => return self.read_text(dir),
                 // The mm lock wait was interrupted or must be retried: ask again, a few times.
                 Err(libc::EINTR | libc::EAGAIN) if retries < 3 => retries += 1,
                 // ESRCH: gone or no mm; anything else mid-walk: treat as gone.
@@ -572,19 +631,33 @@ impl Walk {
         Read1::Mappings(out)
     }
 
-    fn read_text(&mut self, pid: i32) -> Read1 {
+    fn read_text(&mut self, dir: &str) -> Read1 {
         self.text.clear();
-        let res =
-            File::open(format!("/proc/{pid}/maps")).and_then(|mut f| f.read_to_end(&mut self.text));
+        let res = File::open(format!("{dir}/maps")).and_then(|mut f| f.read_to_end(&mut self.text));
         match res {
-            Ok(_) => Read1::Mappings(parse_maps_shared(&self.text)),
+            // Every process with memory maps something: an empty text means no mm (as the
+            // ioctl's ESRCH).
+            Ok(0) => Read1::Gone,
+            Ok(_) => {
+                let mut mappings = parse_maps_shared(&self.text);
+                // `\012` in the text is a newline the kernel escaped, or a real backslash and
+                // 012 (backslashes are not escaped): map_files names the file exactly (root).
+                for m in mappings.iter_mut().filter(|m| m.name.contains(&b'\n')) {
+                    let link = format!("{dir}/map_files/{:x}-{:x}", m.start, m.end);
+                    if let Ok(path) = std::fs::read_link(link) {
+                        m.name = path.into_os_string().into_vec();
+                    }
+                }
+                Read1::Mappings(mappings)
+            }
             Err(e) => gone_or_denied(&e),
         }
     }
 
-    fn add(&mut self, pid: i32, m: Mapping, ipc_ns: Option<u64>) {
+    /// Count mapping `m` of process `pid` (whose /proc directory is `dir`) in its region.
+    fn add(&mut self, dir: &str, pid: i32, m: Mapping, ident: Ident, ipc_ns: Option<u64>) {
         let internal = self.devs.internal();
-        let key = (m.dev, m.inode, ipc_ns.unwrap_or(0));
+        let key = (m.dev, m.inode, ident);
         let extent = m.offset.saturating_add(m.end.saturating_sub(m.start));
         let g = self.regions.entry(key).or_insert_with(|| Gathered {
             region: SharedRegion {
@@ -606,7 +679,7 @@ impl Walk {
         g.pids.insert(pid);
         g.largest_extent = g.largest_extent.max(extent);
         if !g.measured && !self.map_files_denied {
-            match measure(pid, m.start, m.end, (m.dev, m.inode)) {
+            match measure(dir, m.start, m.end, (m.dev, m.inode)) {
                 Measure::Done { size, blocks_bytes, regular } => {
                     g.measured = true;
                     if regular {
@@ -618,42 +691,41 @@ impl Walk {
                     }
                 }
                 Measure::Denied => self.map_files_denied = true,
-                Measure::Gone => g.candidates.push((pid, m.start, m.end)),
+                Measure::Gone => g.candidates.push((dir.to_string(), m.start, m.end)),
             }
         }
     }
 
-    /// SysV segments that no process attaches: from /proc/sysvipc/shm, keyed like the
-    /// mappings would be (internal shm device, inode = shmid).
+    /// SysV segments that no process attaches: from /proc/sysvipc/shm (this IPC namespace's),
+    /// on the internal shm device with inode = shmid.
     fn add_unattached_sysv(&mut self) {
         let Some(dev) = self.devs.internal() else { return };
         let Ok(text) = std::fs::read("/proc/sysvipc/shm") else { return };
         let ns = *self.own_ipc_ns.get_or_insert_with(|| ipc_ns_of("/proc/self/ns/ipc"));
+        let page = crate::sys::procfs::page_size();
         for seg in parse_sysvipc_shm(&text) {
-            let key = (dev, seg.shmid, ns.unwrap_or(0));
-            if seg.nattch != 0 || self.regions.contains_key(&key) {
+            // Attached after all (between the walk and this read): already counted.
+            let seen = |g: &Gathered| {
+                g.region.kind == SharedKind::SysV
+                    && (g.region.dev, g.region.inode, g.region.ipc_ns) == (dev, seg.shmid, ns)
+            };
+            if seg.nattch != 0 || self.regions.values().any(seen) {
                 continue;
             }
-            self.regions.insert(
-                key,
-                Gathered {
-                    region: SharedRegion {
-                        dev,
-                        inode: seg.shmid,
-                        name: format!("/SYSV{:08x} (deleted)", seg.key as u32),
-                        kind: SharedKind::SysV,
-                        size_bytes: seg.size,
-                        resident_bytes: Some(seg.rss.saturating_add(seg.swap)),
-                        pids: Vec::new(),
-                        ipc_ns: ns,
+            if let Some(region) = unattached_sysv_region(&seg, dev, ns, page) {
+                let key = (dev, seg.shmid, Ident::SysvNamespace(ns.unwrap_or(0)));
+                self.regions.insert(
+                    key,
+                    Gathered {
+                        largest_extent: region.size_bytes,
+                        region,
+                        measured: true,
+                        dropped: false,
+                        candidates: Vec::new(),
+                        pids: BTreeSet::new(),
                     },
-                    largest_extent: seg.size,
-                    measured: true,
-                    dropped: false,
-                    candidates: Vec::new(),
-                    pids: BTreeSet::new(),
-                },
-            );
+                );
+            }
         }
     }
 
@@ -662,10 +734,10 @@ impl Walk {
         for (_, mut g) in self.regions.drain() {
             // Mappings whose stat failed because they went away: try the others.
             if !g.measured && !self.map_files_denied {
-                for &(pid, start, end) in &g.candidates {
+                for (dir, start, end) in &g.candidates {
                     let object = (g.region.dev, g.region.inode);
                     if let Measure::Done { size, blocks_bytes, regular: true } =
-                        measure(pid, start, end, object)
+                        measure(dir, *start, *end, object)
                     {
                         g.region.size_bytes = size;
                         g.region.resident_bytes = Some(blocks_bytes);
@@ -698,6 +770,7 @@ impl Walk {
             regions,
             total_resident_bytes: total,
             unknown_resident: unknown,
+            map_files_denied: self.map_files_denied,
             meminfo_shmem_bytes: shmem,
             difference_bytes: shmem.map(|s| s as i64 - total as i64),
             method: self.method.unwrap_or(match self.requested {
@@ -729,11 +802,12 @@ enum Measure {
     Gone,
 }
 
-/// stat(2) the object behind `/proc/PID/map_files/START-END`, which must still be `object`
-/// (dev, inode): if the process has mapped something else there since its mappings were
-/// read, that is `Gone` too, not a measure of the wrong object.
-fn measure(pid: i32, start: u64, end: u64, object: (Dev, u64)) -> Measure {
-    match std::fs::metadata(format!("/proc/{pid}/map_files/{start:x}-{end:x}")) {
+/// stat(2) the object behind `DIR/map_files/START-END` (`dir`: the process's /proc
+/// directory), which must still be `object` (dev, inode): if the process has mapped something
+/// else there since its mappings were read, that is `Gone` too, not a measure of the wrong
+/// object. A thread's task directory has no `map_files`: `Gone`.
+fn measure(dir: &str, start: u64, end: u64, object: (Dev, u64)) -> Measure {
+    match std::fs::metadata(format!("{dir}/map_files/{start:x}-{end:x}")) {
         Ok(meta) if (Dev::from_dev_t(meta.dev()), meta.ino()) != object => Measure::Gone,
         Ok(meta) => Measure::Done {
             size: meta.size(),
@@ -745,6 +819,34 @@ fn measure(pid: i32, start: u64, end: u64, object: (Dev, u64)) -> Measure {
             _ => Measure::Gone,
         },
     }
+}
+
+/// The region of a SysV segment that no process attaches, from its row of
+/// /proc/sysvipc/shm; `None` for a SHM_HUGETLB segment. Its pages are huge pages, not shmem
+/// (not in `Shmem` of /proc/meminfo; a hugetlb segment that is attached is on a hugetlbfs
+/// device, which the walk leaves out likewise), and the row does not say which it is, but
+/// its `rss` gives it away: for hugetlb the kernel counts each huge page's base pages once
+/// per base page (2 MiB shows as 1 GiB), more than the segment's size, which shmem never is.
+fn unattached_sysv_region(
+    seg: &SysvSegment,
+    dev: Dev,
+    ipc_ns: Option<u64>,
+    page: u64,
+) -> Option<SharedRegion> {
+    let resident = seg.rss.saturating_add(seg.swap);
+    if resident > seg.size.div_ceil(page.max(1)).saturating_mul(page) {
+        return None;
+    }
+    Some(SharedRegion {
+        dev,
+        inode: seg.shmid,
+        name: format!("/SYSV{:08x} (deleted)", seg.key as u32),
+        kind: SharedKind::SysV,
+        size_bytes: seg.size,
+        resident_bytes: Some(resident),
+        pids: Vec::new(),
+        ipc_ns,
+    })
 }
 
 /// One row of /proc/sysvipc/shm.
@@ -927,5 +1029,24 @@ garbage line\n";
             prop_assert_eq!(&got[0].name, name.as_bytes());
             prop_assert_eq!((got[0].dev, got[0].inode), (Dev { major: 0, minor: 0x1b }, 42));
         }
+    }
+
+    #[test]
+    fn unattached_hugetlb_segments_are_not_shmem() {
+        let dev = Dev { major: 0, minor: 1 };
+        let seg = |size, rss, swap| SysvSegment { key: 0, shmid: 7, size, nattch: 0, rss, swap };
+        // A 4 MiB shmem segment, half written, half of that swapped out.
+        let r = unattached_sysv_region(&seg(4 << 20, 1 << 20, 1 << 20), dev, Some(9), 4096);
+        let r = r.expect("shmem");
+        assert_eq!(
+            (r.size_bytes, r.resident_bytes, r.kind),
+            (4 << 20, Some(2 << 20), SharedKind::SysV)
+        );
+        assert_eq!((r.inode, r.ipc_ns, r.pids.len()), (7, Some(9), 0));
+        // Fully written, size not a page multiple: at most the pages it covers.
+        assert!(unattached_sysv_region(&seg(4097, 8192, 0), dev, None, 4096).is_some());
+        // SHM_HUGETLB, 4 MiB written: this kernel reports 2 GiB of rss.
+        assert!(unattached_sysv_region(&seg(4 << 20, 2 << 30, 0), dev, None, 4096).is_none());
+        assert!(unattached_sysv_region(&seg(4097, 12288, 0), dev, None, 4096).is_none());
     }
 }

@@ -5,7 +5,9 @@
 //!   instead of formatting and parsing the text of `maps`;
 //! - memfd_create(2) + fstat(2), to learn the device number of the kernel's internal shmem
 //!   mount (the one behind `/dev/zero (deleted)`, SysV segments and memfds);
-//! - statfs(2), to ask whether a mapped file lives on tmpfs.
+//! - statfs(2), to ask whether a mapped file lives on tmpfs;
+//! - name_to_handle_at(2), for the generation of a shmem inode (SysV segments of different
+//!   IPC namespaces can share device and inode number; their generations differ).
 //!
 //! Parent side only; plain libc calls are fine here (see the module essay in `sys/mod.rs`).
 
@@ -134,3 +136,44 @@ pub(crate) fn fs_type(path: &CStr) -> Result<i64, i32> {
 
 /// TMPFS_MAGIC of include/uapi/linux/magic.h.
 pub(crate) const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// `FILEID_INO32_GEN` of include/linux/exportfs.h: the handle type shmem's `encode_fh` gives,
+/// whose first 32-bit word is the inode's generation and the rest its inode number.
+const FILEID_INO32_GEN: i32 = 1;
+
+/// The generation of the shmem inode at `path` (a `/proc/PID/map_files/START-END` link is
+/// followed to the object), from name_to_handle_at(2). shmem draws each inode's generation at
+/// random when it makes the inode, so it tells apart objects that share an inode number.
+/// Errors: those of name_to_handle_at (EACCES/EPERM: map_files needs CAP_SYS_ADMIN; ENOENT:
+/// gone), or EINVAL for a handle that is not shmem's.
+pub(crate) fn shmem_generation(path: &CStr) -> Result<u32, i32> {
+    /// `struct file_handle` with room for its handle (shmem's is 12 bytes).
+    #[repr(C)]
+    struct Handle {
+        handle_bytes: u32,
+        handle_type: i32,
+        f_handle: [u8; 32],
+    }
+    let mut h = Handle { handle_bytes: 32, handle_type: 0, f_handle: [0; 32] };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `h` starts with struct file_handle's two header fields, followed by the
+    // `handle_bytes` (32) bytes of room the kernel may fill; it writes no more (EOVERFLOW
+    // instead) and the mount id into `mount_id`. `path` is NUL-terminated.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            (&mut h as *mut Handle).cast::<libc::file_handle>(),
+            &mut mount_id,
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r < 0 {
+        return Err(last_errno());
+    }
+    if h.handle_type != FILEID_INO32_GEN || h.handle_bytes < 4 {
+        return Err(libc::EINVAL);
+    }
+    let [a, b, c, d, ..] = h.f_handle;
+    Ok(u32::from_ne_bytes([a, b, c, d]))
+}
