@@ -59,10 +59,12 @@ Shared regions (--shared):
   every shared mapping backed by shmem (/dev/zero (deleted), /SYSV..., /memfd:...,
   files on tmpfs such as /dev/shm/...) of every process, found with the PROCMAP_QUERY
   ioctl (Linux 6.11+) or by parsing /proc/PID/maps, keyed by (device, inode) so each
-  object appears once with every process that maps it (SysV segments by IPC namespace
-  too: a segment's inode is its id, which every namespace counts from 0; one of another
-  namespace has ipc:[N] after its name). Plus SysV segments no process attaches
-  (/proc/sysvipc/shm; this namespace's only).
+  object appears once with every process that maps it (a SysV segment's inode is its id,
+  which every IPC namespace counts from 0: segments are told apart by their inode's
+  generation as root, else by the mapper's IPC namespace; one of another namespace has
+  ipc:[N] after its name). Plus SysV segments no process attaches
+  (/proc/sysvipc/shm; this namespace's only; SHM_HUGETLB ones left out: huge pages are
+  not shmem, as attached ones on hugetlbfs are not).
   DEV:INODE  the object; SIZE its virtual size; RESIDENT the memory it really holds
   (st_blocks of /proc/PID/map_files/START-END: pages in RAM or swap, including those
   written by processes that have exited; '-' when unknown: reading map_files needs

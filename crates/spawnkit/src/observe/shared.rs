@@ -14,8 +14,10 @@
 //!    `/dev/zero (deleted)`; SysV segments, `/SYSV...`; memfds, `/memfd:...`) or a tmpfs
 //!    mount (`/dev/shm/...`, `/run/...`).
 //! 3. Key them by (device, inode): one [`SharedRegion`] per object, with every process that
-//!    maps it. SysV segments are keyed by their IPC namespace too: their inode number is the
-//!    segment id, which each namespace counts from 0.
+//!    maps it. A SysV segment's inode number is its id, which each IPC namespace counts from
+//!    0, so segments are told apart by their inode's generation too (random per shmem inode,
+//!    from a file handle of the `map_files` link; needs the same privilege as step 4), or
+//!    else by the IPC namespace of the process that maps them.
 //! 4. Measure the object once: `stat` of `/proc/PID/map_files/START-END` of one of its
 //!    mappings follows the link to the object itself; `st_blocks` × 512 is its real
 //!    allocation, which still counts pages written by processes that have exited, and
@@ -130,11 +132,12 @@ pub struct SharedRegion {
     /// attaches). In a report restricted to some processes ([`shared_regions_of`]), only
     /// those among them.
     pub pids: Vec<i32>,
-    /// For a SysV segment: the IPC namespace it belongs to, as the inode number of
-    /// `/proc/PID/ns/ipc` (`ipc:[N]`) of the processes that map it (for an unattached
+    /// For a SysV segment: the IPC namespace of the first process seen mapping it, as the
+    /// inode number of `/proc/PID/ns/ipc` (`ipc:[N]`): the namespace it belongs to, unless
+    /// that process has moved to another since it attached the segment (for an unattached
     /// segment, this process's own). Segment ids, and so the inode numbers, are counted per
-    /// namespace: segments of two namespaces can share `(dev, inode)` and are told apart by
-    /// this. `None` for every other kind.
+    /// namespace: segments of two namespaces can share `(dev, inode)`, and this says which
+    /// is which. `None` for every other kind.
     pub ipc_ns: Option<u64>,
 }
 
