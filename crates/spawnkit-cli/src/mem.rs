@@ -63,8 +63,9 @@ Shared regions (--shared):
   which every IPC namespace counts from 0: segments are told apart by their inode's
   generation as root, else by the mapper's IPC namespace; one of another namespace has
   ipc:[N] after its name). Plus SysV segments no process attaches
-  (/proc/sysvipc/shm; this namespace's only; SHM_HUGETLB ones left out: huge pages are
-  not shmem, as attached ones on hugetlbfs are not).
+  (/proc/sysvipc/shm; this namespace's only; SHM_HUGETLB ones left out where their rss
+  gives them away, as this kernel's does: huge pages are not shmem, and attached ones, on
+  hugetlbfs, are left out likewise).
   DEV:INODE  the object; SIZE its virtual size; RESIDENT the memory it really holds
   (st_blocks of /proc/PID/map_files/START-END: pages in RAM or swap, including those
   written by processes that have exited; '-' when unknown: reading map_files needs
@@ -86,7 +87,8 @@ JSON (--json):
   private_clean, private_dirty; sizes in bytes (integers), null when denied.
   With --shared: an array of objects with the keys dev (\"MAJOR:MINOR\"), inode, name,
   kind, size_bytes, resident_bytes (null when unknown), pids and ipc_ns (for a SysV
-  segment, the inode of its IPC namespace, /proc/PID/ns/ipc; else null). The array stays a
+  segment, the inode of /proc/PID/ns/ipc of the first process seen mapping it; else null).
+  The array stays a
   plain list: the total and the Shmem check go to stderr with -v, as one JSON object;
   without -v, stderr says what could not be read, if anything.
 
@@ -504,13 +506,13 @@ fn caller_is_root() -> bool {
 }
 
 /// Why regions' resident sizes are unknown: reading /proc/PID/map_files was refused, or
-/// (when it was not) only processes whose main thread has exited before their other threads
-/// map them, and those have no map_files.
+/// (when it was not) no mapper had map_files to read: a process whose main thread has exited
+/// before its other threads has none, and one that unmapped the region meanwhile has lost it.
 fn unknown_why(report: &SharedReport) -> &'static str {
     if report.map_files_denied {
         "reading /proc/PID/map_files needs CAP_SYS_ADMIN"
     } else {
-        "no /proc/PID/map_files: only mapped by processes whose main thread has exited"
+        "no /proc/PID/map_files: its mappers' main threads have exited, or they unmapped it"
     }
 }
 

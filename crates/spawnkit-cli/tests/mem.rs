@@ -386,4 +386,10 @@ fn a_leader_that_exited_before_its_threads_is_measured_through_a_thread() {
     let summary: Value = serde_json::from_str(res.stderr.trim()).expect("summary on stderr");
     assert_eq!(summary["map_files_denied"], false, "{summary}");
     assert_eq!(summary["unknown_resident"], 1, "{summary}");
+
+    // Another user's (root's) to nobody: its leader's files read empty, its thread's refuse:
+    // denied, not "no memory".
+    let list = json(&spawnkit_as_nobody(&["mem", "--json", &pid]));
+    assert_eq!(list[0]["status"], "denied", "{list:?}");
+    assert_eq!(list[0]["rss"], Value::Null);
 }

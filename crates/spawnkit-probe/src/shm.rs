@@ -27,10 +27,12 @@
 //!   segment B (SIZE_B MiB, all written) gets A's id, and attaches B too. So A is mapped by
 //!   two processes in two IPC namespaces, and A and B share device and inode number (the id).
 //!   Prints `ready PID CHILD_PID SHMID`.
-//! - `shm-fixture leader-exits SIZE_MIB`: SIZE MiB mapped `MAP_SHARED | MAP_ANONYMOUS` and
-//!   written, then the main thread exits (exit(2), the thread alone) while a second thread
-//!   keeps the process alive: /proc/PID shows a zombie leader whose mm files read empty.
-//!   The thread prints `ready PID START END`.
+//! - `shm-fixture leader-exits SIZE_MIB [sysv]`: SIZE MiB mapped `MAP_SHARED |
+//!   MAP_ANONYMOUS` and written, then the main thread exits (exit(2), the thread alone) while
+//!   a second thread keeps the process alive: /proc/PID shows a zombie leader whose mm files
+//!   read empty. The thread prints `ready PID START END`. With `sysv`, first a 4 MiB SysV
+//!   segment is attached and written and a child forked that keeps it attached (and waits
+//!   for EOF): the line is then `ready PID START END CHILD_PID SHMID`.
 //!
 //! Every shape waits for EOF on stdin, then exits (the child of `private-cow` and `sysv-ns`
 //! too).
@@ -230,9 +232,30 @@ fn sysv_ns(args: &[String]) {
     unsafe { libc::waitpid(child, &mut status, 0) };
 }
 
-/// `leader-exits SIZE_MIB`.
+/// `leader-exits SIZE_MIB [sysv]`.
 fn leader_exits(args: &[String]) {
     let size = arg(args, 0, 32) * MIB;
+    let sysv = match args.get(1).map(String::as_str) {
+        None => None,
+        Some("sysv") => {
+            let (id, _) = sysv_segment(4 * MIB);
+            // SAFETY: this process is single-threaded still; the child only waits for EOF.
+            let child = unsafe { libc::fork() };
+            if child < 0 {
+                fail("fork");
+            }
+            if child == 0 {
+                wait_for_eof();
+                // SAFETY: _exit ends the child without running the parent's atexit handlers.
+                unsafe { libc::_exit(0) };
+            }
+            Some((child, id))
+        }
+        Some(other) => {
+            eprintln!("shm-fixture leader-exits: {other:?} is not 'sysv'");
+            std::process::exit(2);
+        }
+    };
     // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
     let base = unsafe {
         libc::mmap(
@@ -260,8 +283,18 @@ fn leader_exits(args: &[String]) {
         while !zombie() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        ready(format_args!("ready {me} {:x} {:x}", start, start + size));
+        match sysv {
+            None => ready(format_args!("ready {me} {:x} {:x}", start, start + size)),
+            Some((child, id)) => {
+                ready(format_args!("ready {me} {:x} {:x} {child} {id}", start, start + size))
+            }
+        }
         wait_for_eof();
+        if let Some((child, _)) = sysv {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status of our own child into `status`.
+            unsafe { libc::waitpid(child, &mut status, 0) };
+        }
         // SAFETY: _exit ends the whole process (exit_group) at once.
         unsafe { libc::_exit(0) };
     });

@@ -468,7 +468,8 @@ fn start_times_as_proc_shows_them_in_and_out_of_a_time_namespace() {
 
 /// Not a test: the body of the helper processes of the next test. `outside` runs `inside`,
 /// a child in a time namespace whose boottime is behind, which lists every process with both
-/// backends and prints `agree N` or the first disagreement.
+/// backends and prints `agree N zero PID,PID,...` (the processes whose start both give as 0)
+/// or the first disagreement.
 #[test]
 #[ignore]
 fn helper_backends_in_a_time_namespace_behind() {
@@ -492,6 +493,7 @@ fn helper_backends_in_a_time_namespace_behind() {
             let now = ts.tv_sec as u64 * 100 + ts.tv_nsec as u64 / 10_000_000;
             let procfs = by_pid(&procfs);
             let mut agree = 0;
+            let mut zero = Vec::new();
             for p in &bpf {
                 let Some(q) = procfs.get(&p.pid) else { continue };
                 if p.start_ticks != q.start_ticks || q.start_ticks > now + 100 {
@@ -502,8 +504,11 @@ fn helper_backends_in_a_time_namespace_behind() {
                     return;
                 }
                 agree += 1;
+                if q.start_ticks == 0 {
+                    zero.push(q.pid.to_string());
+                }
             }
-            println!("agree {agree}");
+            println!("agree {agree} zero {}", zero.join(","));
         }
         _ => {}
     }
@@ -525,15 +530,31 @@ fn backends_agree_on_start_times_in_a_time_namespace_behind() {
         eprintln!("skipped: booted {uptime} s ago, too recently to set a clock back");
         return;
     }
+    let behind = uptime - 5;
+    // Processes that started after boot but within the `behind` seconds: their starts wrap
+    // in /proc inside the namespace. Without one, nothing would test the clamp.
+    let outside = ProcessTable::new(Backend::Procfs).unwrap().list(UID).unwrap();
+    let early: Vec<i32> = outside
+        .iter()
+        .filter(|p| p.start_ticks > 0 && p.start_ticks + 200 < behind * 100)
+        .map(|p| p.pid)
+        .collect();
+    if early.is_empty() {
+        eprintln!("skipped: no process here started in the first {behind} s after boot");
+        return;
+    }
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "helper_backends_in_a_time_namespace_behind"])
         .arg("--nocapture")
         .env("SPAWNKIT_TEST_HELPER", "timens-outside-behind")
-        .env("SPAWNKIT_TIMENS_BOOTTIME", format!("-{}", uptime - 5))
+        .env("SPAWNKIT_TIMENS_BOOTTIME", format!("-{behind}"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let agree = text.lines().find_map(|l| l.strip_prefix("agree "));
-    let agree: usize = agree.unwrap_or_else(|| panic!("{text}")).parse().unwrap();
-    assert!(agree > 10, "{text}");
+    let line =
+        text.lines().find_map(|l| l.strip_prefix("agree ")).unwrap_or_else(|| panic!("{text}"));
+    let (agree, zero) = line.split_once(" zero ").unwrap_or((line, ""));
+    assert!(agree.parse::<usize>().unwrap() > 10, "{text}");
+    let zero: Vec<i32> = zero.split(',').filter_map(|p| p.parse().ok()).collect();
+    assert!(early.iter().any(|p| zero.contains(p)), "none of {early:?} clamped: {text}");
 }

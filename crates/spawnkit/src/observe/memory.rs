@@ -335,9 +335,14 @@ impl Reader {
             // Perhaps a leader that exited before its threads: another thread shows the
             // memory they all share.
             if let Some(task) = live_thread_dir(pid) {
-                if let Got::Data = self.read_file(&task, pid, "smaps_rollup") {
-                    status = Got::Data;
-                    dir = task;
+                match self.read_file(&task, pid, "smaps_rollup") {
+                    Got::Data => {
+                        status = Got::Data;
+                        dir = task;
+                    }
+                    // Another user's: its leader's files said nothing, its thread's refuse.
+                    Got::Denied => status = Got::Denied,
+                    Got::NoMemory | Got::Vanished => {}
                 }
             }
         }
@@ -412,7 +417,9 @@ pub fn memory_all() -> Result<Vec<Memory>> {
 /// The `n` processes with the largest RSS, largest first. They are ranked by the process
 /// table's RSS (the kernel's mm counters, read for every process at once by
 /// [`crate::observe::processes`]: the BPF task iterator when it loads, else one `stat` per
-/// process); `smaps_rollup` is read only for the `n` at the top.
+/// process); `smaps_rollup` is read only for the `n` at the top. A process whose main thread
+/// has exited before its other threads shows RSS 0 in the table (as in procps), so it ranks
+/// last here; [`memory`], [`memory_of`] and [`memory_all`] measure it.
 pub fn top_by_rss(n: usize) -> Result<Vec<Memory>> {
     let mut reader = Reader::new();
     let mut ranked: Vec<(u64, i32)> = match super::processes(super::Fields::default()) {

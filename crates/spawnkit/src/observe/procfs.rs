@@ -148,22 +148,9 @@ impl Walker {
         Ok(())
     }
 
-    /// The command line of the process `pid` that started at `start_ticks` (a record of
-    /// the BPF backend), or `None` when that process is gone: `cmdline` and `stat` are read
-    /// as one process (see `read_process`), and a start time that differs means the pid now
-    /// names a newcomer.
-    pub(crate) fn cmdline_of(&mut self, pid: i32, start_ticks: u64) -> Result<Option<Vec<u8>>> {
-        let Some(name) = Digits::new(pid) else { return Ok(None) };
-        let fields = Fields { uid: false, cmdline: true };
-        let got = read_process(
-            self.proc.as_fd(),
-            name.as_bytes(),
-            fields,
-            false,
-            &mut self.file,
-            self.page_size,
-        )?;
-        Ok(got.filter(|p| p.pid == pid && p.start_ticks == start_ticks).and_then(|p| p.cmdline))
+    /// `/proc/PID/cmdline`, or `None` when the process is gone.
+    pub(crate) fn cmdline(&mut self, pid: i32) -> Result<Option<Vec<u8>>> {
+        cmdline_in(self.proc.as_fd(), pid, &mut self.file)
     }
 }
 

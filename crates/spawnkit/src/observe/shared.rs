@@ -177,8 +177,9 @@ pub struct SharedReport {
     pub unknown_resident: usize,
     /// Whether reading `/proc/PID/map_files` was refused (it needs CAP_SYS_ADMIN or
     /// CAP_SYS_CHECKPOINT_RESTORE in the initial user namespace): then every resident size is
-    /// unknown. When it was not, a region is unknown only if every process mapping it has
-    /// no `map_files` to read (its main thread exited before its other threads).
+    /// unknown. When it was not, a region is unknown only if no process mapping it had
+    /// `map_files` to read: their main threads exited before their other threads, or they
+    /// unmapped it or exited while the walk went on.
     pub map_files_denied: bool,
     /// `Shmem` of /proc/meminfo in bytes, read after the walk: all shmem and tmpfs pages in
     /// RAM, system-wide. `None` if it could not be read.
@@ -551,8 +552,7 @@ impl Walk {
                 continue;
             }
             let (ident, ns) = if kind_of(m.dev, self.devs.internal(), &m.name) == SharedKind::SysV {
-                let Some(ns) =
-                    *ipc_ns.get_or_insert_with(|| ipc_ns_of(&format!("/proc/{pid}/ns/ipc")))
+                let Some(ns) = *ipc_ns.get_or_insert_with(|| ipc_ns_of(&format!("{dir}/ns/ipc")))
                 else {
                     // Gone meanwhile: its segments cannot be told apart from others'.
                     continue;
@@ -699,6 +699,42 @@ impl Walk {
         }
     }
 
+    /// A SysV mapping whose generation could not be read although map_files can be (its
+    /// process has none: a main thread that exited; or it went away meanwhile) was keyed by
+    /// its IPC namespace. When exactly one segment with that device, inode and namespace was
+    /// keyed by generation, it is that one: its mappers join it instead of making a second
+    /// region of the same segment.
+    fn merge_sysv_without_generation(&mut self) {
+        if self.map_files_denied {
+            return;
+        }
+        let by_ns: Vec<(Dev, u64, Ident)> = self
+            .regions
+            .keys()
+            .filter(|(_, _, ident)| matches!(ident, Ident::SysvNamespace(_)))
+            .copied()
+            .collect();
+        for key in by_ns {
+            let (dev, inode, Ident::SysvNamespace(ns)) = key else { continue };
+            let twins: Vec<(Dev, u64, Ident)> = self
+                .regions
+                .iter()
+                .filter(|(k, g)| {
+                    matches!(k.2, Ident::SysvGeneration(_))
+                        && (k.0, k.1) == (dev, inode)
+                        && g.region.ipc_ns == Some(ns)
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            let [twin] = twins[..] else { continue };
+            let Some(orphan) = self.regions.remove(&key) else { continue };
+            if let Some(g) = self.regions.get_mut(&twin) {
+                g.pids.extend(orphan.pids);
+                g.largest_extent = g.largest_extent.max(orphan.largest_extent);
+            }
+        }
+    }
+
     /// SysV segments that no process attaches: from /proc/sysvipc/shm (this IPC namespace's),
     /// on the internal shm device with inode = shmid.
     fn add_unattached_sysv(&mut self) {
@@ -733,6 +769,7 @@ impl Walk {
     }
 
     fn finish(mut self) -> SharedReport {
+        self.merge_sysv_without_generation();
         let mut regions = Vec::with_capacity(self.regions.len());
         for (_, mut g) in self.regions.drain() {
             // Mappings whose stat failed because they went away: try the others.

@@ -189,8 +189,11 @@ impl ProcessTable {
     }
 
     /// After a BPF read: the command lines, from /proc, when asked for. A process that has
-    /// exited since the read (or whose pid a newcomer took: its start time differs) leaves
-    /// the listing, as the procfs backend would skip it.
+    /// exited since the read leaves the listing, as the procfs backend would skip it. (That
+    /// its pid names a newcomer by then is not checked, which would cost a `stat` read per
+    /// process: the kernel hands pids out cyclically, so a pid comes back only after the
+    /// counter has gone round every free pid, which takes far longer than a listing unless
+    /// the pid space is all but full.)
     fn fill_cmdlines(&mut self, fields: Fields, out: &mut Vec<Process>) -> Result<()> {
         if !fields.cmdline {
             return Ok(());
@@ -201,7 +204,7 @@ impl ProcessTable {
             if res.is_err() {
                 return true;
             }
-            match w.cmdline_of(p.pid, p.start_ticks) {
+            match w.cmdline(p.pid) {
                 Ok(Some(cmdline)) => {
                     p.cmdline = Some(cmdline);
                     true
