@@ -159,6 +159,25 @@ fn sysv(args: &[String]) {
     wait_for_eof();
 }
 
+/// `mmap(MAP_SHARED | MAP_ANONYMOUS)` of `len` bytes, readable and writable (exits on failure).
+fn map_shared_anonymous(len: usize) -> *mut u8 {
+    // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        fail("mmap");
+    }
+    base.cast()
+}
+
 /// shmget IPC_PRIVATE of `size` bytes, attached, marked for removal at once (it goes when
 /// the last process detaches), every page written: (id, address).
 fn sysv_segment(size: usize) -> (i32, *mut u8) {
@@ -256,21 +275,8 @@ fn leader_exits(args: &[String]) {
             std::process::exit(2);
         }
     };
-    // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        fail("mmap");
-    }
-    touch(base as *mut u8, size);
+    let base = map_shared_anonymous(size);
+    touch(base, size);
     let start = base as usize;
     std::thread::spawn(move || {
         // Until the main thread has exited: the leader stays, a zombie (state Z in stat).
@@ -374,22 +380,7 @@ pub fn main(args: &[String]) {
         eprintln!("shm-fixture: A, B and PARENT must be at most TOTAL, and TOTAL above 0");
         std::process::exit(2);
     }
-    // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            total,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        eprintln!("shm-fixture: mmap: {}", std::io::Error::last_os_error());
-        std::process::exit(1);
-    }
-    let base = base as *mut u8;
+    let base = map_shared_anonymous(total);
     child_writes(base, a);
     child_writes(base, b);
     let _ = read(base, parent);

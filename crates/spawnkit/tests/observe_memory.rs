@@ -566,6 +566,27 @@ fn sysv_fixture(args: &[&str]) -> (Ready, i32, u64) {
     (fixture, pid, shmid)
 }
 
+/// The SysV regions with inode `id` that any of `pids` maps, in each report worth checking:
+/// by each method, restricted to `pids` and of every process. (The method, the regions.)
+fn sysv_regions_seen(pids: &[i32], id: u64) -> Vec<(MapsMethod, Vec<SharedRegion>)> {
+    let mut seen = Vec::new();
+    for method in [MapsMethod::ProcmapQuery, MapsMethod::MapsText] {
+        for report in [
+            shared_regions_with(method, Some(pids)).unwrap(),
+            shared_regions_with(method, None).unwrap(),
+        ] {
+            let regions = report
+                .regions
+                .into_iter()
+                .filter(|r| r.kind == SharedKind::SysV && r.inode == id)
+                .filter(|r| r.pids.iter().any(|p| pids.contains(p)))
+                .collect();
+            seen.push((method, regions));
+        }
+    }
+    seen
+}
+
 #[test]
 fn sysv_segments_of_different_ipc_namespaces_are_not_merged() {
     if skip_unless_root("sysv_segments_of_different_ipc_namespaces_are_not_merged") {
@@ -579,25 +600,14 @@ fn sysv_segments_of_different_ipc_namespaces_are_not_merged() {
     assert_eq!(id_a, id_b, "fresh IPC namespaces number their first segment alike");
     let ns = |pid: i32| fs::metadata(format!("/proc/{pid}/ns/ipc")).unwrap().ino();
     let (ns_a, ns_b) = (ns(pid_a), ns(pid_b));
-    for method in [MapsMethod::ProcmapQuery, MapsMethod::MapsText] {
-        for report in [
-            shared_regions_with(method, Some(&[pid_a, pid_b])).unwrap(),
-            shared_regions_with(method, None).unwrap(),
-        ] {
-            let sysv: Vec<_> = report
-                .regions
-                .iter()
-                .filter(|r| r.kind == SharedKind::SysV && r.inode == id_a)
-                .filter(|r| r.pids.contains(&pid_a) || r.pids.contains(&pid_b))
-                .collect();
-            assert_eq!(sysv.len(), 2, "{method:?}: {sysv:#?}");
-            let of = |pid: i32| sysv.iter().find(|r| r.pids == vec![pid]).copied();
-            let (ra, rb) = (of(pid_a).expect("a's segment"), of(pid_b).expect("b's segment"));
-            assert_eq!(ra.resident_bytes, Some(2 * MIB));
-            assert_eq!(rb.resident_bytes, Some(3 * MIB));
-            assert_eq!(ra.ipc_ns, Some(ns_a));
-            assert_eq!(rb.ipc_ns, Some(ns_b));
-        }
+    for (method, sysv) in sysv_regions_seen(&[pid_a, pid_b], id_a) {
+        assert_eq!(sysv.len(), 2, "{method:?}: {sysv:#?}");
+        let of = |pid: i32| sysv.iter().find(|r| r.pids == vec![pid]);
+        let (ra, rb) = (of(pid_a).expect("a's segment"), of(pid_b).expect("b's segment"));
+        assert_eq!(ra.resident_bytes, Some(2 * MIB));
+        assert_eq!(rb.resident_bytes, Some(3 * MIB));
+        assert_eq!(ra.ipc_ns, Some(ns_a));
+        assert_eq!(rb.ipc_ns, Some(ns_b));
     }
     drop((a, b));
 }
@@ -613,25 +623,14 @@ fn one_segment_mapped_from_two_ipc_namespaces_is_counted_once_and_its_twin_apart
     // inode number, and A's two mappers sit in different namespaces.
     let fixture = Ready::start(&["shm-fixture", "sysv-ns", "16", "4"], 3);
     let (pid, child, id): (i32, i32, u64) = (fixture.word(0), fixture.word(1), fixture.word(2));
-    for method in [MapsMethod::ProcmapQuery, MapsMethod::MapsText] {
-        for report in [
-            shared_regions_with(method, Some(&[pid, child])).unwrap(),
-            shared_regions_with(method, None).unwrap(),
-        ] {
-            let sysv: Vec<_> = report
-                .regions
-                .iter()
-                .filter(|r| r.kind == SharedKind::SysV && r.inode == id)
-                .filter(|r| r.pids.contains(&pid) || r.pids.contains(&child))
-                .collect();
-            assert_eq!(sysv.len(), 2, "{method:?}: {sysv:#?}");
-            let a = sysv.iter().find(|r| r.size_bytes == 16 * MIB).expect("segment A");
-            let b = sysv.iter().find(|r| r.size_bytes == 4 * MIB).expect("segment B");
-            assert_eq!(a.pids, vec![pid, child], "{method:?}: A once, with both mappers");
-            assert_eq!(a.resident_bytes, Some(16 * MIB));
-            assert_eq!(b.pids, vec![child]);
-            assert_eq!(b.resident_bytes, Some(4 * MIB));
-        }
+    for (method, sysv) in sysv_regions_seen(&[pid, child], id) {
+        assert_eq!(sysv.len(), 2, "{method:?}: {sysv:#?}");
+        let a = sysv.iter().find(|r| r.size_bytes == 16 * MIB).expect("segment A");
+        let b = sysv.iter().find(|r| r.size_bytes == 4 * MIB).expect("segment B");
+        assert_eq!(a.pids, vec![pid, child], "{method:?}: A once, with both mappers");
+        assert_eq!(a.resident_bytes, Some(16 * MIB));
+        assert_eq!(b.pids, vec![child]);
+        assert_eq!(b.resident_bytes, Some(4 * MIB));
     }
 }
 
@@ -681,22 +680,11 @@ fn a_sysv_segment_mapped_by_a_leader_that_exited_is_one_region_with_both_mappers
     // no generation to read), and by its single-threaded child (generation readable).
     let fixture = Ready::start(&["shm-fixture", "leader-exits", "8", "sysv"], 5);
     let (pid, child, id): (i32, i32, u64) = (fixture.word(0), fixture.word(3), fixture.word(4));
-    for method in [MapsMethod::ProcmapQuery, MapsMethod::MapsText] {
-        for report in [
-            shared_regions_with(method, Some(&[pid, child])).unwrap(),
-            shared_regions_with(method, None).unwrap(),
-        ] {
-            let sysv: Vec<_> = report
-                .regions
-                .iter()
-                .filter(|r| r.kind == SharedKind::SysV && r.inode == id)
-                .filter(|r| r.pids.contains(&pid) || r.pids.contains(&child))
-                .collect();
-            assert_eq!(sysv.len(), 1, "{method:?}: {sysv:#?}");
-            assert_eq!(sysv[0].pids, vec![pid, child], "{method:?}");
-            assert_eq!(sysv[0].size_bytes, 4 * MIB);
-            assert_eq!(sysv[0].resident_bytes, Some(4 * MIB), "measured through the child");
-        }
+    for (method, sysv) in sysv_regions_seen(&[pid, child], id) {
+        assert_eq!(sysv.len(), 1, "{method:?}: {sysv:#?}");
+        assert_eq!(sysv[0].pids, vec![pid, child], "{method:?}");
+        assert_eq!(sysv[0].size_bytes, 4 * MIB);
+        assert_eq!(sysv[0].resident_bytes, Some(4 * MIB), "measured through the child");
     }
 }
 
