@@ -141,22 +141,25 @@ fn sysv(args: &[String]) {
     if new_ipc && unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
         fail("unshare(CLONE_NEWIPC)");
     }
-    // SAFETY: shmget takes integers.
-    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600) };
-    if id < 0 {
-        fail("shmget");
-    }
-    // SAFETY: attaches the segment just created at an address the kernel picks.
-    let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
-    if p as isize == -1 {
-        fail("shmat");
-    }
-    // Removed when the last process detaches: it never outlives this process.
-    // SAFETY: IPC_RMID takes no buffer.
-    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
-    touch(p as *mut u8, write);
+    let (id, _) = sysv_segment(size, write);
     ready(format_args!("ready {} {id}", std::process::id()));
     wait_for_eof();
+}
+
+/// Fork a child that keeps this process's mappings (and SysV attachments), waits for EOF on
+/// stdin and exits; its pid. Only while this process is single-threaded.
+fn fork_waiting_child() -> i32 {
+    // SAFETY: the callers are single-threaded; the child only reads stdin and _exits.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail("fork");
+    }
+    if child == 0 {
+        wait_for_eof();
+        // SAFETY: _exit ends the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    child
 }
 
 /// `mmap(MAP_SHARED | MAP_ANONYMOUS)` of `len` bytes, readable and writable (exits on failure).
@@ -179,8 +182,9 @@ fn map_shared_anonymous(len: usize) -> *mut u8 {
 }
 
 /// shmget IPC_PRIVATE of `size` bytes, attached, marked for removal at once (it goes when
-/// the last process detaches), every page written: (id, address).
-fn sysv_segment(size: usize) -> (i32, *mut u8) {
+/// the last process detaches, so it never outlives the fixture), its first `write` bytes
+/// written: (id, address).
+fn sysv_segment(size: usize, write: usize) -> (i32, *mut u8) {
     // SAFETY: shmget takes integers.
     let id = unsafe { libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600) };
     if id < 0 {
@@ -193,7 +197,7 @@ fn sysv_segment(size: usize) -> (i32, *mut u8) {
     }
     // SAFETY: IPC_RMID takes no buffer.
     unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
-    touch(p as *mut u8, size);
+    touch(p as *mut u8, write.min(size));
     (id, p as *mut u8)
 }
 
@@ -204,7 +208,7 @@ fn sysv_ns(args: &[String]) {
         eprintln!("shm-fixture sysv-ns: sizes must be above 0");
         std::process::exit(2);
     }
-    let (id, _) = sysv_segment(size_a);
+    let (id, _) = sysv_segment(size_a, size_a);
     let mut pipe = [0; 2];
     // SAFETY: pipe writes two fds into `pipe`.
     if unsafe { libc::pipe(pipe.as_mut_ptr()) } != 0 {
@@ -223,7 +227,7 @@ fn sysv_ns(args: &[String]) {
         if std::fs::write("/proc/sys/kernel/shm_next_id", id.to_string()).is_err() {
             fail("write /proc/sys/kernel/shm_next_id");
         }
-        let (id_b, _) = sysv_segment(size_b);
+        let (id_b, _) = sysv_segment(size_b, size_b);
         if id_b != id {
             eprintln!("shm-fixture sysv-ns: segment B got id {id_b}, not {id}");
             std::process::exit(1);
@@ -257,18 +261,8 @@ fn leader_exits(args: &[String]) {
     let sysv = match args.get(1).map(String::as_str) {
         None => None,
         Some("sysv") => {
-            let (id, _) = sysv_segment(4 * MIB);
-            // SAFETY: this process is single-threaded still; the child only waits for EOF.
-            let child = unsafe { libc::fork() };
-            if child < 0 {
-                fail("fork");
-            }
-            if child == 0 {
-                wait_for_eof();
-                // SAFETY: _exit ends the child without running the parent's atexit handlers.
-                unsafe { libc::_exit(0) };
-            }
-            Some((child, id))
+            let (id, _) = sysv_segment(4 * MIB, 4 * MIB);
+            Some((fork_waiting_child(), id))
         }
         Some(other) => {
             eprintln!("shm-fixture leader-exits: {other:?} is not 'sysv'");
@@ -345,16 +339,7 @@ fn private_cow() {
     }
     let base = base as *mut u8;
     touch(base, 16 * PAGE);
-    // SAFETY: this process is single-threaded; the child only waits for EOF and _exits.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        fail("fork");
-    }
-    if child == 0 {
-        wait_for_eof();
-        // SAFETY: _exit ends the child without running the parent's atexit handlers.
-        unsafe { libc::_exit(0) };
-    }
+    let child = fork_waiting_child();
     // SAFETY: `base + 16 pages .. base + 48 pages` lies inside the mapping.
     let _ = read(unsafe { base.add(16 * PAGE) }, 32 * PAGE);
     ready(format_args!("ready {} {child}", std::process::id()));
