@@ -5,7 +5,7 @@
 >>> me.comm, me.state, me.threads, me.cmdline                     # doctest: +SKIP
 ('python3', 'R', 1, ['python3'])
 >>> [p.pid for p in spawnkit.ps(tree_of=os.getpid())]              # me and my descendants
->>> spawnkit.memory(os.getpid())[0].uss            # bytes my exit surely frees (None if denied)
+>>> spawnkit.memory(os.getpid())[0].uss                           # what my exit surely frees
 >>> for r in spawnkit.shared_regions():                           # each shmem object once
 ...     print(r.name, r.resident_bytes, r.pids)
 

@@ -88,9 +88,8 @@ JSON (--json):
   With --shared: an array of objects with the keys dev (\"MAJOR:MINOR\"), inode, name,
   kind, size_bytes, resident_bytes (null when unknown), pids and ipc_ns (for a SysV
   segment, the inode of /proc/PID/ns/ipc of the first process seen mapping it; else null).
-  The array stays a
-  plain list: the total and the Shmem check go to stderr with -v, as one JSON object;
-  without -v, stderr says what could not be read, if anything.
+  The array stays a plain list: the total and the Shmem check go to stderr with -v, as one
+  JSON object; without -v, stderr says what could not be read, if anything.
 
 Exit status:
   0 on success (a stdout closed early, as by 'head', is no failure); 1 when a PID given

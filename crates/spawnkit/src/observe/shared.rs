@@ -557,11 +557,9 @@ impl Walk {
                     // Gone meanwhile: its segments cannot be told apart from others'.
                     continue;
                 };
-                let path = CString::new(format!("{dir}/map_files/{:x}-{:x}", m.start, m.end));
-                match path.map(|p| procmap::shmem_generation(&p)) {
-                    Ok(Ok(generation)) => (Ident::SysvGeneration(generation), Some(ns)),
-                    _ => (Ident::SysvNamespace(ns), Some(ns)),
-                }
+                let link = CString::new(format!("{dir}/map_files/{:x}-{:x}", m.start, m.end));
+                let generation = link.ok().and_then(|p| procmap::shmem_generation(&p).ok());
+                (generation.map_or(Ident::SysvNamespace(ns), Ident::SysvGeneration), Some(ns))
             } else {
                 (Ident::Object, None)
             };
