@@ -316,6 +316,27 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<Extras>
     Ok(extras)
 }
 
+/// An explicit `env=` mapping: the child gets exactly these variables.
+fn cmd_env(cmd: &mut Command, env: &Bound<'_, PyAny>) -> PyResult<()> {
+    cmd.env_clear();
+    // The first of two equal names wins, as getenv(3) and os.environ see it in CPython's
+    // child (which gets both entries).
+    let mut seen = std::collections::HashSet::new();
+    for item in env.call_method0("items")?.try_iter()? {
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+        let k = fs_bytes(&k)?;
+        if k.contains(&b'=') {
+            return Err(PyValueError::new_err("illegal environment variable name"));
+        }
+        let v = fs_os(&v)?;
+        if seen.insert(k.clone()) {
+            use std::os::unix::ffi::OsStringExt;
+            cmd.env(std::ffi::OsString::from_vec(k), v);
+        }
+    }
+    Ok(())
+}
+
 /// The command, and the lock it asks for (if any).
 fn build(spec: &Spec<'_, '_>) -> PyResult<(Command, Option<Lock>)> {
     let mut cmd = Command::new(fs_os(spec.program)?);
@@ -343,23 +364,14 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<(Command, Option<Lock>)> {
             add(&mut cmd, &a?)?;
         }
     }
-    if let Some(env) = spec.env {
-        cmd.env_clear();
-        // The first of two equal names wins, as getenv(3) and os.environ see it in CPython's
-        // child (which gets both entries).
-        let mut seen = std::collections::HashSet::new();
-        for item in env.call_method0("items")?.try_iter()? {
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
-            let k = fs_bytes(&k)?;
-            if k.contains(&b'=') {
-                return Err(PyValueError::new_err("illegal environment variable name"));
-            }
-            let v = fs_os(&v)?;
-            if seen.insert(k.clone()) {
-                use std::os::unix::ffi::OsStringExt;
-                cmd.env(std::ffi::OsString::from_vec(k), v);
-            }
+    match spec.env {
+        // The inherited environment is copied here, with the GIL held: every Python writer
+        // of os.environ (putenv/unsetenv) holds it, and the spawn itself runs with the GIL
+        // released, where a copy taken by the engine could meet a setenv halfway through.
+        None => {
+            cmd.base_env(std::env::vars_os());
         }
+        Some(env) => cmd_env(&mut cmd, env)?,
     }
     if !spec.cwd.is_none() {
         cmd.current_dir(fs_os(spec.cwd)?);

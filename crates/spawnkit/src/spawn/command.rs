@@ -29,6 +29,8 @@ pub struct Command {
     pub(crate) env_clear: bool,
     /// Changes to the environment, in the order they were made (a name appears once).
     pub(crate) env: Vec<(OsString, Option<OsString>)>,
+    /// The environment the changes apply to, when not this process's (see `base_env`).
+    pub(crate) base_env: Option<Vec<(OsString, OsString)>>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) stdio: [Option<Stdio>; 3],
     pub(crate) fds: Vec<(RawFd, RawFd)>,
@@ -73,6 +75,7 @@ impl Command {
             args: Vec::new(),
             arg0: None,
             env_clear: false,
+            base_env: None,
             env: Vec::new(),
             cwd: None,
             stdio: [None, None, None],
@@ -152,6 +155,30 @@ impl Command {
     /// Remove a variable from the child's environment.
     pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Command {
         self.set_env(key.as_ref(), None);
+        self
+    }
+
+    /// Start from these variables instead of this process's environment (changes made with
+    /// [`env`](Command::env) and [`env_remove`](Command::env_remove) still apply on top;
+    /// [`env_clear`](Command::env_clear) still starts from nothing). They are passed as
+    /// given, like the parent's own environment; a NUL byte in one is an error at spawn.
+    ///
+    /// Without it the child's environment is copied from this process's when the command is
+    /// spawned, with `std::env::vars_os`, which holds Rust's environment lock: a Rust thread's
+    /// `std::env::set_var` is never seen half done. C code that calls `setenv`, `putenv` or
+    /// `unsetenv` does not take that lock, and may free the strings being copied (the hazard
+    /// every `getenv` reader shares, glibc's `environ` has no lock of its own): while such
+    /// code can run on another thread, take a copy under whatever lock that code holds and
+    /// pass it here. spawnkit's Python module does so under the GIL, which every writer of
+    /// `os.environ` holds.
+    pub fn base_env<I, K, V>(&mut self, vars: I) -> &mut Command
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        let vars = vars.into_iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()));
+        self.base_env = Some(vars.collect());
         self
     }
 

@@ -628,19 +628,15 @@ fn candidates(path: &[u8], prog: &[u8]) -> std::result::Result<Arc<CStrArray>, (
 
 fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
     if !cmd.env_clear && cmd.env.is_empty() {
-        return Ok(inherited_env());
+        return inherited_env(cmd.base_env.as_deref());
     }
-    let mut vars: Vec<(OsString, OsString)> =
-        if cmd.env_clear { Vec::new() } else { std::env::vars_os().collect() };
+    let mut vars: Vec<(OsString, OsString)> = match (&cmd.base_env, cmd.env_clear) {
+        (_, true) => Vec::new(),
+        (Some(base), false) => base.clone(),
+        (None, false) => std::env::vars_os().collect(),
+    };
     for (k, v) in &cmd.env {
-        let kb = k.as_bytes();
-        if kb.is_empty() || kb.contains(&b'=') {
-            return Err(Error::invalid(
-                "environment",
-                quoted(k),
-                "a variable name must be non-empty and have no '='",
-            ));
-        }
+        check_env_name(k)?;
         // Replace in place, so the child sees the parent's order, then new names in the
         // order they were set (what CPython's env dict gives).
         match (vars.iter().position(|(name, _)| name == k), v) {
@@ -656,12 +652,7 @@ fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
     let bytes = vars.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
     let mut envp = CStrArray::with_capacity(vars.len(), bytes);
     for (k, v) in &vars {
-        envp.push(&[k.as_bytes(), b"=", v.as_bytes()]).map_err(|_| {
-            let mut shown = k.clone();
-            shown.push("=");
-            shown.push(v);
-            nul_error("environment", &shown)
-        })?;
+        envp.push(&[k.as_bytes(), b"=", v.as_bytes()]).map_err(|_| env_nul_error(k, v))?;
     }
     Ok((Arc::new(envp.finish()), path))
 }
@@ -673,15 +664,24 @@ thread_local! {
     static LAST_ENV: RefCell<EnvCache> = const { RefCell::new(None) };
 }
 
-/// The parent's environment, unchanged. Always a fresh copy taken with `std::env::vars_os`
-/// (never the live `environ`, which another thread's setenv may free while the child is in
-/// execve); when that copy equals, string for string, the one this thread packed last time,
-/// the packed array is reused instead of built again.
-fn inherited_env() -> (Arc<CStrArray>, Option<OsString>) {
-    let vars: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+/// The parent's environment, unchanged: `base` when the command has one, else a fresh copy
+/// taken with `std::env::vars_os` (never the live `environ`, which another thread's setenv
+/// may free while the child is in execve). When it equals, string for string, the one this
+/// thread packed last time, the packed array is reused instead of built again.
+fn inherited_env(
+    base: Option<&[(OsString, OsString)]>,
+) -> Result<(Arc<CStrArray>, Option<OsString>)> {
+    let copied: Vec<(OsString, OsString)>;
+    let vars: &[(OsString, OsString)] = match base {
+        Some(base) => base,
+        None => {
+            copied = std::env::vars_os().collect();
+            &copied
+        }
+    };
     let same = |packed: &CStrArray| {
         packed.len() == vars.len()
-            && packed.iter().zip(&vars).all(|(kv, (k, v))| {
+            && packed.iter().zip(vars).all(|(kv, (k, v))| {
                 let (k, v) = (k.as_bytes(), v.as_bytes());
                 kv.len() == k.len() + 1 + v.len()
                     && kv.starts_with(k)
@@ -697,21 +697,47 @@ fn inherited_env() -> (Arc<CStrArray>, Option<OsString>) {
         .ok()
         .flatten();
     if let Some(hit) = hit {
-        return hit;
+        return Ok(hit);
     }
     let bytes = vars.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
     let mut envp = CStrArray::with_capacity(vars.len(), bytes);
     let mut path = None;
     for (k, v) in vars {
-        // Read from C strings: neither part can hold a NUL.
-        envp.push_unchecked(&[k.as_bytes(), b"=", v.as_bytes()]);
+        if base.is_none() {
+            // Read from C strings: neither part can hold a NUL.
+            envp.push_unchecked(&[k.as_bytes(), b"=", v.as_bytes()]);
+        } else {
+            // A base environment is taken as the parent's is: names are not checked (an
+            // environ entry may start with '='), but a NUL cannot be passed.
+            envp.push(&[k.as_bytes(), b"=", v.as_bytes()]).map_err(|_| env_nul_error(k, v))?;
+        }
         if path.is_none() && k == "PATH" {
-            path = Some(v);
+            path = Some(v.clone());
         }
     }
     let envp = Arc::new(envp.finish());
     let _ = LAST_ENV.try_with(|c| *c.borrow_mut() = Some((Arc::clone(&envp), path.clone())));
-    (envp, path)
+    Ok((envp, path))
+}
+
+/// A variable name must be non-empty and have no '='.
+fn check_env_name(k: &OsStr) -> Result<()> {
+    let kb = k.as_bytes();
+    if kb.is_empty() || kb.contains(&b'=') {
+        return Err(Error::invalid(
+            "environment",
+            quoted(k),
+            "a variable name must be non-empty and have no '='",
+        ));
+    }
+    Ok(())
+}
+
+fn env_nul_error(k: &OsStr, v: &OsStr) -> Error {
+    let mut shown = k.to_owned();
+    shown.push("=");
+    shown.push(v);
+    nul_error("environment", &shown)
 }
 
 #[cfg(test)]
