@@ -101,9 +101,6 @@ class Popen(_std.Popen):
             # CPython 3.12+ refuses to fork and run Python while the interpreter shuts down.
             raise getattr(_builtins, "PythonFinalizationError", RuntimeError)(
                 "preexec_fn not supported at interpreter shutdown")
-        if not isinstance(executable, _os.PathLike) and not executable:
-            _empty_program(executable, env)
-
         if p2cread < -1 or c2pwrite < -1 or errwrite < -1:
             # A negative fd (not PIPE's -1) fails dup2 in CPython's child: EBADF, reported
             # with the cwd like every failure before exec.
@@ -227,20 +224,6 @@ class Popen(_std.Popen):
         child = self._child  # a reference keeps the pidfd open while we use it
         if child is not None:
             child.send_signal(sig)
-
-def _empty_program(executable, env):
-    """An empty program name fails the way it does in CPython: every PATH entry is tried as
-    "DIR/", execve gives EACCES for an existing directory, and the first error that is not
-    ENOENT/ENOTDIR is reported."""
-    if not isinstance(executable, (str, bytes)):
-        return
-    err = _errno.ENOENT
-    for d in _os.get_exec_path(env):
-        if d and _os.path.isdir(d):
-            err = _errno.EACCES
-            break
-    raise OSError(err, _os.strerror(err), executable)
-
 
 def _rebind(name):
     """The standard module's function `name`, with this module's globals (so it creates our

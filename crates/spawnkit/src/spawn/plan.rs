@@ -447,6 +447,12 @@ impl Plan {
         if cmd.no_new_privs {
             plan.steps.push(Step::NoNewPrivs);
         }
+        if plan.exec.program.is_empty() && plan.exec.search != PathSearch::TryAll {
+            // execvp("") fails at once with ENOENT. Checked last, so that every other input
+            // is checked first; CPython's search (TryAll) runs the child instead, whose chdir
+            // fails first and whose "DIR/" candidates then say EACCES or ENOENT.
+            return Err(Error::os("execve", "\"\"", libc::ENOENT));
+        }
         Ok(plan)
     }
 
@@ -570,9 +576,6 @@ fn nul_error(what: &'static str, s: &OsStr) -> Error {
 
 fn build_exec(cmd: &Command) -> Result<Exec> {
     let program = cmd.program.clone();
-    if program.is_empty() {
-        return Err(Error::os("execve", "\"\"", libc::ENOENT));
-    }
     let arg0 = cmd.arg0.as_deref().unwrap_or(&program);
     let bytes = cmd.args.iter().map(|a| a.len() + 1).sum::<usize>() + arg0.len() + 1;
     let mut argv = CStrArray::with_capacity(cmd.args.len() + 1, bytes);
