@@ -215,6 +215,15 @@ def test_credentials_and_umask():
         "65534 65534 1 65534\n"
 
 
+def test_all_ones_ids_are_refused():
+    # (uid_t)-1 is "no change" to setresuid: the child would silently keep the parent's ids.
+    for cmd in (Command("id").uid(2**32 - 1), Command("id").gid(2**32 - 1)):
+        with pytest.raises(ValueError, match=r"\(.id_t\)-1 is not an id"):
+            cmd.status()
+        with pytest.raises(ValueError, match=r"\(.id_t\)-1 is not an id"):
+            cmd.plan()
+
+
 # ---------------------------------------------------------------- strategies, plans, errors
 
 def test_posix_spawn_refuses_what_it_cannot_do():

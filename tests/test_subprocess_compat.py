@@ -848,6 +848,19 @@ def test_empty_program_name():
     agree(lambda m: m.run(["x"], executable=""))
 
 
+def test_empty_program_is_checked_after_cwd_and_env():
+    # CPython checks the environment and cwd (in the parent, then chdir in the child) before
+    # the empty name fails at exec: the errors are the cwd's and the environment's.
+    agree(lambda m: m.run([""], cwd="/nonexistent"))
+    agree(lambda m: m.run([b""], cwd="/nonexistent", env={"PATH": "/nonexistent"}))
+    agree(lambda m: m.run(["x"], executable="", cwd="/nonexistent"))
+    agree(lambda m: m.run(["x"], executable="", env={"A": "b\0c"}))
+    agree(lambda m: m.run(["x"], executable="", env={"A\0": "b"}))
+    agree(lambda m: m.run(["x"], executable="", cwd="/tmp\0x"))
+    agree(lambda m: m.run(["x"], executable="", env={"A": "\udcff\ud800"}))
+    agree(lambda m: m.run([""], cwd="\ud800"))
+
+
 def test_argument_list_too_long():
     agree(lambda m: m.run(["true"] + ["x" * (200 * 1024)] * 20))
 
@@ -866,9 +879,15 @@ def test_integer_argument_limits():
 
 
 @pytest.mark.skipif(not is_root(), reason="needs root to change credentials")
-def test_id_all_ones_means_no_change():
+def test_id_all_ones_is_refused():
+    # A deliberate difference (README): CPython passes 2**32 - 1 on as (uid_t)-1, which
+    # setreuid takes as "no change", so the child silently stays root. spawnkit refuses it.
     code = "import os; print(os.getuid(), os.getgid())"
-    agree(lambda m: m.check_output(py(code), user=2**32 - 1, group=2**32 - 1))
+    assert std.check_output(py(code), user=2**32 - 1, group=2**32 - 1) == b"0 0\n"
+    for kw in ({"user": 2**32 - 1}, {"group": 2**32 - 1}):
+        with pytest.raises(ValueError, match=r"is not an id"):
+            sk.check_output(py(code), **kw)
+    # In the supplementary groups the kernel refuses it itself (EINVAL): both agree.
     agree(lambda m: m.run(["true"], extra_groups=[2**32 - 1]))
 
 

@@ -97,13 +97,13 @@ fn limit(v: i128) -> u64 {
     }
 }
 
-/// An int as CPython's `_Py_Uid_Converter`/`_Py_Gid_Converter` take it for `user=`/`group=`:
-/// `2**32 - 1` means "no change", larger values fail with CPython's messages.
+/// An int as CPython's `_Py_Uid_Converter`/`_Py_Gid_Converter` take it for `user=`/`group=`,
+/// with CPython's messages for values out of range. `2**32 - 1`, which CPython passes on as
+/// `(uid_t)-1` ("no change": the child stays root), goes to the engine, which refuses it.
 fn id_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u32>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
     match obj.extract::<i128>() {
-        Ok(v) if (0..u32::MAX as i128).contains(&v) => Ok(Some(v as u32)),
-        Ok(v) if v == u32::MAX as i128 => Ok(None),
+        Ok(v) if (0..=u32::MAX as i128).contains(&v) => Ok(Some(v as u32)),
         Ok(v) if v < 0 || v < (1i128 << 63) => {
             Err(PyOverflowError::new_err(format!("{what} is less than minimum")))
         }

@@ -247,6 +247,48 @@ fn empty_program() {
 }
 
 #[test]
+fn empty_program_is_checked_after_the_other_input() {
+    let _g = serial();
+    // A NUL in the environment or the cwd is the error, not the empty name (CPython's order).
+    let err = Command::new("").env("A", "x\0y").spawn().unwrap_err();
+    assert_eq!(err.step(), "environment", "{err}");
+    let err = Command::new("").current_dir("/tmp\0x").spawn().unwrap_err();
+    assert_eq!(err.step(), "chdir", "{err}");
+    // CPython's search (try-all) runs the child: its chdir fails first, and without that the
+    // "DIR/" candidates fail with EACCES (a directory) as in CPython.
+    let err = Command::new("")
+        .path_search(spawnkit::PathSearch::TryAll)
+        .current_dir("/nonexistent")
+        .spawn()
+        .unwrap_err();
+    assert_eq!(err.to_string(), "chdir \"/nonexistent\": No such file or directory (os error 2)");
+    let err = Command::new("")
+        .path_search(spawnkit::PathSearch::TryAll)
+        .env("PATH", "/usr/bin")
+        .spawn()
+        .unwrap_err();
+    assert_eq!(err.to_string(), "execve \"/usr/bin/\": Permission denied (os error 13)");
+    assert_no_children("empty program, try-all");
+}
+
+#[test]
+fn all_ones_ids_are_refused() {
+    let _g = serial();
+    for s in Strategy::ALL {
+        let err = Command::new("true").strategy(s).uid(u32::MAX).spawn().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "setresuid uid 4294967295: (uid_t)-1 is not an id (setresuid(2) takes it as \"no change\")",
+            "{s}"
+        );
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        let err = Command::new("true").strategy(s).gid(u32::MAX).plan().unwrap_err();
+        assert_eq!(err.step(), "setresgid", "{s}: {err}");
+        assert_no_children(&format!("{s} uid -1"));
+    }
+}
+
+#[test]
 fn program_that_is_not_executable() {
     let _g = serial();
     let dir = common::TempDir::new("noexec");

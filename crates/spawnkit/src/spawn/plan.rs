@@ -434,9 +434,11 @@ impl Plan {
             (None, None) => {}
         }
         if let Some(gid) = cmd.gid {
+            refuse_all_ones("setresgid", "gid", gid)?;
             plan.steps.push(Step::Setgid { gid });
         }
         if let Some(uid) = cmd.uid {
+            refuse_all_ones("setresuid", "uid", uid)?;
             plan.steps.push(Step::Setuid { uid });
         }
         if let Some(sig) = cmd.pdeathsig {
@@ -568,6 +570,19 @@ impl Plan {
         }
         Ok(())
     }
+}
+
+/// `(uid_t)-1` and `(gid_t)-1` are not ids: setresuid/setresgid take them as "leave this one
+/// unchanged", so the child would keep the parent's (root's) id without a word.
+fn refuse_all_ones(step: &'static str, what: &str, id: u32) -> Result<()> {
+    if id == u32::MAX {
+        return Err(Error::invalid(
+            step,
+            format!("{what} {id}"),
+            &format!("({what}_t)-1 is not an id ({step}(2) takes it as \"no change\")"),
+        ));
+    }
+    Ok(())
 }
 
 fn nul_error(what: &'static str, s: &OsStr) -> Error {
