@@ -249,6 +249,63 @@ def test_unprivileged_map_root_user():
     assert seen[4] == ["0", "65534", "1"] and seen[6] == "deny"
 
 
+# ---------------------------------------------------------------- root inside cannot undo them
+
+ZERO_CAPS = "".join(f"{s}:\t0000000000000000\n" for s in ("CapInh", "CapPrm", "CapEff",
+                                                            "CapBnd", "CapAmb"))
+
+
+def sh(script):
+    return Command("sh").args(["-c", script]).stderr(spawnkit.DEVNULL)
+
+
+@pytest.fixture
+def host_secret():
+    """A file only the parent's /tmp has, readable by everyone."""
+    path = f"/tmp/spawnkit-py-fence-{uuid.uuid4().hex}"
+    with open(path, "w") as f:
+        f.write("the-host-secret\n")
+    os.chmod(path, 0o644)
+    yield path
+    os.unlink(path)
+
+
+@pytest.mark.skipif(not is_root(), reason="the escapes need root (or root of a user namespace)")
+@pytest.mark.parametrize("strategy", NS_STRATEGIES)
+def test_root_inside_cannot_undo_the_fences(strategy, host_secret, tmp_path):
+    undo_tmp = f"umount /tmp; umount -l /tmp; cat {host_secret}; cat /proc/$PPID/root{host_secret}"
+    out = sh(undo_tmp).private_tmp().strategy(strategy).output().stdout
+    assert b"the-host-secret" not in out
+    bound = tmp_path / "bound"
+    bound.mkdir()
+    (bound / "f").write_text("orig\n")
+    undo_ro = f"mount -o remount,bind,rw {bound}; umount -l {bound}; echo changed >> {bound}/f"
+    sh(undo_ro).ro_bind(bound).strategy(strategy).status()
+    assert (bound / "f").read_text() == "orig\n"
+    caps = sh("grep ^Cap /proc/self/status").private_tmp().strategy(strategy).output().stdout
+    assert caps.decode() == ZERO_CAPS
+    # The opt-out: root keeps its capabilities and can undo them.
+    out = sh(undo_tmp).private_tmp().keep_capabilities().strategy(strategy).output().stdout
+    assert b"the-host-secret" in out
+    sh(undo_ro).ro_bind(bound).keep_capabilities().strategy(strategy).status()
+    assert "changed" in (bound / "f").read_text()
+
+
+@pytest.mark.parametrize("strategy", NS_STRATEGIES)
+def test_a_private_network_with_a_mount_namespace_has_its_own_sysfs(strategy):
+    userns_or_skip()
+    cmd = Command("ls").args(["/sys/class/net"]).private_network().private_tmp()
+    assert cmd.strategy(strategy).output().stdout == b"lo\n"
+
+
+def test_plan_shows_the_capabilities_dropped():
+    steps = Command("true").private_tmp().uid(1).plan()
+    assert "prctl PR_CAPBSET_DROP every capability" in steps
+    assert steps.index("PR_CAPBSET_DROP") < steps.index("setresuid") < steps.index("capset")
+    assert "capset" not in Command("true").private_tmp().keep_capabilities().plan()
+    assert "capset" not in Command("true").map_root_user().plan()
+
+
 # ---------------------------------------------------------------- mounts
 
 TMP_PROBE = """

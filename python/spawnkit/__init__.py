@@ -100,6 +100,7 @@ class Options:
     private_network: bool = False
     hostname: "str | None" = None
     chroot: "object | None" = None
+    keep_caps: bool = False
     lock: "tuple | None" = None  # (path, shared, timeout seconds or None)
     cgroup: "object | None" = None
     path_search: "str | None" = None
@@ -161,6 +162,7 @@ class Command:
         self._private_network = False
         self._hostname = None
         self._chroot = None
+        self._keep_caps = False
         self._lock = None
         self._cgroup = None
         self._path_search = None
@@ -428,6 +430,14 @@ class Command:
         self._chroot = dir
         return self
 
+    def keep_capabilities(self, on=True):
+        """Let a fenced child keep its capabilities. By default a child with a fence (any
+        namespace but a user namespace alone, or a chroot) starts with none, so root inside
+        cannot undo the fences (umount the private /tmp, remount a read-only bind writable,
+        setns out, reach the parent's files through /proc/PID/root). With this it can."""
+        self._keep_caps = bool(on)
+        return self
+
     def lock(self, path, *, shared=False, timeout=None, nonblock=False):
         """Hold an flock(2) lock on ``path`` (created if missing, as flock(1)) for the child's
         whole life: the child holds the only fd of it, so it is released when the child (and
@@ -478,6 +488,7 @@ class Command:
             private_network=self._private_network,
             hostname=self._hostname,
             chroot=self._chroot,
+            keep_caps=self._keep_caps,
             lock=self._lock,
             cgroup=self._cgroup,
             path_search=self._path_search,

@@ -87,6 +87,7 @@ class Options:
     private_network: bool = False
     hostname: str | None = None
     chroot: StrOrBytesPath | None = None
+    keep_caps: bool = False
     lock: tuple[StrOrBytesPath, bool, float | None] | None = None
     cgroup: StrOrBytesPath | None = None
     path_search: str | None = None
@@ -147,6 +148,7 @@ class Command:
     def private_network(self, on: bool = True) -> Command: ...
     def hostname(self, name: str) -> Command: ...
     def chroot(self, dir: StrOrBytesPath) -> Command: ...
+    def keep_capabilities(self, on: bool = True) -> Command: ...
     def lock(
         self,
         path: StrOrBytesPath,

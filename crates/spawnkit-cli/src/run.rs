@@ -273,6 +273,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", help_heading = "Isolation")]
     pub chroot: Option<PathBuf>,
 
+    /// Let a fenced program keep its capabilities. By default a program with a fence (any
+    /// namespace but a user namespace alone, or --chroot) starts with none, so root inside
+    /// cannot undo the fences (umount the private /tmp, remount a --ro-bind writable, setns
+    /// out, reach the parent's files through /proc/PID/root). With --keep-caps it can.
+    #[arg(long, help_heading = "Isolation")]
+    pub keep_caps: bool,
+
     /// Run under an flock(2) lock on PATH (created if missing), held by the program itself
     /// for its whole life, released when it exits (flock(1) without the extra process).
     #[arg(long, value_name = "PATH", help_heading = "Locking")]
@@ -684,6 +691,7 @@ fn isolation(args: &RunArgs, cmd: &mut Command) {
     if let Some(dir) = &args.cgroup {
         cmd.cgroup(dir);
     }
+    cmd.keep_capabilities(args.keep_caps);
 }
 
 /// `--unshare LIST`.

@@ -242,6 +242,9 @@ fn apply_isolation(
     if let Some(dir) = get("chroot")? {
         cmd.chroot(fs_os(&dir)?);
     }
+    if let Some(on) = get("keep_caps")? {
+        cmd.keep_capabilities(on.is_truthy()?);
+    }
     if let Some(lock) = get("lock")? {
         let (path, shared, timeout): (Bound<'_, PyAny>, bool, Bound<'_, PyAny>) = lock.extract()?;
         let timeout = if timeout.is_none() { None } else { Some(seconds(&timeout)?) };

@@ -368,6 +368,8 @@ fn refused_outside_the_initial_pid_namespace() {
         .args(["--ignored", "--exact", "helper_tables_in_a_pid_namespace", "--nocapture"])
         .env("SPAWNKIT_TEST_HELPER", "pidns")
         .unshare(spawnkit::Namespaces::PID)
+        // Root with its capabilities (a fenced child loses them): only the namespace refuses.
+        .keep_capabilities(true)
         .stdout(spawnkit::Stdio::Pipe)
         .output()
         .unwrap();

@@ -213,4 +213,16 @@ pub(crate) struct Isolation {
     pub chroot: Option<PathBuf>,
     pub lock: Option<Lock>,
     pub cgroup: Option<PathBuf>,
+    /// Keep the capabilities a fenced child would otherwise lose (see `fenced`).
+    pub keep_caps: bool,
+}
+
+impl Isolation {
+    /// Whether the child is fenced: a namespace other than a user namespace alone, or a
+    /// chroot. A fenced child starts with no capabilities unless `keep_caps` is set: with
+    /// them, root inside could undo its own fences (umount the private /tmp, remount a
+    /// read-only bind writable, setns back, read /proc/PID/root of the parent).
+    pub(crate) fn fenced(&self, ns: Namespaces) -> bool {
+        ns.bits() & !Namespaces::USER.bits() != 0 || self.chroot.is_some()
+    }
 }

@@ -28,6 +28,9 @@ pub(crate) struct Prepared {
     pub cgroup: Option<(OwnedFd, String)>,
     /// The new pid namespace hides the parent: getppid() is 0 inside.
     pub new_pid_ns: bool,
+    /// The child is fenced and must lose its capabilities (bounding set before the
+    /// credential steps, every other set after them).
+    pub drop_caps: bool,
     /// Arbitrary id maps, written by the parent while the child waits.
     pub id_maps: Option<IdMapJob>,
     /// The child's ends of the id-map pipes (closed in the parent after the spawn).
@@ -184,6 +187,7 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
         }
     }
     p.new_pid_ns = ns.contains(Namespaces::PID);
+    p.drop_caps = iso.fenced(ns) && !iso.keep_caps;
 
     if let Some(map) = &user_map {
         // The kernel checks a one-line own map against the *effective* ids.
@@ -295,6 +299,19 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
         let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
         mount(Some("proc"), cstr("/proc"), Some("proc"), flags, None)
     });
+    // sysfs of the new network namespace, so /sys/class/net lists its interfaces (only lo),
+    // not the host's (whose attributes root could otherwise write); inside the chroot when
+    // there is one and it has a /sys.
+    let new_net_and_mount = ns.contains(Namespaces::NET) && ns.contains(Namespaces::MOUNT);
+    let sys_mount = new_net_and_mount
+        .then(|| {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            mount(Some("sysfs"), cstr("/sys"), Some("sysfs"), flags, None)
+        })
+        .filter(|_| match &iso.chroot {
+            Some(root) => root.join("sys").is_dir(),
+            None => true,
+        });
     if let Some(name) = &iso.hostname {
         if name.len() > 64 || name.is_empty() {
             return Err(Error::invalid(
@@ -314,8 +331,12 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
             p.chroot.push(Step::Chroot { path: cpath("chroot", root)? });
             p.chroot.push(Step::Chdir { path: cstr("/") });
             p.chroot.extend(proc_mount);
+            p.chroot.extend(sys_mount);
         }
-        None => p.early.extend(proc_mount),
+        None => {
+            p.early.extend(proc_mount);
+            p.early.extend(sys_mount);
+        }
     }
     if let Some(lock) = &iso.lock {
         let c = cpath("flock", &lock.path)?;

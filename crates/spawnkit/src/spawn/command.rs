@@ -19,9 +19,10 @@ pub(crate) type Hook = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;
 /// [`Plan`] and runs it with the chosen [`Strategy`].
 ///
 /// The child's setup happens in this order (each step is one raw system call or a few):
-/// signals reset, session/process group, fd map, close other fds, umask, rlimits, nice,
-/// affinity, chdir, groups, gid, uid, parent-death signal, no_new_privs, (pre_exec hooks),
-/// signal mask, execve along the PATH candidates.
+/// (the isolation steps), signals reset, session/process group, fd map, close other fds,
+/// umask, rlimits, nice, affinity, chdir, (a fenced child: the bounding set dropped), groups,
+/// gid, uid, (a fenced child: every other capability set cleared), parent-death signal,
+/// no_new_privs, (pre_exec hooks), signal mask, execve along the PATH candidates.
 pub struct Command {
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
@@ -399,6 +400,16 @@ impl Command {
     /// The hostname, in a new uts namespace.
     pub fn hostname(&mut self, name: impl Into<String>) -> &mut Command {
         self.isolation.hostname = Some(name.into());
+        self
+    }
+
+    /// Let a fenced child keep its capabilities (default off). A child with a fence (a
+    /// namespace other than a user namespace alone, or a chroot) starts with none: the
+    /// bounding, ambient, permitted, effective and inheritable sets are emptied after the
+    /// mounts and credential changes, so even uid 0 inside gains nothing at execve and cannot
+    /// undo the fences. With this on, root inside keeps them and can undo every fence.
+    pub fn keep_capabilities(&mut self, on: bool) -> &mut Command {
+        self.isolation.keep_caps = on;
         self
     }
 

@@ -92,6 +92,12 @@ pub enum Step {
     ParentDeathSignal { signal: i32, parent: i32 },
     /// prctl(PR_SET_NO_NEW_PRIVS, 1).
     NoNewPrivs,
+    /// prctl(PR_CAPBSET_DROP) of every capability in the bounding set, so that no execve
+    /// (of a setuid-root or file-capability program, or by uid 0) can gain one back.
+    DropBoundingCaps,
+    /// Clear the ambient set (PR_CAP_AMBIENT_CLEAR_ALL) and capset the effective, permitted
+    /// and inheritable sets to empty.
+    ClearCaps,
 }
 
 impl Step {
@@ -165,6 +171,8 @@ impl Step {
                 Signal::new(*signal).map(|s| s.name()).unwrap_or_default(),
             ),
             Step::NoNewPrivs => ("prctl PR_SET_NO_NEW_PRIVS", String::new()),
+            Step::DropBoundingCaps => ("prctl PR_CAPBSET_DROP", "every capability".into()),
+            Step::ClearCaps => ("capset", "no capabilities (ambient cleared)".into()),
         }
     }
 }
@@ -424,6 +432,11 @@ impl Plan {
                 .map_err(|_| nul_error("chdir", dir.as_os_str()))?;
             plan.steps.push(Step::Chdir { path });
         }
+        if iso.drop_caps {
+            // Before the credential steps, which need CAP_SETUID/CAP_SETGID (dropping from
+            // the bounding set leaves the effective set alone), and after every mount.
+            plan.steps.push(Step::DropBoundingCaps);
+        }
         match (&cmd.groups, cmd.uid) {
             (Some(groups), _) => {
                 plan.steps.push(Step::Setgroups { groups: groups.clone(), ignore_eperm: false })
@@ -440,6 +453,9 @@ impl Plan {
         if let Some(uid) = cmd.uid {
             refuse_all_ones("setresuid", "uid", uid)?;
             plan.steps.push(Step::Setuid { uid });
+        }
+        if iso.drop_caps {
+            plan.steps.push(Step::ClearCaps);
         }
         if let Some(sig) = cmd.pdeathsig {
             // In a new pid namespace the parent is outside it: getppid() answers 0 there.

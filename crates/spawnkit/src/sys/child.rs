@@ -293,9 +293,54 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
                 }
             }
             Step::NoNewPrivs => sc!(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+            Step::DropBoundingCaps => drop_bounding_caps()?,
+            Step::ClearCaps => clear_caps()?,
         }
     };
     check(ret).map(|_| ())
+}
+
+/// Drop every capability still in the bounding set (PR_CAPBSET_READ says which; it answers
+/// EINVAL past the kernel's last capability). Needs CAP_SETPCAP, which a fenced child has:
+/// it is root or root of its own user namespace when it has fences to protect.
+fn drop_bounding_caps() -> Result<isize, i32> {
+    let mut cap: usize = 0;
+    while cap < 64 {
+        // SAFETY: prctl with integer arguments only.
+        match check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) }) {
+            Ok(0) => {}
+            // SAFETY: as above.
+            Ok(_) => check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_DROP, cap, 0, 0, 0) })
+                .map(|_| ())?,
+            Err(libc::EINVAL) => break,
+            Err(e) => return Err(e),
+        }
+        cap = cap.wrapping_add(1);
+    }
+    Ok(0)
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Empty the ambient set (EINVAL before Linux 4.3, which has none), then capset the
+/// effective, permitted and inheritable sets to nothing. After the credential steps, which
+/// need CAP_SETUID and CAP_SETGID (lowering capabilities is always allowed).
+fn clear_caps() -> Result<isize, i32> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe {
+        sc!(libc::SYS_prctl, libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    };
+    match check(r) {
+        Ok(_) | Err(libc::EINVAL) => {}
+        Err(e) => return Err(e),
+    }
+    // struct __user_cap_header_struct { version, pid } and two __user_cap_data_struct
+    // { effective, permitted, inheritable }, all zero: no capability in any set.
+    let header: [u32; 2] = [CAPABILITY_VERSION_3, 0];
+    let data: [u32; 6] = [0; 6];
+    // SAFETY: capset reads the header and the two data structs from these locals.
+    check(unsafe { sc!(libc::SYS_capset, header.as_ptr(), data.as_ptr()) }).map(|_| 0)
 }
 
 /// open(path, O_WRONLY), one write of `data` (uid_map must be written at once), close.
