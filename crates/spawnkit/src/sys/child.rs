@@ -300,20 +300,24 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
     check(ret).map(|_| ())
 }
 
-/// Drop every capability still in the bounding set (PR_CAPBSET_READ says which; it answers
-/// EINVAL past the kernel's last capability). Needs CAP_SETPCAP, which a fenced child has:
-/// it is root or root of its own user namespace when it has fences to protect.
+/// Drop every capability from the bounding set, 0 up to the kernel's last (which answers
+/// EINVAL past it). Needs CAP_SETPCAP, which a fenced child has: it is root, or root of its
+/// own user namespace, when it has fences to protect. Without it (a root whose bounding set
+/// was already cut), a capability already absent is no error.
 fn drop_bounding_caps() -> Result<isize, i32> {
     let mut cap: usize = 0;
     while cap < 64 {
         // SAFETY: prctl with integer arguments only.
-        match check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) }) {
-            Ok(0) => {}
-            // SAFETY: as above.
-            Ok(_) => check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_DROP, cap, 0, 0, 0) })
-                .map(|_| ())?,
+        match check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_DROP, cap, 0, 0, 0) }) {
+            Ok(_) => {}
             Err(libc::EINVAL) => break,
-            Err(e) => return Err(e),
+            // SAFETY: as above.
+            Err(e) => {
+                match check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) }) {
+                    Ok(0) => {}
+                    _ => return Err(e),
+                }
+            }
         }
         cap = cap.wrapping_add(1);
     }
