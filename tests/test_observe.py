@@ -196,6 +196,63 @@ def test_bpf_backend_is_kept_or_refused_clearly():
             spawnkit.ps(backend="bpf")
 
 
+DROP_UNDER_HIDEPID = textwrap.dedent("""
+    import ctypes, json, os, spawnkit
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(ret, what):
+        if ret != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"{what}: {os.strerror(e)}")
+
+    def listing():
+        return [[p.pid, p.uid] for p in spawnkit.ps(uid=True, cmdline=True)]
+
+    out = {"me": os.getpid(), "before": listing(), "backend_before": spawnkit.ps_backend()}
+    # A mount namespace of its own, every mount private (nothing propagates to the host's),
+    # with a new procfs on /proc that hides other users' processes; then become nobody.
+    CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x20000, 0x4000, 1 << 18
+    MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+    check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None),
+          "mount --make-rprivate /")
+    check(libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC),
+                     b"hidepid=invisible"), "mount proc hidepid=invisible")
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+    out["after"] = listing()
+    out["backend_after"] = spawnkit.ps_backend()
+    out["proc"] = sorted(int(n) for n in os.listdir("/proc") if n.isdigit())
+    out["memory"] = [m.pid for m in spawnkit.memory()]
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(not is_root(), reason="dropping to nobody needs root")
+def test_ps_after_dropping_privileges_shows_what_proc_shows():
+    # Issue 11, case 6: ps() as root loads the BPF iterator; after setuid(65534) under a /proc
+    # mounted hidepid=invisible, the next ps() must list what /proc shows nobody (its own
+    # processes), not every process with its uid and ppid.
+    if "bpf" not in backends():
+        pytest.skip(f"BPF backend unavailable here: {spawnkit.ps_backend()[1]}")
+    r = subprocess.run([PY, "-c", DROP_UNDER_HIDEPID], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["backend_before"] == ["bpf", None]
+    assert [1, 0] in out["before"]
+    visible = set(out["proc"])
+    assert 1 not in visible and out["me"] in visible, out["proc"]
+    after = out["after"]
+    assert [out["me"], 65534] in after, after
+    assert all(uid == 65534 and pid in visible for pid, uid in after), after
+    backend, reason = out["backend_after"]
+    assert backend == "procfs" and "CAP_BPF" in reason, out["backend_after"]
+    # memory() reads /proc afresh on every call: it too sees only what /proc shows.
+    assert out["memory"] and set(out["memory"]) <= visible, out["memory"]
+
+
 def test_memory_of_own_process():
     m = spawnkit.memory(os.getpid())
     assert len(m) == 1 and m[0].pid == os.getpid() and m[0].status == "measured"

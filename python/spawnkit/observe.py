@@ -10,8 +10,10 @@
 ...     print(r.name, r.resident_bytes, r.pids)
 
 ``ps()`` reads the whole table with a BPF task iterator (one read for every task; root or
-CAP_BPF+CAP_PERFMON) when it loads, else with a lean /proc walker (one read of ``stat`` per
-process); the backend stays loaded between calls. ``memory()`` reads ``smaps_rollup`` only for
+CAP_BPF+CAP_PERFMON) when it may serve the caller, else with a lean /proc walker (one read of
+``stat`` per process); the backend stays loaded between calls, and every call checks the
+caller again: the iterator sees every process of the machine, so it serves only a caller to
+whom /proc would show every process too (see :func:`ps`). ``memory()`` reads ``smaps_rollup`` only for
 the processes asked for, and keeps shared memory (shmem) out of ``uss``. ``shared_regions()``
 counts every shared anonymous mapping, SysV segment, memfd and tmpfs file that a process maps
 once, with the memory it really holds (pages written by processes that have exited included).
@@ -64,10 +66,18 @@ def ps(*, pids=None, ppid=None, tree_of=None, uid=False, cmdline=False, backend=
     tree_of: this process (or these) and all its descendants.
     uid: fill ``uid`` (free with the BPF backend; one more read per process with procfs).
     cmdline: fill ``cmdline`` (one more read per process).
-    backend: "auto" (BPF when it loads, else procfs), "bpf" (OSError if it cannot load) or
-    "procfs".
+    backend: "auto" (BPF when it may serve this caller, else procfs), "bpf" (OSError when it
+    may not) or "procfs".
 
     Processes that exit while the table is read are left out; filters combine (all must hold).
+
+    The backend changes how fast the table is read, not what it shows. BPF serves a caller
+    only while it could load the program itself (CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON,
+    in the initial user namespace), in the initial pid namespace, and with a /proc that hides
+    no process from it (not mounted ``hidepid=``, or the caller holds CAP_SYS_PTRACE or is in
+    the mount's ``gid=`` group, root's by default). This is checked on every call: after
+    ``os.setuid()``, a capability drop, or a new /proc mounted ``hidepid=invisible``, the
+    next call lists what /proc shows the caller now (and the BPF program is unloaded).
     """
     return _native.ps(
         pids=_pids(pids, "pids"),
@@ -80,8 +90,8 @@ def ps(*, pids=None, ppid=None, tree_of=None, uid=False, cmdline=False, backend=
 
 
 def ps_backend(backend="auto"):
-    """The backend :func:`ps` uses for ``backend`` ("bpf" or "procfs"), and why "auto" fell
-    back to procfs (None when it did not)."""
+    """The backend :func:`ps` uses for ``backend`` now, for this caller ("bpf" or "procfs"),
+    and why "auto" fell back to procfs (None when it did not)."""
     return _native.ps_backend(backend)
 
 

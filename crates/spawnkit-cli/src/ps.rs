@@ -66,9 +66,10 @@ JSON (--json):
 
 Backends (--backend):
   auto (default) uses the BPF task iterator (one read for all tasks; root or
-  CAP_BPF+CAP_PERFMON, kernel 5.8+) and falls back to procfs when it cannot load; bpf fails
-  instead of falling back; procfs walks /proc (one read of /proc/PID/stat per process,
-  plus status for uid/user and cmdline for args). -v says which ran and why.
+  CAP_BPF+CAP_PERFMON, kernel 5.8+) and falls back to procfs when it cannot load or would
+  show more than /proc shows you (a /proc mounted hidepid=, another pid namespace's); bpf
+  fails instead of falling back; procfs walks /proc (one read of /proc/PID/stat per
+  process, plus status for uid/user and cmdline for args). -v says which ran and why.
 
 Exit status:
   0 when at least one process was shown (also when stdout is closed early, as by 'head');

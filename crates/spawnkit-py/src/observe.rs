@@ -4,7 +4,9 @@
 //! make Python objects only when an attribute is read, so a listing of 10,000 processes costs
 //! 10,000 small allocations and no string decoding. One process table per backend is kept
 //! loaded for the life of the interpreter (the BPF iterator stays attached), behind a mutex,
-//! and every read runs with the GIL released.
+//! and every read runs with the GIL released. The table checks the caller on every call
+//! (`ProcessTable::select_backend`): after `os.setuid()`, a capability drop or a new /proc,
+//! the iterator loaded as root no longer serves it.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -224,14 +226,16 @@ pub fn ps(
     Ok(procs.into_iter().map(|p| ProcessInfo { p, boot, hz }).collect())
 }
 
-/// The backend `ps(backend=...)` uses ("bpf" or "procfs") and why "auto" fell back, if it did.
+/// The backend `ps(backend=...)` uses now, for this caller ("bpf" or "procfs"), and why
+/// "auto" fell back, if it did.
 #[pyfunction]
 #[pyo3(signature = (backend="auto"))]
 pub fn ps_backend(py: Python<'_>, backend: &str) -> PyResult<(&'static str, Option<String>)> {
     let backend = backend_of(backend)?;
     py.detach(|| {
         with_table(backend, |t| {
-            Ok((backend_name(t.backend()), t.fallback_reason().map(String::from)))
+            let chosen = t.select_backend()?;
+            Ok((backend_name(chosen), t.fallback_reason().map(String::from)))
         })
     })
     .map_err(error)

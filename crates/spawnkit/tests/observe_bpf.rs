@@ -560,3 +560,290 @@ fn backends_agree_on_start_times_in_a_time_namespace_behind() {
     let zero: Vec<i32> = zero.split(',').filter_map(|p| p.parse().ok()).collect();
     assert!(early.iter().any(|p| zero.contains(p)), "none of {early:?} clamped: {text}");
 }
+
+// ---- The table re-checks its reader on every listing ----
+//
+// The helpers below change the credentials, the mount namespace or the user namespace of a
+// process that holds a loaded table. They run before main (`.init_array`), while the process
+// has one thread: a new user namespace is only for a single-threaded process, and this way
+// the mount namespace and the credentials are the whole process's, not one thread's.
+
+#[used]
+#[link_section = ".init_array"]
+static READER_HELPERS: extern "C" fn() = reader_helpers;
+
+extern "C" fn reader_helpers() {
+    let helper = std::env::var("SPAWNKIT_TEST_HELPER").unwrap_or_default();
+    let run = match helper.as_str() {
+        "reader-nobody" => reader_becomes_nobody_under_hidepid,
+        "reader-no-ptrace" => reader_loses_cap_sys_ptrace_under_hidepid,
+        "reader-userns" => reader_enters_a_user_namespace,
+        _ => return,
+    };
+    run();
+    let _ = std::io::stdout().flush();
+    std::process::exit(0);
+}
+
+const ALL: Fields = Fields { uid: true, cmdline: true };
+
+/// `BACKEND pid:uid,pid:uid,...` of a listing.
+fn listed(table: &ProcessTable, procs: &[Process]) -> String {
+    let each: Vec<String> =
+        procs.iter().map(|p| format!("{}:{}", p.pid, p.uid.map_or(-1, i64::from))).collect();
+    format!("{:?} {}", table.backend(), each.join(","))
+}
+
+/// The pids /proc shows this process now (its entries), read here directly.
+fn proc_pids() -> String {
+    let mut pids: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A mount namespace of this process's own, its mounts private (nothing propagates back to
+/// the host's), with a new procfs on /proc mounted `hidepid=invisible`.
+fn hide_processes() -> Result<(), String> {
+    let fail = |what: &str| Err(format!("{what}: {}", std::io::Error::last_os_error()));
+    // SAFETY: unshare takes flags only; this process has one thread (before main).
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return fail("unshare(CLONE_NEWNS)");
+    }
+    let none = std::ptr::null::<libc::c_char>();
+    // SAFETY: the strings are NUL-terminated literals; mount reads them only.
+    if unsafe {
+        libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, none.cast())
+    } != 0
+    {
+        return fail("mount --make-rprivate /");
+    }
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: as above.
+    if unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            flags,
+            c"hidepid=invisible".as_ptr().cast(),
+        )
+    } != 0
+    {
+        return fail("mount proc hidepid=invisible");
+    }
+    Ok(())
+}
+
+/// The effective capability set of this process (capget/capset, version 3) with `cap`
+/// raised or lowered; the permitted set is left as it is.
+fn set_effective_cap(cap: u32, on: bool) {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header { version: 0x2008_0522, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget version 3 writes two Data structs, which `data` is.
+    assert_eq!(unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) }, 0);
+    let (word, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+    if on {
+        data[word].effective |= bit;
+    } else {
+        data[word].effective &= !bit;
+    }
+    // SAFETY: capset version 3 reads the header and two Data structs.
+    let ret = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    assert_eq!(ret, 0, "capset: {}", std::io::Error::last_os_error());
+}
+
+/// As root: a table (Auto) lists with command lines (so its /proc walker is open on the
+/// host's /proc); then this process hides processes in a /proc of its own and becomes
+/// nobody, and lists again with the same table.
+fn reader_becomes_nobody_under_hidepid() {
+    let mut table = ProcessTable::new(Backend::Auto).unwrap();
+    let procs = table.list(ALL).unwrap();
+    println!("before {}", listed(&table, &procs));
+    if let Err(e) = hide_processes() {
+        println!("error {e}");
+        return;
+    }
+    // SAFETY: plain credential calls (glibc's, applied to every thread); the groups list is
+    // empty.
+    let dropped = unsafe {
+        libc::setgroups(0, std::ptr::null()) == 0
+            && libc::setresgid(65534, 65534, 65534) == 0
+            && libc::setresuid(65534, 65534, 65534) == 0
+    };
+    assert!(dropped, "drop to nobody: {}", std::io::Error::last_os_error());
+    let procs = table.list(ALL).unwrap();
+    println!("after {}", listed(&table, &procs));
+    println!("reason {}", table.fallback_reason().unwrap_or("-"));
+    println!("proc {}", proc_pids());
+}
+
+/// As root, with a sleeper as nobody running (its pid in SPAWNKIT_TEST_PID): a table (Auto)
+/// lists; this process hides processes in a /proc of its own, lists; lowers CAP_SYS_PTRACE
+/// (keeping CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON), lists; leaves group 0 (gid and groups
+/// 65534, uid still 0), lists; raises CAP_SYS_PTRACE again, lists. Each phase prints
+/// `NAME BACKEND sleeper=LISTED REASON`.
+fn reader_loses_cap_sys_ptrace_under_hidepid() {
+    const CAP_SYS_PTRACE: u32 = 19;
+    let mut table = ProcessTable::new(Backend::Auto).unwrap();
+    let sleeper: i32 = std::env::var("SPAWNKIT_TEST_PID").unwrap().parse().unwrap();
+    let phase = |name: &str, table: &mut ProcessTable| {
+        let procs = table.list(UID).unwrap();
+        let seen = procs.iter().any(|p| p.pid == sleeper);
+        let why = table.fallback_reason().unwrap_or("-").to_string();
+        println!("{name} {:?} sleeper={seen} {why}", table.backend());
+    };
+    phase("root", &mut table);
+    if let Err(e) = hide_processes() {
+        println!("error {e}");
+        return;
+    }
+    phase("hidepid", &mut table);
+    set_effective_cap(CAP_SYS_PTRACE, false);
+    phase("group-0", &mut table);
+    let groups = [65534];
+    // SAFETY: plain credential calls (glibc's, applied to every thread); `groups` outlives
+    // the call.
+    let left = unsafe {
+        libc::setgroups(1, groups.as_ptr()) == 0 && libc::setresgid(65534, 65534, 65534) == 0
+    };
+    assert!(left, "leave group 0: {}", std::io::Error::last_os_error());
+    phase("no-ptrace", &mut table);
+    set_effective_cap(CAP_SYS_PTRACE, true);
+    phase("ptrace-again", &mut table);
+}
+
+/// As root: a table (Auto) lists; this process enters a new user namespace (where it holds
+/// every capability, but none in the initial one; no uid map, so every uid reads as the
+/// overflow uid), lists again with the same table. Prints the uid of its parent (the test,
+/// root) as each listing and as /proc/PPID/status give it.
+fn reader_enters_a_user_namespace() {
+    let parent = std::os::unix::process::parent_id() as i32;
+    let mut table = ProcessTable::new(Backend::Auto).unwrap();
+    let uid_of = |procs: &[Process]| procs.iter().find(|p| p.pid == parent).and_then(|p| p.uid);
+    let procs = table.list(UID).unwrap();
+    println!("before {:?} uid={:?}", table.backend(), uid_of(&procs));
+    // SAFETY: unshare takes flags only; this process has one thread (before main).
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
+        println!("error unshare(CLONE_NEWUSER): {}", std::io::Error::last_os_error());
+        return;
+    }
+    let procs = table.list(UID).unwrap();
+    println!("after {:?} uid={:?} proc={}", table.backend(), uid_of(&procs), euid(parent));
+    println!("reason {}", table.fallback_reason().unwrap_or("-"));
+}
+
+/// Run this test binary as the helper `name` (see `reader_helpers`); its stdout.
+fn run_reader_helper(name: &str, pid: Option<i32>) -> String {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env("SPAWNKIT_TEST_HELPER", name).stdin(Stdio::null());
+    if let Some(pid) = pid {
+        cmd.env("SPAWNKIT_TEST_PID", pid.to_string());
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "helper {name}: {:?}\n{text}\n{err}", out.status);
+    assert!(!text.contains("error "), "helper {name}: {text}");
+    text
+}
+
+/// The line of `text` that starts with `key ` (without it).
+fn line_of<'a>(text: &'a str, key: &str) -> &'a str {
+    let found = text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' '));
+    found.unwrap_or_else(|| panic!("no {key:?} line in {text:?}"))
+}
+
+/// `BACKEND pid:uid,...` as (backend, [(pid, uid)]).
+fn parse_listing(line: &str) -> (&str, Vec<(i32, i64)>) {
+    let (backend, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let each = rest.split(',').filter(|s| !s.is_empty()).map(|s| {
+        let (pid, uid) = s.split_once(':').unwrap();
+        (pid.parse().unwrap(), uid.parse().unwrap())
+    });
+    (backend, each.collect())
+}
+
+/// Issue 11, case 6: a table loaded as root keeps no view it would not get now. The process
+/// becomes nobody under a /proc mounted hidepid=invisible: the same table then lists what
+/// /proc shows nobody (its own processes), not pid 1 or anyone else's.
+#[test]
+fn a_table_loaded_as_root_shows_nobody_only_what_proc_shows_nobody() {
+    let Some(_) = bpf_table() else { return };
+    if !common::is_root() {
+        eprintln!("skipped: dropping to nobody needs root");
+        return;
+    }
+    let text = run_reader_helper("reader-nobody", None);
+    let (backend, before) = parse_listing(line_of(&text, "before"));
+    assert_eq!(backend, "Bpf", "{text}");
+    assert!(before.iter().any(|&(pid, uid)| pid == 1 && uid == 0), "{text}");
+
+    let (backend, after) = parse_listing(line_of(&text, "after"));
+    let visible: Vec<i32> =
+        line_of(&text, "proc").split(',').filter_map(|p| p.parse().ok()).collect();
+    assert!(!visible.contains(&1), "hidepid=invisible hides pid 1 from nobody: {text}");
+    assert!(!after.is_empty(), "{text}");
+    for &(pid, uid) in &after {
+        assert_eq!(uid, 65534, "pid {pid} of uid {uid} listed to nobody: {text}");
+        assert!(visible.contains(&pid), "pid {pid} listed, which /proc hides from nobody: {text}");
+    }
+    assert_eq!(backend, "Procfs", "{text}");
+    let reason = line_of(&text, "reason");
+    assert!(reason.contains("CAP_BPF"), "{reason}");
+}
+
+/// The decision for a reader that may still load the program: under a /proc mounted
+/// hidepid=invisible, the BPF backend serves it only while /proc shows it every process too:
+/// while it holds CAP_SYS_PTRACE or is in the mount's group (0, root's, by default). Without
+/// either, the table lists what /proc shows it (not the sleeper of another uid); with
+/// CAP_SYS_PTRACE again, the BPF backend comes back.
+#[test]
+fn under_hidepid_the_bpf_backend_serves_only_a_reader_that_sees_every_process() {
+    let Some(_) = bpf_table() else { return };
+    if !common::is_root() {
+        eprintln!("skipped: a mount namespace and a process as nobody need root");
+        return;
+    }
+    let sleeper = Tree::start_as(0, 1, "sk-nobody", Some(65534));
+    let text = run_reader_helper("reader-no-ptrace", Some(sleeper.root()));
+    for phase in ["root", "hidepid", "group-0", "ptrace-again"] {
+        assert_eq!(line_of(&text, phase), "Bpf sleeper=true -", "{phase}: {text}");
+    }
+    let refused = line_of(&text, "no-ptrace");
+    assert!(refused.starts_with("Procfs sleeper=false "), "{text}");
+    assert!(refused.contains("hidepid=invisible"), "{refused}");
+}
+
+/// A reader that has entered a user namespace of its own holds every capability there but
+/// none in the initial one: the table no longer serves it BPF records, and the uids it lists
+/// are the ones /proc shows it (unmapped: the overflow uid), not the host's.
+#[test]
+fn a_reader_in_a_new_user_namespace_gets_procs_view() {
+    let Some(_) = bpf_table() else { return };
+    if !common::is_root() {
+        eprintln!("skipped: the BPF table needs root here");
+        return;
+    }
+    let text = run_reader_helper("reader-userns", None);
+    assert_eq!(line_of(&text, "before"), "Bpf uid=Some(0)", "{text}");
+    let after = line_of(&text, "after");
+    let proc_uid = after.rsplit_once("proc=").unwrap().1;
+    assert_eq!(after, format!("Procfs uid=Some({proc_uid}) proc={proc_uid}"), "{text}");
+    assert_ne!(proc_uid, "0", "{text}");
+    assert!(line_of(&text, "reason").contains("user namespace"), "{text}");
+}

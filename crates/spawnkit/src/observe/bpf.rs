@@ -14,7 +14,10 @@
 //! reads.
 //!
 //! Records carry global pids (task->tgid), so the iterator is refused to a caller outside the
-//! initial pid namespace (the header of every read says the reader's pid-namespace level). The
+//! initial pid namespace (the header of every read says the reader's pid-namespace level).
+//! The iterator shows every task whoever reads it, and reading a loaded one needs no
+//! privilege: the table asks `super::reader` before every listing whether the caller may
+//! have that view now (its credentials and its /proc), and drops the program when not. The
 //! fields mirror `/proc/PID/stat` (see the C file for how each is read); two known
 //! differences: kernel threads' `comm` is `task->comm` where /proc shows workqueue workers as
 //! `kworker/0:1-events` and long kthread names in full, and rss before Linux 6.2 leaves out
@@ -271,25 +274,11 @@ impl State {
 
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Whether this process may load a tracing program: CAP_SYS_ADMIN, or CAP_BPF and
-/// CAP_PERFMON, in its effective set (/proc/self/status `CapEff`). When the set cannot be
-/// read, try anyway and let the kernel say.
+/// Whether the calling thread may load a tracing program: CAP_SYS_ADMIN, or CAP_BPF and
+/// CAP_PERFMON, in its effective set (capget(2)). When the set cannot be read, try anyway and
+/// let the kernel say.
 fn privileged() -> bool {
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_PERFMON: u32 = 38;
-    const CAP_BPF: u32 = 39;
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return true;
-    };
-    let Some(eff) = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-    else {
-        return true;
-    };
-    let has = |cap: u32| eff & (1 << cap) != 0;
-    has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
+    crate::sys::creds::effective_caps().map_or(true, super::reader::may_load)
 }
 
 /// Relocate the program against the kernel's BTF, load it, attach it; keep only the link,

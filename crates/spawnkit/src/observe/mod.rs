@@ -6,6 +6,7 @@ mod memory;
 pub(crate) mod parse;
 mod process;
 mod procfs;
+mod reader;
 mod shared;
 mod table;
 

@@ -1,5 +1,6 @@
 //! Parsers for the /proc text the process table reads: `/proc/PID/stat`, the two lines of
-//! `/proc/PID/status` it needs (`Tgid:`, `Uid:`), and `btime` in `/proc/stat`.
+//! `/proc/PID/status` it needs (`Tgid:`, `Uid:`), `btime` in `/proc/stat`, and the `hidepid`
+//! option of a procfs mount in `/proc/PID/mountinfo`.
 //!
 //! Pure functions on bytes, no I/O. Text they do not understand gives `None`; no input makes
 //! them panic (property-tested below on odd `comm` values and on arbitrary bytes).
@@ -89,6 +90,64 @@ pub(crate) fn status_tgid(text: &[u8]) -> Option<i32> {
 /// The boot time (Unix seconds) from `/proc/stat`'s `btime` line.
 pub(crate) fn btime(text: &[u8]) -> Option<u64> {
     dec_u64(status_value(text, b"btime ")?)
+}
+
+/// The options of a procfs mount that decide which processes it shows a reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcMount<'a> {
+    /// The value of `hidepid=` (`noaccess`, `invisible`, `ptraceable`; `1`, `2`, `4` before
+    /// Linux 5.8), `None` when it hides no process (no option, or `off`).
+    pub hidepid: Option<&'a [u8]>,
+    /// `gid=`: members of this group see every process despite `hidepid` (noaccess and
+    /// invisible only); 0 (root's group) when not given.
+    pub gid: u32,
+}
+
+/// What `/proc/PID/mountinfo` says about the mount of device `major:minor`, when it is a
+/// procfs; `None` when no procfs mount has that device.
+///
+/// A line reads `36 25 0:22 / /proc rw,nosuid shared:12 - proc proc rw,hidepid=invisible`:
+/// the device is field 3, and after the `-` come the file system type, the source and the
+/// superblock's options, which every mount of that superblock shares (the kernel prints
+/// `hidepid=` only when it is not `off`, and `gid=` only when it is not 0).
+pub(crate) fn proc_mount(text: &[u8], major: u32, minor: u32) -> Option<ProcMount<'_>> {
+    let dev = format!("{major}:{minor}");
+    for line in text.split(|&b| b == b'\n') {
+        let mut fields = line.split(|&b| b == b' ');
+        if fields.nth(2) != Some(dev.as_bytes()) {
+            continue;
+        }
+        let mut after = fields.skip_while(|f| *f != b"-").skip(1);
+        if after.next() != Some(b"proc") {
+            continue;
+        }
+        let Some(options) = after.nth(1) else { continue };
+        let mut mount = ProcMount { hidepid: None, gid: 0 };
+        for option in options.split(|&b| b == b',') {
+            if let Some(v) = option.strip_prefix(b"hidepid=") {
+                mount.hidepid = Some(v).filter(|v| !matches!(*v, b"off" | b"0"));
+            } else if let Some(v) = option.strip_prefix(b"gid=") {
+                mount.gid = u32::try_from(dec_u64(v)?).ok()?;
+            }
+        }
+        return Some(mount);
+    }
+    None
+}
+
+/// Whether the reader whose `/proc/PID/status` is `text` is a member of group `gid`, as the
+/// kernel's `in_group_p` decides: its filesystem gid (the fourth of `Gid:`) or one of its
+/// supplementary `Groups:`. `None` when the lines do not parse.
+pub(crate) fn status_in_group(text: &[u8], gid: u32) -> Option<bool> {
+    fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+        line.split(|b| b.is_ascii_whitespace()).filter(|t| !t.is_empty())
+    }
+    let fsgid = dec_u64(words(status_value(text, b"Gid:")?).nth(3)?)?;
+    if fsgid == u64::from(gid) {
+        return Some(true);
+    }
+    let groups: Option<Vec<u64>> = words(status_value(text, b"Groups:")?).map(dec_u64).collect();
+    Some(groups?.contains(&u64::from(gid)))
 }
 
 /// An unsigned decimal: digits only, at least one, no overflow.
@@ -301,6 +360,8 @@ mod tests {
 
         #[test]
         fn parsers_never_panic(text in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = proc_mount(&text, 0, 22);
+            let _ = status_in_group(&text, 0);
             let _ = stat(&text);
             let _ = status_euid(&text);
             let _ = status_tgid(&text);
@@ -391,6 +452,42 @@ mod tests {
         let text = b"cpu  1 2 3 4\ncpu0 1 2 3 4\nintr 5 6\nctxt 99\nbtime 1763776172\n\
                      processes 4242\n";
         assert_eq!(btime(text), Some(1763776172));
+    }
+
+    #[test]
+    fn options_of_the_proc_mount() {
+        let text = b"22 28 0:21 / /sys rw,nosuid shared:7 - sysfs sysfs rw\n\
+            25 28 0:22 / /proc rw,nosuid,nodev,noexec shared:12 - proc proc rw\n\
+            40 25 0:35 / /proc/sys/fs/binfmt_misc rw shared:13 - autofs systemd-1 rw,fd=30\n\
+            310 300 0:52 / /proc rw,nosuid - proc proc rw,hidepid=invisible,gid=4\n\
+            311 300 0:53 / /proc rw - proc none rw,hidepid=2\n\
+            312 300 0:54 / /proc rw - proc none rw,hidepid=off,subset=pid\n\
+            313 300 0:55 / /proc rw - proc none rw,gid=x";
+        let mount = |hidepid: Option<&'static [u8]>, gid| Some(ProcMount { hidepid, gid });
+        assert_eq!(proc_mount(text, 0, 22), mount(None, 0));
+        assert_eq!(proc_mount(text, 0, 52), mount(Some(b"invisible"), 4));
+        assert_eq!(proc_mount(text, 0, 53), mount(Some(b"2"), 0));
+        assert_eq!(proc_mount(text, 0, 54), mount(None, 0));
+        // A bad gid, not a procfs, no such device, no type.
+        assert_eq!(proc_mount(text, 0, 55), None);
+        assert_eq!(proc_mount(text, 0, 21), None);
+        assert_eq!(proc_mount(text, 0, 99), None);
+        assert_eq!(proc_mount(b"0:22 - proc", 0, 22), None);
+        assert_eq!(proc_mount(b"", 0, 22), None);
+    }
+
+    #[test]
+    fn group_membership_from_status() {
+        let status =
+            b"Name:\tx\nUid:\t0\t0\t0\t0\nGid:\t5\t6\t7\t8\nFDSize:\t64\nGroups:\t4 24 27 \n";
+        assert_eq!(status_in_group(status, 8), Some(true));
+        assert_eq!(status_in_group(status, 24), Some(true));
+        assert_eq!(status_in_group(status, 5), Some(false));
+        assert_eq!(status_in_group(status, 0), Some(false));
+        let no_groups = b"Gid:\t0\t0\t0\t9\nGroups:\t\n";
+        assert_eq!(status_in_group(no_groups, 0), Some(false));
+        assert_eq!(status_in_group(no_groups, 9), Some(true));
+        assert_eq!(status_in_group(b"Gid:\t0\t0\n", 0), None);
     }
 
     #[test]

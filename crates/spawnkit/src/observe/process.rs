@@ -150,11 +150,14 @@ pub struct Fields {
 /// Which way to read the process table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// The BPF task iterator when it loads (root or CAP_BPF+CAP_PERFMON, kernel >= 5.8, this
-    /// build has the BPF program), else the procfs walker.
+    /// The BPF task iterator when it may serve the caller (root or CAP_BPF+CAP_PERFMON,
+    /// kernel >= 5.8, this build has the BPF program, and a /proc that hides no process from
+    /// the caller: see [`ProcessTable`](super::ProcessTable#which-backend-serves-whom)), else
+    /// the procfs walker; chosen again at every listing.
     #[default]
     Auto,
-    /// One read of a BPF task iterator yields binary records for every task.
+    /// One read of a BPF task iterator yields binary records for every task. Every listing
+    /// fails while the caller may not be served by it.
     Bpf,
     /// getdents64 over /proc and one read of `stat` per process.
     Procfs,

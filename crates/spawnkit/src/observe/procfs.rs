@@ -15,7 +15,9 @@
 //! ENOMEM...) on a per-process file, is an error.
 
 use std::ffi::CStr;
+use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 
 use super::parse;
 use super::process::{Fields, Process};
@@ -28,6 +30,16 @@ const DENTS_BUF: usize = 64 * 1024;
 /// One read of `stat` (at most ~1.3 KiB) or of the head of `status` (~1.5 KiB; the lines we
 /// need are in its first 20).
 const FILE_BUF: usize = 4096;
+
+/// /proc opened as a directory, and which procfs it is (st_dev, st_ino).
+fn open_proc() -> Result<(File, (u64, u64))> {
+    let proc =
+        File::from(sys::open_dir(c"/proc").map_err(|e| Error::os("open", quoted("/proc"), e))?);
+    let meta = proc
+        .metadata()
+        .map_err(|e| Error::os("fstat", quoted("/proc"), e.raw_os_error().unwrap_or(libc::EIO)))?;
+    Ok((proc, (meta.dev(), meta.ino())))
+}
 
 /// The per-process errors that mean "it is gone" (or was never visible to us): skip it.
 fn vanished(errno: i32) -> bool {
@@ -85,7 +97,9 @@ impl Digits {
 
 /// The /proc walker, kept open between refreshes.
 pub(crate) struct Walker {
-    proc: OwnedFd,
+    proc: File,
+    /// (st_dev, st_ino) of `proc`: which procfs it is.
+    proc_id: (u64, u64),
     dents: Vec<u8>,
     file: Vec<u8>,
     page_size: u64,
@@ -94,13 +108,29 @@ pub(crate) struct Walker {
 impl Walker {
     /// Open /proc (`O_RDONLY | O_DIRECTORY | O_CLOEXEC`) and the buffers.
     pub(crate) fn open() -> Result<Walker> {
-        let proc = sys::open_dir(c"/proc").map_err(|e| Error::os("open", quoted("/proc"), e))?;
+        let (proc, proc_id) = open_proc()?;
         Ok(Walker {
             proc,
+            proc_id,
             dents: vec![0; DENTS_BUF],
             file: vec![0; FILE_BUF],
             page_size: sys::page_size(),
         })
+    }
+
+    /// Follow the caller's /proc: when `/proc` is now another procfs than the one open here
+    /// (the caller moved to another mount namespace or root, or a procfs was mounted over
+    /// it), open that one. Each procfs has its own options (`hidepid=`, `subset=`) and pid
+    /// namespace, so a listing through the old one could show what the caller's /proc now
+    /// hides. One stat(2) when nothing changed.
+    pub(crate) fn follow_proc(&mut self) -> Result<()> {
+        let now = std::fs::metadata("/proc").map_err(|e| {
+            Error::os("stat", quoted("/proc"), e.raw_os_error().unwrap_or(libc::EIO))
+        })?;
+        if (now.dev(), now.ino()) != self.proc_id {
+            (self.proc, self.proc_id) = open_proc()?;
+        }
+        Ok(())
     }
 
     /// Every process in /proc, appended to `out` in the order /proc lists them (increasing
@@ -114,7 +144,7 @@ impl Walker {
                 return Ok(());
             }
             // The names borrow `dents` while `file` is written: split the borrows.
-            let Walker { proc, dents, file, page_size } = self;
+            let Walker { proc, dents, file, page_size, .. } = self;
             for name in sys::dirents(&dents[..n]) {
                 if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
                     continue;

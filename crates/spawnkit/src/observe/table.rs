@@ -17,11 +17,15 @@
 //! attached, the procfs walker keeps its /proc fd and buffers, and the `_into` variants reuse
 //! the caller's vector, so a monitor that refreshes every second allocates nothing per
 //! process.
+//!
+//! Which backend may serve which caller is decided before every listing: see
+//! [`ProcessTable`].
 
 use super::bpf::TaskIter;
 use super::parse;
 use super::process::{Backend, Fields, Process};
 use super::procfs::Walker;
+use super::reader;
 use crate::sys::procfs as sys;
 use crate::{Error, Result};
 
@@ -32,12 +36,54 @@ use crate::{Error, Result};
 /// out, never an error. [`Fields`] says which costly fields to fill; a backend may fill a
 /// field that was not asked for when it costs nothing (the BPF backend always gives the
 /// uid), so `uid: None` means "not read", and `Some` is always right.
+///
+/// # Which backend serves whom
+///
+/// What a listing shows does not depend on the backend, only how fast it is read. The BPF
+/// iterator sees every task of the machine, whoever reads it (reading a loaded one needs no
+/// privilege), so the table lets it serve a caller only while that view is no wider than
+/// the one /proc gives the same caller, and checks that before every listing, not only when
+/// it loads the program: a process that listed as root and has since dropped to another uid,
+/// lowered its capabilities or entered a user namespace is not served by the program it
+/// loaded. The BPF backend serves a caller (the calling thread: credentials are per thread)
+/// that
+/// - could load it now: CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON, in its effective set,
+///   in the initial user namespace;
+/// - is in the initial pid namespace, and whose /proc is that namespace's (the records carry
+///   global pids);
+/// - sees every process in its /proc: the procfs on its `/proc` is not mounted `hidepid=`,
+///   or it holds CAP_SYS_PTRACE (which hidepid yields to), or, for `hidepid=noaccess` and
+///   `invisible`, it is in the mount's `gid=` group (root's group 0 when not given).
+///
+/// A caller with CAP_BPF and CAP_PERFMON could read every task with a program of its own, so
+/// the last rule hides nothing from it that it could not get; it keeps the promise that the
+/// backend does not change the answer: a /proc mounted `hidepid=` (by an administrator, or
+/// by systemd's `ProtectProc=` for a service) says what that process is meant to see.
+///
+/// Otherwise [`Backend::Auto`] drops the program (it is unloaded) and lists with /proc, and
+/// [`Backend::Bpf`] fails with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported);
+/// both load it again once the caller passes. The check costs a capget(2), a readlink and a
+/// stat per listing (plus a read of the caller's mountinfo when it lacks CAP_SYS_PTRACE).
+/// The /proc walker follows the caller's /proc the same way: when `/proc` is another procfs
+/// than the one it has open (another mount namespace or root, a procfs mounted over it), it
+/// opens that one.
+///
+/// Not consulted: Linux security modules that refuse ptrace reads (SELinux, AppArmor
+/// policies); under such a policy and hidepid, /proc may show a caller with CAP_SYS_PTRACE
+/// fewer processes than the BPF backend does.
 pub struct ProcessTable {
+    /// The backend asked for: `Auto`, `Bpf` or `Procfs`.
+    asked: Backend,
     bpf: Option<TaskIter>,
+    /// Whether the BPF iterator may be loaded (again) when the caller passes the reader
+    /// check: false once loading failed for what the kernel or this build lacks, which no
+    /// change of the caller's credentials mends.
+    may_load: bool,
     /// The walker: the backend itself, or (with BPF) the reader of command lines, opened on
     /// first use.
     procfs: Option<Walker>,
-    fallback: Option<String>,
+    /// Why BPF is not in use (`"load the BPF task iterator: ..."`), when it was asked for.
+    refused: Option<String>,
     /// Sorted, deduplicated copy of the pids asked for by [`ProcessTable::list_pids`].
     wanted: Vec<i32>,
     /// Room for the record of pid 1 when the BPF iterator hides it (see `patch_init`).
@@ -48,7 +94,7 @@ impl std::fmt::Debug for ProcessTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessTable")
             .field("backend", &self.backend())
-            .field("fallback_reason", &self.fallback)
+            .field("fallback_reason", &self.fallback_reason())
             .finish()
     }
 }
@@ -58,48 +104,92 @@ impl ProcessTable {
     ///
     /// - [`Backend::Bpf`]: load and attach the BPF task iterator, or fail with
     ///   [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) and the reason (not root
-    ///   nor CAP_BPF+CAP_PERFMON, kernel without BPF iterators, build without the program).
+    ///   nor CAP_BPF+CAP_PERFMON, kernel without BPF iterators, build without the program,
+    ///   or a caller whose /proc would show it less: see [which backend serves
+    ///   whom](ProcessTable#which-backend-serves-whom)).
     /// - [`Backend::Procfs`]: open /proc.
-    /// - [`Backend::Auto`]: BPF when it loads, else procfs; [`ProcessTable::fallback_reason`]
-    ///   then says why BPF was not used.
+    /// - [`Backend::Auto`]: BPF when it may serve the caller, else procfs;
+    ///   [`ProcessTable::fallback_reason`] then says why BPF was not used.
+    ///
+    /// Every listing checks the caller again and may change the backend: see
+    /// [`ProcessTable::select_backend`].
     pub fn new(backend: Backend) -> Result<ProcessTable> {
         let mut table = ProcessTable {
+            asked: backend,
             bpf: None,
+            may_load: true,
             procfs: None,
-            fallback: None,
+            refused: None,
             wanted: Vec::new(),
             scratch: Vec::new(),
         };
-        match backend {
-            Backend::Bpf => {
-                let it = TaskIter::open().map_err(|why| Error::unsupported(BPF_STEP, why))?;
-                table.bpf = Some(it);
-            }
-            Backend::Procfs => table.procfs = Some(Walker::open()?),
-            Backend::Auto => match TaskIter::open() {
-                Ok(it) => table.bpf = Some(it),
-                Err(why) => {
-                    table.procfs = Some(Walker::open()?);
-                    table.fallback = Some(format!("{BPF_STEP}: {why}"));
-                }
-            },
-        }
+        table.select_backend()?;
         Ok(table)
     }
 
-    /// The backend in use: [`Backend::Bpf`] or [`Backend::Procfs`], never `Auto`.
+    /// Check the caller and choose the backend the next listing uses, as every listing does
+    /// first: for [`Backend::Auto`] and [`Backend::Bpf`], the BPF iterator is kept, loaded
+    /// again or dropped (the program unloaded) according to whether it may serve the caller
+    /// now (see [which backend serves whom](ProcessTable#which-backend-serves-whom));
+    /// [`Backend::Auto`] then falls back to procfs, and
+    /// [`Backend::Bpf`] fails with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    /// The walker is pointed at the caller's /proc. Gives [`ProcessTable::backend`].
+    pub fn select_backend(&mut self) -> Result<Backend> {
+        if self.asked != Backend::Procfs && (self.bpf.is_some() || self.may_load) {
+            match reader::bpf_refusal() {
+                Some(why) => {
+                    // Dropping the link unloads the program (nothing else holds it).
+                    self.bpf = None;
+                    self.refused = Some(format!("{BPF_STEP}: {why}"));
+                }
+                None if self.bpf.is_none() => match TaskIter::open() {
+                    Ok(it) => {
+                        self.bpf = Some(it);
+                        self.refused = None;
+                    }
+                    Err(why) => {
+                        self.may_load = false;
+                        self.refused = Some(format!("{BPF_STEP}: {why}"));
+                    }
+                },
+                None => {}
+            }
+        }
+        if self.bpf.is_none() && self.asked == Backend::Bpf {
+            let why = self.refused.as_deref().unwrap_or_default();
+            let why = why.strip_prefix(BPF_STEP).and_then(|w| w.strip_prefix(": ")).unwrap_or(why);
+            return Err(Error::unsupported(BPF_STEP, why));
+        }
+        match &mut self.procfs {
+            Some(w) => w.follow_proc()?,
+            // The walker is the backend: open it now, so that a table that cannot read /proc
+            // fails here.
+            None if self.bpf.is_none() => self.procfs = Some(Walker::open()?),
+            None => {}
+        }
+        Ok(self.backend())
+    }
+
+    /// The backend the last listing (or [`ProcessTable::new`], or
+    /// [`ProcessTable::select_backend`]) chose: [`Backend::Bpf`] or [`Backend::Procfs`],
+    /// never `Auto`. A table asked for [`Backend::Bpf`] says `Bpf` even while the caller is
+    /// refused it: it lists with BPF or not at all.
     pub fn backend(&self) -> Backend {
-        if self.bpf.is_some() {
+        if self.bpf.is_some() || self.asked == Backend::Bpf {
             Backend::Bpf
         } else {
             Backend::Procfs
         }
     }
 
-    /// Why [`Backend::Auto`] fell back to procfs (`"load the BPF task iterator: ..."`);
-    /// `None` when it did not, or when a backend was named.
+    /// Why [`Backend::Auto`] fell back to procfs at the last choice
+    /// (`"load the BPF task iterator: ..."`); `None` when it did not, or when a backend was
+    /// named.
     pub fn fallback_reason(&self) -> Option<&str> {
-        self.fallback.as_deref()
+        match self.asked {
+            Backend::Auto if self.bpf.is_none() => self.refused.as_deref(),
+            _ => None,
+        }
     }
 
     /// Read the whole table.
@@ -112,6 +202,7 @@ impl ProcessTable {
     /// Read the whole table into `out` (cleared first; its capacity is reused).
     pub fn list_into(&mut self, fields: Fields, out: &mut Vec<Process>) -> Result<()> {
         out.clear();
+        self.select_backend()?;
         match &mut self.bpf {
             Some(it) => {
                 it.read(out)?;
@@ -140,6 +231,7 @@ impl ProcessTable {
         out: &mut Vec<Process>,
     ) -> Result<()> {
         out.clear();
+        self.select_backend()?;
         let mut wanted = std::mem::take(&mut self.wanted);
         wanted.clear();
         wanted.extend(pids.iter().copied().filter(|&p| p > 0));

@@ -41,6 +41,7 @@
 pub(crate) mod bpf;
 pub(crate) mod child;
 pub(crate) mod clone;
+pub(crate) mod creds;
 pub(crate) mod fork;
 pub(crate) mod parent;
 pub(crate) mod pidfd;
