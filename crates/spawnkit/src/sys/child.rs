@@ -311,11 +311,11 @@ fn drop_bounding_caps() -> Result<isize, i32> {
         match check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_DROP, cap, 0, 0, 0) }) {
             Ok(_) => {}
             Err(libc::EINVAL) => break,
-            // SAFETY: as above.
             Err(e) => {
-                match check(unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) }) {
-                    Ok(0) => {}
-                    _ => return Err(e),
+                // SAFETY: as above.
+                let read = unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
+                if check(read) != Ok(0) {
+                    return Err(e);
                 }
             }
         }
