@@ -23,6 +23,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use crate::out::{self, note};
 use clap::builder::{OsStringValueParser, PossibleValuesParser, TypedValueParser};
 use spawnkit::{
     Child, Command, ExitStatus, Lock, Namespaces, Resource, SigSet, Signal, Stdio, Strategy,
@@ -529,7 +530,7 @@ pub fn main(args: &RunArgs) -> i32 {
     match run(args) {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("spawnkit: {f}");
+            note!("spawnkit: {f}");
             f.code
         }
     }
@@ -541,11 +542,16 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
     let opened = open_stdio(args, &mut cmd)?;
     if args.dry_run {
         let plan = cmd.plan()?;
+        let mut text = String::new();
         for line in &opened {
-            println!("{line} (in spawnkit; not done in a dry run)");
+            text += &format!("{line} (in spawnkit; not done in a dry run)\n");
         }
-        println!("{plan}");
-        return Ok(0);
+        text += &format!("{plan}\n");
+        // A reader that went away (`| head -3`) had what it wanted, as for `spawnkit ps`.
+        return match out::print_stdout(&text) {
+            Ok(()) | Err(out::Failure::Pipe) => Ok(0),
+            Err(out::Failure::Msg(m)) => Err(Failure::setup(m)),
+        };
     }
     let signals =
         ForwardedSignals::block().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
@@ -975,7 +981,7 @@ fn wait_forwarding(
                 }
                 let Ok(sig) = Signal::new(signo) else { continue };
                 if let Err(e) = child.send_signal(sig) {
-                    eprintln!("spawnkit: {e}");
+                    note!("spawnkit: {e}");
                 }
             }
         }

@@ -971,6 +971,127 @@ fn dry_run_reports_invalid_commands() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Output that cannot be written: a full device, a closed pipe
+// ---------------------------------------------------------------------------------------
+
+/// /dev/full, opened for writing: every write fails with ENOSPC.
+fn dev_full() -> Stdio {
+    Stdio::from(std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full"))
+}
+
+/// The write end of a pipe whose read end is closed: every write fails with EPIPE (spawnkit,
+/// a Rust program, ignores SIGPIPE).
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just created and are owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Stdio::from(write)
+}
+
+/// `spawnkit ARGS` with stdout and stderr as given; (exit code, stderr if captured).
+fn with_outputs(args: &[&str], stdout: Stdio, stderr: Stdio) -> (Option<i32>, String) {
+    let out = spawnkit_cmd(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .output()
+        .expect("run spawnkit");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn launch_errors_keep_their_exit_code_when_stderr_cannot_be_written() {
+    for (args, code) in [
+        (&["run", "--cwd", "/nope", "--", "true"][..], 125),
+        (&["run", "--", "no-such-program-spawnkit"][..], 127),
+        (&["run", "--uid", "no-such-user-spawnkit", "--", "true"][..], 125),
+        (&["run", "--no-such-flag", "--", "true"][..], 125),
+    ] {
+        let (full, _) = with_outputs(args, Stdio::null(), dev_full());
+        assert_eq!(full, Some(code), "{args:?} 2>/dev/full");
+        let (closed, _) = with_outputs(args, Stdio::null(), closed_pipe());
+        assert_eq!(closed, Some(code), "{args:?} 2>&- (closed pipe)");
+    }
+}
+
+#[test]
+fn dry_run_into_a_full_or_closed_stdout() {
+    let args = ["run", "--dry-run", "--", "true"];
+    let (code, stderr) = with_outputs(&args, dev_full(), Stdio::piped());
+    assert_eq!(code, Some(125), "{stderr}");
+    assert_eq!(stderr, "spawnkit: write to stdout: No space left on device (os error 28)\n");
+    // A reader that went away had all it wanted, as for `spawnkit ps | head -1`.
+    let (code, stderr) = with_outputs(&args, closed_pipe(), Stdio::piped());
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    // Neither stream works: the exit code still says so.
+    let (code, _) = with_outputs(&args, dev_full(), closed_pipe());
+    assert_eq!(code, Some(125));
+}
+
+#[test]
+fn help_and_version_into_a_full_or_closed_stdout() {
+    for args in [
+        &["--help"][..],
+        &["-h"][..],
+        &["--version"][..],
+        &["help"][..],
+        &["help", "run"][..],
+        &["run", "--help"][..],
+        &["bench", "--help"][..],
+        &["ps", "--help"][..],
+        &["mem", "--help"][..],
+    ] {
+        let (code, stderr) = with_outputs(args, dev_full(), Stdio::piped());
+        assert_eq!(code, Some(125), "{args:?} >/dev/full: {stderr}");
+        assert_eq!(
+            stderr, "spawnkit: write to stdout: No space left on device (os error 28)\n",
+            "{args:?} >/dev/full"
+        );
+        let (code, stderr) = with_outputs(args, closed_pipe(), Stdio::piped());
+        assert_eq!((code, stderr.as_str()), (Some(0), ""), "{args:?} >&- (closed pipe)");
+        let (code, _) = with_outputs(args, dev_full(), dev_full());
+        assert_eq!(code, Some(125), "{args:?} >/dev/full 2>/dev/full");
+    }
+}
+
+#[test]
+fn ps_and_mem_with_nowhere_to_write() {
+    // stdout full and stderr closed: the failure cannot be told, but the exit code says it.
+    for args in [&["ps"][..], &["ps", "--verbose"][..], &["mem"][..], &["mem", "--shared"][..]] {
+        let (code, _) = with_outputs(args, dev_full(), closed_pipe());
+        assert_eq!(code, Some(1), "{args:?} >/dev/full 2>&-");
+        let (code, _) = with_outputs(args, Stdio::null(), closed_pipe());
+        assert_eq!(code, Some(0), "{args:?} 2>&-");
+    }
+}
+
+#[test]
+fn bench_report_into_a_full_or_closed_stdout() {
+    let dir = TempDir::new("bench-out");
+    let json = dir.join("out.json");
+    let json = json.to_str().unwrap();
+    let args =
+        ["bench", "latency", "--sizes", "0", "--rows", "vfork_exec", "--runs", "1", "--json", json];
+    let (code, stderr) = with_outputs(&args, dev_full(), Stdio::piped());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr
+            .ends_with("spawnkit bench: write to stdout: No space left on device (os error 28)\n"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(Path::new(json).exists(), "the JSON file is written all the same");
+    std::fs::remove_file(json).unwrap();
+    let (code, stderr) = with_outputs(&args, closed_pipe(), closed_pipe());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(Path::new(json).exists(), "the JSON file is written all the same");
+}
+
+// ---------------------------------------------------------------------------------------
 // Signal forwarding
 // ---------------------------------------------------------------------------------------
 
