@@ -1,5 +1,6 @@
-//! `spawnkit run`: every option of a [`Command`] as a flag; spawn the program, forward the
-//! usual termination signals to it, wait, and exit with its status.
+//! `spawnkit run`: every option of a [`Command`] as a flag; spawn the program, forward to it
+//! every signal that would otherwise end spawnkit and orphan it, wait, and exit with its
+//! status.
 //!
 //! Exit codes follow env(1) and the shells: the program's own code, 128+N when signal N
 //! killed it, 127 when it was not found, 126 when it could not be executed, 125 when spawnkit
@@ -13,6 +14,29 @@
 //! 4. block the forwarded signals in spawnkit and open a signalfd for them (the library
 //!    installs the child's own mask, empty by default, just before execve);
 //! 5. spawn, then poll(2) the signalfd and the child's pidfd until the child exits.
+//!
+//! Signals, decided one by one (spawnkit stands for the program: a signal sent to spawnkit is
+//! meant for the program, and spawnkit must never die of one and leave the program running):
+//! - forwarded: every signal whose default action ends a process (terminate or core) and
+//!   that can be caught: HUP INT QUIT TERM USR1 USR2 ALRM VTALRM PROF XCPU XFSZ IO PWR
+//!   STKFLT ABRT PIPE, and 32 to 64 (SIGRTMIN..SIGRTMAX, glibc's private 32 and 33 too:
+//!   without a handler they end a process, so they are blocked with the raw system call,
+//!   which glibc's sigprocmask would not do). spawnkit then exits with the program's status,
+//!   128+N when it dies of signal N.
+//! - SIGPIPE: spawnkit's own writes to a closed pipe raise it too (si_code SI_USER, from its
+//!   own pid); those are dropped (the write reports EPIPE), a SIGPIPE from any other process
+//!   is forwarded. The same holds for any signal spawnkit sends itself.
+//! - the fault signals SEGV BUS FPE ILL TRAP SYS: forwarded when another process sends them
+//!   (kill(1): si_code SI_USER, SI_QUEUE, SI_TKILL). A real fault of spawnkit's own is not
+//!   held back by the mask: the kernel unblocks a fault signal it forces and spawnkit dies of
+//!   it, as any program would.
+//! - not forwarded: KILL and STOP (they cannot be caught: `--pdeathsig KILL` takes the program
+//!   along when spawnkit is killed), the job-control signals TSTP TTIN TTOU CONT (they stop
+//!   and resume spawnkit itself, and a terminal sends them to the whole foreground group,
+//!   the program included unless --setsid or --pgid), and CHLD URG WINCH, ignored by default.
+//! - a signal the kernel sent (si_code SI_KERNEL: a terminal's Ctrl-C, Ctrl-\, hangup) went
+//!   to spawnkit's whole process group: it is forwarded only when the program has a group or
+//!   session of its own.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -58,9 +82,15 @@ Exit status:
   --lock-timeout says not to wait.
 
 Signals:
-  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to spawnkit are forwarded to
-  the program. A terminal's Ctrl-C or Ctrl-\\ already reaches a program in spawnkit's process
-  group, so signals sent by the kernel are forwarded only with --setsid or --pgid.";
+  Every signal that would end spawnkit and can be caught is forwarded to the program, and
+  spawnkit exits with the program's status (128+N if signal N kills it): HUP INT QUIT TERM
+  USR1 USR2 ALRM VTALRM PROF XCPU XFSZ IO PWR STKFLT ABRT PIPE and the real-time signals
+  32-64; SEGV BUS FPE ILL TRAP SYS too when another process sends them (kill). A SIGPIPE
+  spawnkit raises itself, writing to a closed pipe, is not forwarded. Not forwarded: KILL
+  and STOP, which cannot be caught (--pdeathsig KILL takes the program along), TSTP TTIN TTOU
+  CONT, which stop and resume spawnkit itself, and CHLD URG WINCH. A terminal's Ctrl-C or
+  Ctrl-\\ already reaches a program in spawnkit's process group, so signals sent by the
+  kernel are forwarded only with --setsid or --pgid.";
 
 /// Options of `spawnkit run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -481,10 +511,15 @@ pub fn parse_id_list(s: &str) -> Result<IdList, String> {
     s.split(',').map(parse_id).collect::<Result<Vec<_>, _>>().map(IdList)
 }
 
-/// Whether a signal spawnkit received should go on to the child. A signal the kernel sent
-/// (si_code SI_KERNEL: a terminal's Ctrl-C, Ctrl-\, hangup) went to the whole foreground
-/// process group, which includes the child unless it has a session or group of its own.
-pub fn should_forward(si_code: i32, child_has_own_group: bool) -> bool {
+/// Whether a signal spawnkit received should go on to the child, from its si_code and
+/// sender. A signal spawnkit sent itself (SIGPIPE when it writes to a closed pipe: SI_USER
+/// from its own pid) is not the child's business. A signal the kernel sent (si_code
+/// SI_KERNEL: a terminal's Ctrl-C, Ctrl-\, hangup) went to the whole foreground process
+/// group, which includes the child unless it has a session or group of its own.
+pub fn should_forward(si_code: i32, sender: u32, me: u32, child_has_own_group: bool) -> bool {
+    if si_code != libc::SI_KERNEL && sender == me {
+        return false;
+    }
     child_has_own_group || si_code != libc::SI_KERNEL
 }
 
@@ -878,9 +913,27 @@ fn lookup_group(name: &str) -> io::Result<Option<u32>> {
 // Signal forwarding: blocked signals, a signalfd, and poll(2) with the child's pidfd.
 // ---------------------------------------------------------------------------------------
 
-/// The signals spawnkit passes on to the child.
-const FORWARDED: [libc::c_int; 6] =
-    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
+/// The signals spawnkit does not forward, left at their default action: SIGKILL and SIGSTOP
+/// (they cannot be caught), the job-control signals (TSTP, TTIN and TTOU stop spawnkit
+/// itself, CONT resumes it, as a shell expects of any foreground program), and those whose
+/// default is to be ignored (CHLD, URG, WINCH). See the module comment for the rest.
+const NOT_FORWARDED: [libc::c_int; 9] = [
+    libc::SIGKILL,
+    libc::SIGSTOP,
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGCONT,
+    libc::SIGCHLD,
+    libc::SIGURG,
+    libc::SIGWINCH,
+];
+
+/// The signals spawnkit passes on to the child, as the kernel's 64-bit mask (bit N-1 for
+/// signal N): every other one, 1 to 64.
+fn forwarded_mask() -> u64 {
+    NOT_FORWARDED.iter().fold(u64::MAX, |mask, &sig| mask & !(1u64 << (sig - 1)))
+}
 
 fn child_has_own_group(args: &RunArgs) -> bool {
     // SAFETY: getpgrp has no arguments and cannot fail.
@@ -888,41 +941,60 @@ fn child_has_own_group(args: &RunArgs) -> bool {
     args.setsid || args.pgid.is_some_and(|pgid| pgid != ours)
 }
 
-/// The [`FORWARDED`] signals, blocked in spawnkit and read from a signalfd.
+/// The forwarded signals ([`forwarded_mask`]), blocked in spawnkit and read from a signalfd.
 struct ForwardedSignals {
     fd: OwnedFd,
+}
+
+/// One signal read from the signalfd.
+struct Received {
+    signo: i32,
+    code: i32,
+    sender: u32,
 }
 
 impl ForwardedSignals {
     /// Block the signals (spawnkit has one thread, so the process mask is this thread's) and
     /// open a non-blocking signalfd for them. The child does not inherit the mask: the
     /// library installs the child's own mask (empty unless --sigmask) before execve.
+    ///
+    /// Raw system calls, not sigprocmask(3) and sigaddset(3): glibc keeps signals 32 and 33
+    /// for itself and silently leaves them out of any set, and without a handler (spawnkit
+    /// installs none) either one would end spawnkit and orphan the child.
     fn block() -> io::Result<ForwardedSignals> {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        // SAFETY: sigemptyset initialises the set; sigaddset adds valid signal numbers to it.
-        let set = unsafe {
-            libc::sigemptyset(set.as_mut_ptr());
-            for sig in FORWARDED {
-                libc::sigaddset(set.as_mut_ptr(), sig);
-            }
-            set.assume_init()
+        let mask = forwarded_mask();
+        // SAFETY: rt_sigprocmask reads 8 bytes of mask from a live u64; no old mask is asked.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &mask as *const u64,
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
         };
-        // SAFETY: `set` is an initialised sigset_t; the old mask is not requested.
-        let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
         if r != 0 {
-            return Err(io::Error::from_raw_os_error(r));
+            return Err(io::Error::last_os_error());
         }
-        // SAFETY: -1 asks for a new signalfd; `set` is valid for the call.
-        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        // SAFETY: -1 asks for a new signalfd; the mask is 8 bytes of a live u64.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_signalfd4,
+                -1,
+                &mask as *const u64,
+                8usize,
+                libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the fd was just created and is owned by nobody else.
-        Ok(ForwardedSignals { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(ForwardedSignals { fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) } })
     }
 
-    /// Every pending signal: (signal number, si_code).
-    fn read_pending(&self) -> io::Result<Vec<(i32, i32)>> {
+    /// Every pending signal.
+    fn read_pending(&self) -> io::Result<Vec<Received>> {
         let mut out = Vec::new();
         loop {
             // SAFETY: signalfd_siginfo is plain integers; all zeroes is a valid value.
@@ -947,7 +1019,11 @@ impl ForwardedSignals {
             if n as usize != size {
                 return Ok(out);
             }
-            out.push((info.ssi_signo as i32, info.ssi_code));
+            out.push(Received {
+                signo: info.ssi_signo as i32,
+                code: info.ssi_code,
+                sender: info.ssi_pid,
+            });
         }
     }
 }
@@ -975,8 +1051,8 @@ fn wait_forwarding(
         if fds[0].revents != 0 {
             let pending =
                 signals.read_pending().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
-            for (signo, code) in pending {
-                if !should_forward(code, own_group) {
+            for Received { signo, code, sender } in pending {
+                if !should_forward(code, sender, std::process::id(), own_group) {
                     continue;
                 }
                 let Ok(sig) = Signal::new(signo) else { continue };
@@ -1102,13 +1178,48 @@ mod tests {
 
     #[test]
     fn forwarding_rule() {
+        let me = 100;
         // kill(2) from another process: SI_USER; forwarded whatever the group.
-        assert!(should_forward(libc::SI_USER, false));
-        assert!(should_forward(libc::SI_USER, true));
-        assert!(should_forward(libc::SI_QUEUE, false));
+        assert!(should_forward(libc::SI_USER, 7, me, false));
+        assert!(should_forward(libc::SI_USER, 7, me, true));
+        assert!(should_forward(libc::SI_QUEUE, 7, me, false));
+        assert!(should_forward(libc::SI_TKILL, 7, me, false));
         // A terminal's Ctrl-C: already delivered to a child in our group.
-        assert!(!should_forward(libc::SI_KERNEL, false));
-        assert!(should_forward(libc::SI_KERNEL, true));
+        assert!(!should_forward(libc::SI_KERNEL, 0, me, false));
+        assert!(should_forward(libc::SI_KERNEL, 0, me, true));
+        // spawnkit's own SIGPIPE (a write to a closed pipe is SI_USER from itself).
+        assert!(!should_forward(libc::SI_USER, me, me, false));
+        assert!(!should_forward(libc::SI_USER, me, me, true));
+    }
+
+    #[test]
+    fn forwarded_signals() {
+        let mask = forwarded_mask();
+        let has = |sig: i32| mask & (1u64 << (sig - 1)) != 0;
+        for sig in [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+            libc::SIGPIPE,
+            libc::SIGABRT,
+            libc::SIGSEGV,
+            libc::SIGSYS,
+            libc::SIGPWR,
+            libc::SIGSTKFLT,
+        ]
+        .into_iter()
+        .chain(32..=64)
+        {
+            assert!(has(sig), "signal {sig} is not forwarded");
+        }
+        for sig in NOT_FORWARDED {
+            assert!(!has(sig), "signal {sig} is forwarded");
+        }
+        assert_eq!(mask.count_ones() as usize, 64 - NOT_FORWARDED.len());
     }
 
     #[test]

@@ -170,6 +170,11 @@ fn proc_stat(pid: u32) -> Option<(String, char, u32)> {
 
 /// The pid of a child of `parent` that runs spawnkit-probe (after execve), waiting for it.
 fn wait_for_probe(parent: &mut StdChild) -> u32 {
+    wait_for_child(parent, "spawnkit-probe")
+}
+
+/// The pid of a child of `parent` whose comm is `comm` (after execve), waiting for it.
+fn wait_for_child(parent: &mut StdChild, comm: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(dir) = std::fs::read_dir("/proc") {
@@ -178,8 +183,8 @@ fn wait_for_probe(parent: &mut StdChild) -> u32 {
                 else {
                     continue;
                 };
-                if let Some((comm, _, ppid)) = proc_stat(pid) {
-                    if ppid == parent.id() && comm == "spawnkit-probe" {
+                if let Some((c, _, ppid)) = proc_stat(pid) {
+                    if ppid == parent.id() && c == comm {
                         return pid;
                     }
                 }
@@ -190,7 +195,7 @@ fn wait_for_probe(parent: &mut StdChild) -> u32 {
         }
         if Instant::now() > deadline {
             let _ = parent.kill();
-            panic!("spawnkit's child never ran spawnkit-probe");
+            panic!("spawnkit's child never ran {comm}");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -212,18 +217,22 @@ fn wait_exit(child: &mut StdChild) -> Option<i32> {
     }
 }
 
-/// Whether `pid` is gone (or a zombie nobody reaped: a process that ended).
-fn is_gone(pid: u32) -> bool {
+/// Whether `pid`, which ran `comm`, is gone (or a zombie nobody reaped: a process that ended).
+fn is_gone(pid: u32, comm: &str) -> bool {
     match proc_stat(pid) {
         None => true,
-        Some((comm, state, _)) => comm != "spawnkit-probe" || state == 'Z' || state == 'X',
+        Some((c, state, _)) => c != comm || state == 'Z' || state == 'X',
     }
 }
 
 fn wait_gone(pid: u32) -> bool {
+    wait_gone_named(pid, "spawnkit-probe")
+}
+
+fn wait_gone_named(pid: u32, comm: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if is_gone(pid) {
+        if is_gone(pid, comm) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -1138,6 +1147,70 @@ fn other_signals_are_forwarded() {
     assert_eq!(forward(&[], libc::SIGUSR2), Some(140));
     // SIGQUIT's default action dumps core: still 128 + 3.
     assert_eq!(forward(&["--rlimit", "core=0"], libc::SIGQUIT), Some(131));
+}
+
+/// Start `spawnkit run --rlimit core=0 -- sleep 30` (coreutils' sleep: no handler of its own,
+/// unlike the probe, whose Rust runtime ignores SIGPIPE and catches SIGSEGV and SIGBUS), send
+/// `sig` to spawnkit once sleep runs, and return spawnkit's exit code. The sleep must be gone
+/// by then: not orphaned.
+fn forward_to_sleep(sig: i32) -> Option<i32> {
+    let mut cmd = spawnkit_cmd(["run", "--rlimit", "core=0", "--", "sleep", "30"]);
+    cmd.stdin(Stdio::null());
+    // SAFETY: the hook runs in the forked child before exec and only makes raw rt_sigaction
+    // calls on a zeroed struct that outlives them (async-signal-safe). This test process
+    // ignores signal 32 (glibc's), which spawnkit and then sleep would inherit: every
+    // signal starts at its default action, as from a shell. (sigaction(3) refuses 32 and 33.)
+    unsafe {
+        cmd.pre_exec(|| {
+            let dfl = [0usize; 4]; // handler SIG_DFL, no flags, no restorer, empty mask
+            for sig in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+                libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), 0usize, 8usize);
+            }
+            Ok(())
+        });
+    }
+    let mut sk = cmd.spawn().expect("start spawnkit");
+    let child = wait_for_child(&mut sk, "sleep");
+    // SAFETY: kill takes integers; the pid is our own unreaped child.
+    assert_eq!(unsafe { libc::kill(sk.id() as i32, sig) }, 0);
+    let code = wait_exit(&mut sk);
+    let gone = wait_gone_named(child, "sleep");
+    if !gone {
+        // SAFETY: as above, for the orphaned sleep, which the test then reports.
+        unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    }
+    assert!(gone, "signal {sig}: sleep {child} was orphaned (spawnkit exited {code:?})");
+    code
+}
+
+#[test]
+fn every_signal_that_would_end_spawnkit_is_forwarded() {
+    let mut sigs = vec![
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+        libc::SIGIO,
+        libc::SIGPWR,
+        libc::SIGSTKFLT,
+        libc::SIGABRT,
+        // Not spawnkit's own write to a closed pipe: another process's kill.
+        libc::SIGPIPE,
+        // Fault signals sent with kill(1), not faults.
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    // The real-time signals, glibc's own 32 and 33 included (its sigprocmask will not block
+    // them, and without a handler they end a process).
+    sigs.extend([32, 33, 34, 35, 50, 63, 64]);
+    for sig in sigs {
+        assert_eq!(forward_to_sleep(sig), Some(128 + sig), "signal {sig}");
+    }
 }
 
 #[test]
