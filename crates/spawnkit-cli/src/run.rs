@@ -321,13 +321,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", help_heading = "Locking", requires = "lock", value_parser = parse_seconds)]
     pub lock_timeout: Option<std::time::Duration>,
 
-    /// Exit code when the lock cannot be taken (flock -E; default 1, as flock(1)).
+    /// Exit code when the lock cannot be taken: 0 to 255 (flock -E; default 1, as flock(1)).
     #[arg(
         long,
         value_name = "N",
         default_value_t = 1,
         help_heading = "Locking",
-        requires = "lock"
+        requires = "lock",
+        value_parser = clap::value_parser!(i32).range(0..=255)
     )]
     pub conflict_exit_code: i32,
 

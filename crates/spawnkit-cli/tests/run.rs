@@ -354,6 +354,27 @@ fn bad_flag_values_name_the_flag_and_value() {
 }
 
 #[test]
+fn conflict_exit_code_is_an_exit_status() {
+    let dir = TempDir::new("conflict");
+    let lock = dir.join("lock");
+    let lock = lock.to_str().unwrap();
+    for bad in ["256", "300", "-1"] {
+        let arg = format!("--conflict-exit-code={bad}");
+        let r = run(["--lock", lock, &arg, "--", "true"]);
+        assert_eq!(r.code, Some(125), "{arg}: {r:#?}");
+        assert_eq!(r.stdout, "", "{arg}");
+        // The same usage error as any other bad value (see bad_flag_values_...).
+        let first = format!(
+            "error: invalid value '{bad}' for '--conflict-exit-code <N>': {bad} is not in 0..=255\n"
+        );
+        assert!(r.stderr.starts_with(&first), "{arg}: {r:#?}");
+    }
+    for good in ["0", "255"] {
+        run(["--dry-run", "--lock", lock, "--conflict-exit-code", good, "--", "true"]).code(0);
+    }
+}
+
+#[test]
 fn unknown_user_and_group_fail_before_spawning() {
     let probe = probe_str();
     run(["--uid", "no-such-user-spawnkit", "--", &probe])
