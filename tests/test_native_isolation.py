@@ -376,6 +376,19 @@ def test_hostname(strategy):
         Command("true").hostname("x" * 65).status()
 
 
+@pytest.mark.parametrize("strategy", NS_STRATEGIES)
+def test_hostname_bytes(strategy):
+    # sethostname(2) takes bytes, as socket.sethostname does: str or bytes, any bytes.
+    userns_or_skip()
+    cmd = Command("cat").args(["/proc/sys/kernel/hostname"]).strategy(strategy)
+    assert cmd.hostname(b"box-\xff\xfe").output().stdout == b"box-\xff\xfe\n"
+    assert cmd.hostname("box-\udcff").output().stdout == b"box-\xff\n"  # os.fsencode's
+    with pytest.raises(ValueError, match="1 to 64 bytes"):
+        Command("true").hostname(b"\xff" * 65).status()
+    with pytest.raises(TypeError, match="str or bytes"):
+        Command("true").hostname(42).status()
+
+
 def socket_hostname():
     import socket
 

@@ -98,7 +98,7 @@ class Options:
     private_tmp: "tuple | None" = None  # (dir or None, nosuid, nodev, noexec)
     ro_binds: tuple = ()  # ((src, dst), ...)
     private_network: bool = False
-    hostname: "str | None" = None
+    hostname: "str | bytes | None" = None
     chroot: "object | None" = None
     lock: "tuple | None" = None  # (path, shared, timeout seconds or None)
     cgroup: "object | None" = None
@@ -418,7 +418,8 @@ class Command:
         return self
 
     def hostname(self, name):
-        """The hostname (1 to 64 bytes), in a new uts namespace."""
+        """The hostname (1 to 64 bytes), in a new uts namespace: ``str`` (encoded as
+        ``os.fsencode`` does, as ``socket.sethostname`` takes it) or ``bytes``."""
         self._hostname = name
         return self
 

@@ -289,16 +289,26 @@ pub struct RunArgs {
     pub tmp_options: TmpOptions,
 
     /// Bind SRC read-only on DST (default: SRC itself) in a new mount namespace (repeatable).
-    #[arg(long, value_name = "SRC[:DST]", help_heading = "Isolation", value_parser = parse_bind)]
+    #[arg(
+        long,
+        value_name = "SRC[:DST]",
+        help_heading = "Isolation",
+        value_parser = OsStringValueParser::new().try_map(parse_bind)
+    )]
     pub ro_bind: Vec<(PathBuf, PathBuf)>,
 
     /// A new network namespace with only the loopback interface, up (127.0.0.1 works).
     #[arg(long, help_heading = "Isolation")]
     pub private_net: bool,
 
-    /// The hostname, in a new uts namespace.
-    #[arg(long, value_name = "NAME", help_heading = "Isolation")]
-    pub hostname: Option<String>,
+    /// The hostname, in a new uts namespace (1 to 64 bytes).
+    #[arg(
+        long,
+        value_name = "NAME",
+        help_heading = "Isolation",
+        value_parser = OsStringValueParser::new()
+    )]
+    pub hostname: Option<OsString>,
 
     /// chroot into DIR (after the mounts); the working directory becomes its / unless --cwd.
     #[arg(long, value_name = "DIR", help_heading = "Isolation")]
@@ -738,16 +748,18 @@ pub fn parse_tmp_options(s: &str) -> Result<TmpOptions, String> {
     s.parse::<TmpOptions>().map_err(|e| e.to_string())
 }
 
-/// `--ro-bind SRC[:DST]`.
-pub fn parse_bind(s: &str) -> Result<(PathBuf, PathBuf), String> {
-    let (src, dst) = match s.split_once(':') {
-        Some((a, b)) => (a, b),
-        None => (s, s),
+/// `--ro-bind SRC[:DST]`: paths are bytes, split at the first ':'.
+pub fn parse_bind(s: OsString) -> Result<(PathBuf, PathBuf), String> {
+    let bytes = s.as_bytes();
+    let (src, dst) = match bytes.iter().position(|&b| b == b':') {
+        Some(i) => (&bytes[..i], &bytes[i + 1..]),
+        None => (bytes, bytes),
     };
     if src.is_empty() || dst.is_empty() {
-        return Err(format!("{s:?} is not SRC[:DST]"));
+        return Err(format!("{} is not SRC[:DST]", quoted(&s)));
     }
-    Ok((PathBuf::from(src), PathBuf::from(dst)))
+    let path = |b: &[u8]| PathBuf::from(OsStr::from_bytes(b));
+    Ok((path(src), path(dst)))
 }
 
 /// `--lock-timeout SECS`: a non-negative number of seconds, fractions allowed.

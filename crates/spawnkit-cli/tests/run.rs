@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -943,6 +943,54 @@ fn restore_signals() {
         let kept = ignored(&["--strategy", strategy, "--no-restore-signals"]);
         assert_eq!(kept, SIGXFSZ_BIT, "{strategy}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Isolation flags take any bytes, as --cwd and --chroot do
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn hostname_takes_any_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let name = OsStr::from_bytes(b"h\xff-box");
+    let out = spawnkit_cmd(["run", "--hostname"])
+        .arg(name)
+        .args(["--", "cat", "/proc/sys/kernel/hostname"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, b"h\xff-box\n");
+}
+
+#[test]
+fn ro_bind_takes_any_bytes() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let dir = TempDir::new("robind-bytes");
+    let src = dir.path().join(OsStr::from_bytes(b"src-\xff"));
+    let dst = dir.path().join(OsStr::from_bytes(b"dst-\xfe"));
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&dst).unwrap();
+    std::fs::write(src.join("f"), "x").unwrap();
+    // `sh -c SCRIPT sh DIR`: write into DIR, then read it.
+    let script = "echo y > \"$1/f\" 2>/dev/null; echo \"write $?\"; cat \"$1/f\"";
+    let mut spec = src.clone().into_os_string().into_vec();
+    spec.push(b':');
+    spec.extend_from_slice(dst.as_os_str().as_bytes());
+    for (bind, seen) in [(src.clone().into_os_string(), &src), (OsString::from_vec(spec), &dst)] {
+        let out = spawnkit_cmd(["run", "--ro-bind"])
+            .arg(&bind)
+            .args(["--", "sh", "-c", script, "sh"])
+            .arg(seen)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.starts_with("write ") && !stdout.starts_with("write 0"), "{stdout}");
+        assert!(stdout.ends_with("\nx"), "the bound file: {stdout}");
+    }
+    assert_eq!(std::fs::read_to_string(src.join("f")).unwrap(), "x");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,10 +4,11 @@
 //! would hand `_posixsubprocess.fork_exec` (pipes already made, user/group resolved); the
 //! native `spawnkit.Command` adds what `subprocess` cannot say through `options`.
 
-use pyo3::exceptions::{PyOverflowError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList};
+use pyo3::types::{PyBytes, PyInt, PyList, PyString};
+use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use spawnkit::{
@@ -202,6 +203,15 @@ fn path_search(name: &str) -> PyResult<PathSearch> {
     }
 }
 
+/// A hostname as `socket.sethostname` takes it: `bytes` as they are, `str` encoded as a file
+/// name is (`os.fsencode`); anything else is a TypeError.
+fn hostname(obj: &Bound<'_, PyAny>) -> PyResult<OsString> {
+    if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyString>() {
+        return fs_os(obj);
+    }
+    Err(PyTypeError::new_err(format!("a hostname is str or bytes, not {}", obj.get_type().name()?)))
+}
+
 /// The isolation fields of `spawnkit.Options` (see `python/spawnkit/__init__.py`).
 fn apply_isolation(
     cmd: &mut Command,
@@ -237,7 +247,7 @@ fn apply_isolation(
         cmd.private_network(on.is_truthy()?);
     }
     if let Some(name) = get("hostname")? {
-        cmd.hostname(name.extract::<String>()?);
+        cmd.hostname(hostname(&name)?);
     }
     if let Some(dir) = get("chroot")? {
         cmd.chroot(fs_os(&dir)?);

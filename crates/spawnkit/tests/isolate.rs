@@ -302,6 +302,35 @@ fn hostname_in_a_new_uts_namespace() {
 }
 
 #[test]
+fn a_hostname_is_bytes() {
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    // sethostname(2) takes bytes: one that is not UTF-8 reaches the child as it is.
+    let name = OsStr::from_bytes(b"box-\xff\xfe");
+    for strategy in FULL {
+        let out = spawnkit::Command::new("cat")
+            .arg("/proc/sys/kernel/hostname")
+            .strategy(strategy)
+            .hostname(name)
+            .stdout(Stdio::Pipe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{strategy}: {}", out.status);
+        assert_eq!(out.stdout, b"box-\xff\xfe\n", "{strategy}");
+    }
+    // 1 to 64 bytes, counted in bytes.
+    let max = OsString::from_vec(vec![0xff; 64]);
+    spawnkit::Command::new("true").hostname(&max).plan().expect("64 bytes are a hostname");
+    for bad in [OsString::from_vec(vec![0xff; 65]), OsString::new()] {
+        let e = spawnkit::Command::new("true").hostname(&bad).plan().unwrap_err();
+        assert_eq!((e.kind(), e.step()), (ErrorKind::InvalidInput, "sethostname"), "{e}");
+        assert!(e.to_string().ends_with(": a hostname has 1 to 64 bytes"), "{e}");
+    }
+    // A String still does.
+    spawnkit::Command::new("true").hostname(String::from("box")).plan().unwrap();
+}
+
+#[test]
 fn read_only_binds_refuse_writes_inside_only() {
     let dir = TempDir::new("robind");
     std::fs::write(dir.join("f"), "x").unwrap();

@@ -20,6 +20,7 @@
 
 pub(crate) mod plan;
 
+use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -209,7 +210,7 @@ pub(crate) struct Isolation {
     pub private_tmp: Option<PrivateTmp>,
     pub ro_binds: Vec<(PathBuf, PathBuf)>,
     pub private_net: bool,
-    pub hostname: Option<String>,
+    pub hostname: Option<OsString>,
     pub chroot: Option<PathBuf>,
     pub lock: Option<Lock>,
     pub cgroup: Option<PathBuf>,
