@@ -73,7 +73,6 @@ STRATEGIES = tuple(_native.STRATEGIES)
 NAMESPACES = tuple(_native.NAMESPACES)
 #: How :meth:`Command.path_search` walks PATH: ``execvp`` (default) or ``try-all`` (CPython's).
 PATH_SEARCHES = ("execvp", "try-all")
-_NS_ALIASES = {"mnt": "mount", "network": "net"}
 reap_orphans = _native.reap_orphans
 uses_clone3 = _native.uses_clone3
 
@@ -93,7 +92,7 @@ class Options:
     strategy: "str | None" = None
     kill_on_drop: bool = False
     # isolation (see Command)
-    unshare: str = ""  # comma-separated names
+    unshare: "str | None" = None  # comma-separated names
     user_map: "str | tuple | None" = None  # "root", "current", or (uid_lines, gid_lines)
     private_tmp: "tuple | None" = None  # (dir or None, nosuid, nodev, noexec)
     ro_binds: tuple = ()  # ((src, dst), ...)
@@ -357,18 +356,14 @@ class Command:
         ``"network"`` too), as an iterable or a comma-separated string; adds to earlier
         calls. With the default strategy the clone creates them, so the child starts inside;
         with ``pid`` it is pid 1, and with ``pid`` and ``mount`` a fresh /proc is mounted.
-        Without root, a user namespace mapping you to yourself is added."""
-        names = namespaces.split(",") if isinstance(namespaces, str) else namespaces
+        Without root, a user namespace mapping you to yourself is added. A list naming no
+        namespace (``""``, ``[]``) or with an empty item (``"user,,net"``) is a ValueError."""
+        names = [namespaces] if isinstance(namespaces, str) else list(namespaces)
         for name in names:
             if not isinstance(name, str):
                 raise TypeError(f"a namespace name is a str, not {type(name).__name__}")
-            name = name.strip()
-            if not name:
-                continue
-            canon = _NS_ALIASES.get(name, name)
-            if canon not in NAMESPACES:
-                raise ValueError(f"unknown namespace {name!r} (use {', '.join(NAMESPACES)})")
-            self._unshare.add(canon)
+        # The library's parse, as `spawnkit run --unshare`: at least one name, none empty.
+        self._unshare.update(_native.namespaces(",".join(names)))
         return self
 
     def map_root_user(self):
@@ -472,7 +467,7 @@ class Command:
             signal_default=tuple(self._signal_default),
             strategy=self._strategy,
             kill_on_drop=self._kill_on_drop,
-            unshare=",".join(n for n in NAMESPACES if n in self._unshare),
+            unshare=",".join(n for n in NAMESPACES if n in self._unshare) or None,
             user_map=self._user_map,
             private_tmp=self._private_tmp,
             ro_binds=tuple(self._ro_binds),

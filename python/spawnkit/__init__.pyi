@@ -80,7 +80,7 @@ class Options:
     signal_default: tuple[int, ...] = ()
     strategy: str | None = None
     kill_on_drop: bool = False
-    unshare: str = ""
+    unshare: str | None = None
     user_map: _UserMap | None = None
     private_tmp: tuple[StrOrBytesPath | None, bool, bool, bool] | None = None
     ro_binds: tuple[tuple[StrOrBytesPath, StrOrBytesPath], ...] = ()

@@ -251,8 +251,9 @@ pub struct RunArgs {
     pub strategy: Strategy,
 
     /// Create namespaces for the program: a comma-separated list of user, mount, net, pid,
-    /// uts, ipc, cgroup (as unshare(1)). Without root, a user namespace mapping you to
-    /// yourself is added. With pid and mount, a fresh /proc is mounted.
+    /// uts, ipc, cgroup (as unshare(1)); at least one, no empty item. Without root, a user
+    /// namespace mapping you to yourself is added. With pid and mount, a fresh /proc is
+    /// mounted.
     #[arg(long, value_name = "LIST", help_heading = "Isolation", value_parser = parse_namespaces)]
     pub unshare: Option<Namespaces>,
 

@@ -375,6 +375,20 @@ fn conflict_exit_code_is_an_exit_status() {
 }
 
 #[test]
+fn unshare_needs_a_namespace_and_no_empty_item() {
+    for (value, why) in [
+        ("", "no namespace named"),
+        (" ", "no namespace named"),
+        ("user,,net", "an empty name in the list"),
+        ("net,", "an empty name in the list"),
+    ] {
+        let r = run(["--unshare", value, "--", "true"]);
+        assert_eq!(r.code, Some(125), "--unshare {value:?}: {r:#?}");
+        r.stderr_has(&format!("invalid value '{value}' for '--unshare <LIST>'")).stderr_has(why);
+    }
+}
+
+#[test]
 fn unknown_user_and_group_fail_before_spawning() {
     let probe = probe_str();
     run(["--uid", "no-such-user-spawnkit", "--", &probe])

@@ -203,6 +203,13 @@ fn path_search(name: &str) -> PyResult<PathSearch> {
     }
 }
 
+/// `Command.unshare`'s check: the library's parse of a comma-separated list (at least one
+/// name, no empty item, known names and their aliases); the canonical names.
+#[pyfunction]
+pub(crate) fn namespaces(text: &str) -> PyResult<Vec<&'static str>> {
+    Ok(text.parse::<Namespaces>().map_err(value_error)?.names())
+}
+
 /// A hostname as `socket.sethostname` takes it: `bytes` as they are, `str` encoded as a file
 /// name is (`os.fsencode`); anything else is a TypeError.
 fn hostname(obj: &Bound<'_, PyAny>) -> PyResult<OsString> {
@@ -224,10 +231,7 @@ fn apply_isolation(
     };
     if let Some(ns) = get("unshare")? {
         let names: String = ns.extract()?;
-        let ns: Namespaces = names.parse().map_err(value_error)?;
-        if !ns.is_empty() {
-            cmd.unshare(ns);
-        }
+        cmd.unshare(names.parse::<Namespaces>().map_err(value_error)?);
     }
     if let Some(map) = get("user_map")? {
         cmd.user_map(user_map(&map)?);

@@ -91,6 +91,25 @@ fn each_namespace_is_new_inside_and_only_that_one() {
 }
 
 #[test]
+fn namespace_lists_name_at_least_one_and_no_empty_item() {
+    let parse = |s: &str| s.parse::<Namespaces>();
+    assert_eq!(parse("user, net").unwrap(), Namespaces::USER.union(Namespaces::NET));
+    assert_eq!(parse("mnt,network").unwrap(), Namespaces::MOUNT.union(Namespaces::NET));
+    for empty in ["", " ", " , "] {
+        let e = parse(empty).unwrap_err();
+        assert_eq!((e.kind(), e.step()), (ErrorKind::InvalidInput, "unshare"), "{empty:?}");
+        assert!(e.to_string().contains("no namespace named"), "{empty:?}: {e}");
+    }
+    for gap in ["user,,net", "user,", ",user", "user, ,net"] {
+        let e = parse(gap).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{gap:?}");
+        assert_eq!(e.to_string(), format!("unshare \"{gap}\": an empty name in the list"));
+    }
+    let e = parse("user,bogus").unwrap_err();
+    assert!(e.to_string().starts_with("unshare \"bogus\": unknown namespace"), "{e}");
+}
+
+#[test]
 fn pid_namespace_makes_the_program_pid_1_and_its_status_reaches_the_caller() {
     let kv = probe_kv(Strategy::CloneVfork, "ns", |c| {
         c.unshare(Namespaces::PID.union(Namespaces::MOUNT));
