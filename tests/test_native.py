@@ -91,6 +91,20 @@ def test_bad_rlimit():
     assert "setrlimit NOFILE" in str(e.value)
 
 
+def test_rlimit_negative_values():
+    # -1 is resource.RLIM_INFINITY: unlimited. Any other negative value is refused, as
+    # spawnkit run --rlimit refuses it, instead of wrapping to a huge limit the child's
+    # setrlimit then fails on (EPERM) or, as root, grants.
+    assert resource.RLIM_INFINITY == spawnkit.RLIM_INFINITY == -1
+    plan = Command("true").rlimit("nofile", 64, -1).rlimit("core", -1).plan().splitlines()
+    assert "setrlimit NOFILE 64:unlimited" in plan and "setrlimit CORE unlimited:unlimited" in plan
+    for soft, hard in [(-2, -2), (-2, None), (10, -5), (-(2**63), -1)]:
+        with pytest.raises(ValueError, match=r"setrlimit NOFILE: -\d+ is not a limit"):
+            Command("true").rlimit("nofile", soft, hard).status()
+        with pytest.raises(ValueError, match="is not a limit"):
+            Command("true").rlimit("nofile", soft, hard).plan()
+
+
 def test_nice_and_cpus():
     base = os.nice(0)
     assert out(child("import os; print(os.nice(0))").nice(3)) == f"{min(base + 3, 19)}\n"
@@ -232,6 +246,15 @@ def test_pre_exec_uses_fork_exec(tmp_path):
         Command("true").pre_exec(lambda: None).strategy("clone-vfork").status()
     with pytest.raises(std.SubprocessError, match="preexec_fn"):
         Command("true").pre_exec(lambda: 1 / 0).status()
+
+
+def test_signal_mask_refuses_what_cannot_be_blocked():
+    # As spawnkit run --sigmask KILL: the kernel would silently leave them out.
+    for sig in ["KILL", "SIGSTOP", signal.SIGKILL, 19]:
+        with pytest.raises(ValueError, match=r"SIG(KILL|STOP) cannot be blocked"):
+            Command("true").signal_mask(["INT", sig]).status()
+        with pytest.raises(ValueError, match="cannot be blocked"):
+            Command("true").signal_mask([sig]).plan()
 
 
 def test_plan_shows_the_steps_without_spawning(tmp_path):

@@ -245,7 +245,8 @@ class Command:
     # signals, session
     def signal_mask(self, signals):
         """The child's signal mask at execve (default: the calling thread's, as
-        ``subprocess``); an empty iterable unblocks everything."""
+        ``subprocess``); an empty iterable unblocks everything. SIGKILL and SIGSTOP cannot be
+        blocked: asking for them is a ValueError when the command is spawned or planned."""
         self._signal_mask = tuple(_signum(s) for s in signals)
         return self
 
@@ -272,8 +273,9 @@ class Command:
     # limits and scheduling
     def rlimit(self, resource, soft, hard=None):
         """Set a resource limit: ``resource`` is a name (``"nofile"``, ``"RLIMIT_AS"``) or a
-        ``resource.RLIMIT_*`` number; ``RLIM_INFINITY`` (or -1) for no limit; ``hard``
-        defaults to ``soft``."""
+        ``resource.RLIMIT_*`` number; ``RLIM_INFINITY`` (-1, as ``resource.RLIM_INFINITY``)
+        for no limit, any other negative value is a ValueError when the command is spawned or
+        planned; ``hard`` defaults to ``soft``."""
         self._rlimits[resource] = (soft, soft if hard is None else hard)
         return self
 

@@ -487,18 +487,14 @@ pub fn parse_signal(s: &str) -> Result<Signal, String> {
 }
 
 /// A comma-separated signal list, `INT,TERM,10`; empty for none. SIGKILL and SIGSTOP cannot
-/// be blocked, so they are refused.
+/// be blocked, so they are refused (the library's rule, [`SigSet::try_with`]).
 pub fn parse_signal_list(s: &str) -> Result<SigSet, String> {
     let mut set = SigSet::empty();
     if s.trim().is_empty() {
         return Ok(set);
     }
     for part in s.split(',') {
-        let sig = parse_signal(part)?;
-        if sig == Signal::KILL || sig.number() == libc::SIGSTOP {
-            return Err(format!("{sig} cannot be blocked"));
-        }
-        set = set.with(sig);
+        set = set.try_with(parse_signal(part)?).map_err(|e| e.to_string())?;
     }
     Ok(set)
 }

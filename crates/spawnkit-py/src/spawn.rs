@@ -89,15 +89,6 @@ fn resource(obj: &Bound<'_, PyAny>) -> PyResult<Resource> {
     name.parse().map_err(|e: spawnkit::Error| PyValueError::new_err(e.to_string()))
 }
 
-/// A limit: negative (`resource.RLIM_INFINITY` is -1) or too large means unlimited.
-fn limit(v: i128) -> u64 {
-    if v < 0 || v >= u64::MAX as i128 {
-        spawnkit::RLIM_INFINITY
-    } else {
-        v as u64
-    }
-}
-
 /// An int as CPython's `_Py_Uid_Converter`/`_Py_Gid_Converter` take it for `user=`/`group=`:
 /// `2**32 - 1` means "no change", larger values fail with CPython's messages.
 fn id_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<u32>> {
@@ -282,7 +273,10 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<Extras>
     if let Some(rlimits) = get("rlimits")? {
         for item in rlimits.try_iter()? {
             let (res, soft, hard): (Bound<'_, PyAny>, i128, i128) = item?.extract()?;
-            cmd.rlimit(resource(&res)?, limit(soft), limit(hard));
+            // -1 (resource.RLIM_INFINITY) is unlimited, other negative values an error.
+            let res = resource(&res)?;
+            let limit = |v| res.limit_from_signed(v).map_err(value_error);
+            cmd.rlimit(res, limit(soft)?, limit(hard)?);
         }
     }
     if let Some(nice) = get("nice")? {
@@ -307,7 +301,8 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<Extras>
     if let Some(mask) = get("signal_mask")? {
         let mut set = SigSet::empty();
         for sig in mask.try_iter()? {
-            set = set.with(signal(sig?.extract()?)?);
+            // SIGKILL and SIGSTOP cannot be blocked: a ValueError, as the CLI refuses them.
+            set = set.try_with(signal(sig?.extract()?)?).map_err(value_error)?;
         }
         extras.signal_mask = Some(set);
     }

@@ -56,6 +56,41 @@ fn signal_mask_is_carried() {
 }
 
 #[test]
+fn a_signal_mask_cannot_hold_kill_or_stop() {
+    // The kernel silently leaves them out of any mask: asking is an error in every face.
+    let stop: Signal = "STOP".parse().unwrap();
+    for sig in [Signal::KILL, stop] {
+        assert!(!sig.can_be_blocked());
+        let e = SigSet::empty().with(Signal::INT).try_with(sig).unwrap_err();
+        assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput);
+        assert_eq!(e.to_string(), format!("sigprocmask: {sig} cannot be blocked"));
+    }
+    let set = SigSet::empty().try_with(Signal::INT).unwrap().try_with(Signal::new(64).unwrap());
+    assert_eq!(set.unwrap().bits(), (1 << 1) | (1 << 63));
+}
+
+#[test]
+fn a_signed_limit_is_unlimited_at_minus_one_and_refused_below() {
+    use spawnkit::RLIM_INFINITY;
+    let r = Resource::Nofile;
+    assert_eq!(r.limit_from_signed(0).unwrap(), 0);
+    assert_eq!(r.limit_from_signed(64).unwrap(), 64);
+    // -1 is (rlim_t)-1, RLIM_INFINITY, as C and Python's resource module write it.
+    assert_eq!(r.limit_from_signed(-1).unwrap(), RLIM_INFINITY);
+    // No limit is larger than no limit.
+    assert_eq!(r.limit_from_signed(u64::MAX as i128).unwrap(), RLIM_INFINITY);
+    assert_eq!(r.limit_from_signed(1 << 70).unwrap(), RLIM_INFINITY);
+    for bad in [-2, -(1 << 63), i128::MIN] {
+        let e = r.limit_from_signed(bad).unwrap_err();
+        assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput);
+        assert_eq!(
+            e.to_string(),
+            format!("setrlimit NOFILE: {bad} is not a limit (0 or more, or -1 for unlimited)")
+        );
+    }
+}
+
+#[test]
 fn kept_fds_split_the_close_ranges() {
     let mut cmd = Command::new("true");
     cmd.fd(5, 5).fd(9, 9);
