@@ -268,6 +268,20 @@ def test_plan_shows_the_steps_without_spawning(tmp_path):
     assert Command("true").strategy("fork-exec").plan().startswith("strategy fork-exec")
 
 
+def test_plan_escapes_what_is_not_printable_utf8(tmp_path):
+    # As ls --quoting-style=c: the text is exact, and a backslash always starts an escape.
+    d = os.fsencode(tmp_path) + b'/d\xff\\ "q"\t\x1b\xc3\xa9'
+    plan = (Command(b"/bin/tr\xfe").args([b"a\xff", "b\\c", "\u202e"]).current_dir(d)
+            .plan().splitlines())
+    assert f'chdir "{tmp_path}/d\\377\\\\ \\"q\\"\\t\\033\u00e9"' in plan, plan
+    assert plan[-1] == ('execve "/bin/tr\\376" argv ["/bin/tr\\376", "a\\377", "b\\\\c", '
+                        '"\\342\\200\\256"]'), plan[-1]
+    with pytest.raises(FileNotFoundError) as e:
+        Command("true").current_dir(b"/nope/\xff").status()
+    assert e.value.strerror == 'chdir "/nope/\\377": No such file or directory'
+    assert e.value.filename == b"/nope/\xff"
+
+
 def test_native_errors_name_the_step():
     with pytest.raises(FileNotFoundError) as e:
         Command("spawnkit-no-such-program").status()

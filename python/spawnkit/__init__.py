@@ -562,7 +562,9 @@ class Command:
 
     def plan(self):
         """The steps the child would run, one per line, without spawning (like
-        ``spawnkit run --dry-run``). Pipes show as the pipe they would be."""
+        ``spawnkit run --dry-run``). Pipes show as the pipe they would be. Paths and
+        arguments are exact: bytes that are not printable UTF-8 are escaped (``"\\377"``, a
+        backslash as ``\\\\``), as ``ls --quoting-style=c`` shows names."""
         kw = self._popen_kwargs()
         codes = []
         for spec in self._stdio:

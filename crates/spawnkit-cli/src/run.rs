@@ -50,8 +50,8 @@ use std::path::{Path, PathBuf};
 use crate::out::{self, note};
 use clap::builder::{OsStringValueParser, PossibleValuesParser, TypedValueParser};
 use spawnkit::{
-    Child, Command, ExitStatus, Lock, Namespaces, Resource, SigSet, Signal, Stdio, Strategy,
-    TmpOptions, UserMap, RLIM_INFINITY,
+    quoted, Child, Command, ExitStatus, Lock, Namespaces, Resource, SigSet, Signal, Stdio,
+    Strategy, TmpOptions, UserMap, RLIM_INFINITY,
 };
 
 /// The exit code for a failure of spawnkit itself (env(1)'s convention).
@@ -558,10 +558,6 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
-}
-
-fn quoted(p: impl AsRef<OsStr>) -> String {
-    format!("{:?}", p.as_ref().to_string_lossy())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1056,6 +1056,56 @@ fn dry_run_prints_the_steps_and_spawns_nothing() {
 }
 
 #[test]
+fn dry_run_shows_bytes_exactly() {
+    use std::os::unix::ffi::OsStrExt;
+    // Not UTF-8, a space and a backslash: quoted with C escapes ("d\377 \\"), or escaped as
+    // ls -b where a path stands bare (d\377\ \\). No U+FFFD: the output is exact.
+    let dir = TempDir::new("dry-bytes");
+    let odd = dir.path().join(OsStr::from_bytes(b"d\xff \\"));
+    std::fs::create_dir(&odd).unwrap();
+    let quoted = format!(r"{}/d\377 \\", dir.path().display());
+    let bare = format!(r"{}/d\377\ \\", dir.path().display());
+    let out = spawnkit_cmd(["run", "--dry-run", "--cwd"])
+        .arg(&odd)
+        .arg("--stdout")
+        .arg(odd.join("out"))
+        .arg("--ro-bind")
+        .arg(&odd)
+        .arg("--lock")
+        .arg(odd.join("lock"))
+        .arg("--hostname")
+        .arg(OsStr::from_bytes(b"h\xff"))
+        .args(["--", "/bin/echo"])
+        .arg(OsStr::from_bytes(b"a\xff\n"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("the dry run prints ASCII here");
+    let lines: Vec<&str> = text.lines().collect();
+    let open = format!(r#"open "{quoted}/out" O_WRONLY|O_CREAT|O_TRUNC 0666 -> fd "#);
+    assert!(lines[0].starts_with(&open), "{text}");
+    for line in [
+        format!(r#"chdir "{quoted}""#),
+        r#"sethostname "h\377""#.to_string(),
+        format!("mount bind {bare} on {bare}"),
+        r#"execve "/bin/echo" argv ["/bin/echo", "a\377\n"]"#.to_string(),
+    ] {
+        assert!(lines.contains(&line.as_str()), "missing {line}\nin:\n{text}");
+    }
+    let flock = format!(r"flock {bare}/lock LOCK_EX (fd ");
+    assert!(lines.iter().any(|l| l.starts_with(&flock)), "missing {flock}\nin:\n{text}");
+    // The CLI's own messages quote the same way.
+    let missing = dir.path().join(OsStr::from_bytes(b"no\xff/out"));
+    run([OsStr::new("--stdout"), missing.as_os_str(), OsStr::new("--"), OsStr::new("true")])
+        .code(125)
+        .stderr_has(&format!(
+            r#"spawnkit: open "{}/no\377/out" (--stdout): "#,
+            dir.path().display()
+        ));
+}
+
+#[test]
 fn dry_run_reports_invalid_commands() {
     run(["--dry-run", "--unset", "A=B", "--", "true"]).code(125).stderr_is(
         "spawnkit: environment \"A=B\": a variable name must be non-empty and have no '='\n",

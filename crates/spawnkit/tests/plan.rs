@@ -330,6 +330,57 @@ fn display_lists_every_step() {
     );
 }
 
+/// `b` as an OsStr.
+fn os(b: &[u8]) -> &std::ffi::OsStr {
+    std::os::unix::ffi::OsStrExt::from_bytes(b)
+}
+
+#[test]
+fn display_escapes_what_is_not_printable_utf8() {
+    // As ls --quoting-style=c inside quotes and ls -b (escape) for bare paths: the text is
+    // exact (every byte can be read back) and unambiguous (a backslash always starts an
+    // escape). Printable UTF-8, accents and CJK included, stays as it is.
+    let dir = os(b"/tmp/d\xff\\ \"q\"\t\n\x1b\x7f\xc3\xa9\xe6\x97\xa5");
+    // A bind source must exist (its mount flags are read when planning).
+    let tmp = common::TempDir::new("escape");
+    let bind = tmp.path().join(os(b"a b\xff"));
+    std::fs::create_dir(&bind).unwrap();
+    let shown = format!(r"{}/a\ b\377", tmp.path().display());
+    let mut cmd = Command::new(os(b"/bin/tr\xfe"));
+    cmd.args([os(b"a\xff"), os(b"b\\c"), os("e\u{301}".as_bytes()), os("\u{202e}x".as_bytes())])
+        .current_dir(dir)
+        .hostname(os(b"h\xff"))
+        .ro_bind(&bind, &bind);
+    let text = cmd.plan().unwrap().to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let (mount, remount) = (
+        format!("mount bind {shown} on {shown}"),
+        format!("mount remount,ro on {shown} (recursive)"),
+    );
+    for line in [
+        "chdir \"/tmp/d\\377\\\\ \\\"q\\\"\\t\\n\\033\\177\u{e9}\u{65e5}\"",
+        r#"sethostname "h\377""#,
+        &mount,
+        &remount,
+        // A combining accent after its base is shown as is; a bidi override is escaped.
+        concat!(
+            r#"execve "/bin/tr\376" argv ["/bin/tr\376", "a\377", "b\\c", "#,
+            "\"e\u{301}\", ",
+            r#""\342\200\256x"]"#
+        ),
+    ] {
+        assert!(lines.contains(&line), "missing {line}\nin:\n{text}");
+    }
+    // Error messages quote the same way.
+    let e = Command::new("true").current_dir(os(b"/nope/\xff")).status().unwrap_err();
+    assert_eq!(e.to_string(), r#"chdir "/nope/\377": No such file or directory (os error 2)"#);
+    assert_eq!(spawnkit::quoted(os(b"plain")), "\"plain\"");
+    assert_eq!(spawnkit::quoted(os(b"\\377")), r#""\\377""#, "a literal backslash is escaped");
+    // NUL (only messages refusing one show it) is \0, or \000 before an octal digit.
+    assert_eq!(spawnkit::quoted(os(b"a\0b")), r#""a\0b""#);
+    assert_eq!(spawnkit::quoted(os(b"a\x001")), r#""a\0001""#);
+}
+
 #[test]
 fn strategy_is_part_of_the_plan() {
     for s in Strategy::ALL {
