@@ -91,6 +91,20 @@ def test_bad_rlimit():
     assert "setrlimit NOFILE" in str(e.value)
 
 
+def test_rlimit_negative_values():
+    # -1 is resource.RLIM_INFINITY: unlimited. Any other negative value is refused, as
+    # spawnkit run --rlimit refuses it, instead of wrapping to a huge limit the child's
+    # setrlimit then fails on (EPERM) or, as root, grants.
+    assert resource.RLIM_INFINITY == spawnkit.RLIM_INFINITY == -1
+    plan = Command("true").rlimit("nofile", 64, -1).rlimit("core", -1).plan().splitlines()
+    assert "setrlimit NOFILE 64:unlimited" in plan and "setrlimit CORE unlimited:unlimited" in plan
+    for soft, hard in [(-2, -2), (-2, None), (10, -5), (-(2**63), -1)]:
+        with pytest.raises(ValueError, match=r"setrlimit NOFILE: -\d+ is not a limit"):
+            Command("true").rlimit("nofile", soft, hard).status()
+        with pytest.raises(ValueError, match="is not a limit"):
+            Command("true").rlimit("nofile", soft, hard).plan()
+
+
 def test_nice_and_cpus():
     base = os.nice(0)
     assert out(child("import os; print(os.nice(0))").nice(3)) == f"{min(base + 3, 19)}\n"
@@ -243,6 +257,15 @@ def test_pre_exec_uses_fork_exec(tmp_path):
         Command("true").pre_exec(lambda: 1 / 0).status()
 
 
+def test_signal_mask_refuses_what_cannot_be_blocked():
+    # As spawnkit run --sigmask KILL: the kernel would silently leave them out.
+    for sig in ["KILL", "SIGSTOP", signal.SIGKILL, 19]:
+        with pytest.raises(ValueError, match=r"SIG(KILL|STOP) cannot be blocked"):
+            Command("true").signal_mask(["INT", sig]).status()
+        with pytest.raises(ValueError, match="cannot be blocked"):
+            Command("true").signal_mask([sig]).plan()
+
+
 def test_plan_shows_the_steps_without_spawning(tmp_path):
     plan = (Command("/bin/true").current_dir(tmp_path).rlimit("nofile", 64).nice(2)
             .fd(4, 3).fd(3, 4).setsid().umask(0o22).no_new_privs().plan())
@@ -252,6 +275,20 @@ def test_plan_shows_the_steps_without_spawning(tmp_path):
     assert f'chdir "{tmp_path}"' in lines and "prctl PR_SET_NO_NEW_PRIVS" in lines
     assert lines[-1].startswith('execve "/bin/true"')
     assert Command("true").strategy("fork-exec").plan().startswith("strategy fork-exec")
+
+
+def test_plan_escapes_what_is_not_printable_utf8(tmp_path):
+    # As ls --quoting-style=c: the text is exact, and a backslash always starts an escape.
+    d = os.fsencode(tmp_path) + b'/d\xff\\ "q"\t\x1b\xc3\xa9'
+    plan = (Command(b"/bin/tr\xfe").args([b"a\xff", "b\\c", "\u202e"]).current_dir(d)
+            .plan().splitlines())
+    assert f'chdir "{tmp_path}/d\\377\\\\ \\"q\\"\\t\\033\u00e9"' in plan, plan
+    assert plan[-1] == ('execve "/bin/tr\\376" argv ["/bin/tr\\376", "a\\377", "b\\\\c", '
+                        '"\\342\\200\\256"]'), plan[-1]
+    with pytest.raises(FileNotFoundError) as e:
+        Command("true").current_dir(b"/nope/\xff").status()
+    assert e.value.strerror == 'chdir "/nope/\\377": No such file or directory'
+    assert e.value.filename == b"/nope/\xff"
 
 
 def test_native_errors_name_the_step():

@@ -99,10 +99,25 @@ def test_unshare_forms_add_up():
 
 
 def test_bad_namespace_names():
-    with pytest.raises(ValueError, match="unknown namespace 'nope'"):
+    with pytest.raises(ValueError, match='unshare "nope": unknown namespace'):
         Command("true").unshare("net,nope")
     with pytest.raises(TypeError):
         Command("true").unshare([1])  # type: ignore[list-item]
+
+
+def test_namespace_lists_name_at_least_one_and_no_empty_item():
+    # The library's rule, as for spawnkit run --unshare.
+    for empty in ["", " ", [], [""]]:
+        with pytest.raises(ValueError, match="no namespace named"):
+            Command("true").unshare(empty)
+    for gap in ["user,,net", "net,", ["user", ""], ["user", " "]]:
+        with pytest.raises(ValueError, match="an empty name in the list"):
+            Command("true").unshare(gap)
+    cmd = Command("true").unshare("net")
+    with pytest.raises(ValueError):
+        cmd.unshare("")
+    ns = [line for line in cmd.plan().splitlines() if line.startswith("clone with new ")]
+    assert ns and ns[0].endswith("net"), ns  # the refused call added nothing
 
 
 def test_pid_namespace_makes_the_program_pid_1():
@@ -431,6 +446,19 @@ def test_hostname(strategy):
     assert run_json(child(code)) == socket_hostname()  # ours is unchanged
     with pytest.raises(ValueError, match="1 to 64 bytes"):
         Command("true").hostname("x" * 65).status()
+
+
+@pytest.mark.parametrize("strategy", NS_STRATEGIES)
+def test_hostname_bytes(strategy):
+    # sethostname(2) takes bytes, as socket.sethostname does: str or bytes, any bytes.
+    userns_or_skip()
+    cmd = Command("cat").args(["/proc/sys/kernel/hostname"]).strategy(strategy)
+    assert cmd.hostname(b"box-\xff\xfe").output().stdout == b"box-\xff\xfe\n"
+    assert cmd.hostname("box-\udcff").output().stdout == b"box-\xff\n"  # os.fsencode's
+    with pytest.raises(ValueError, match="1 to 64 bytes"):
+        Command("true").hostname(b"\xff" * 65).status()
+    with pytest.raises(TypeError, match="str or bytes"):
+        Command("true").hostname(42).status()
 
 
 def socket_hostname():

@@ -73,7 +73,6 @@ STRATEGIES = tuple(_native.STRATEGIES)
 NAMESPACES = tuple(_native.NAMESPACES)
 #: How :meth:`Command.path_search` walks PATH: ``execvp`` (default) or ``try-all`` (CPython's).
 PATH_SEARCHES = ("execvp", "try-all")
-_NS_ALIASES = {"mnt": "mount", "network": "net"}
 reap_orphans = _native.reap_orphans
 uses_clone3 = _native.uses_clone3
 
@@ -93,12 +92,12 @@ class Options:
     strategy: "str | None" = None
     kill_on_drop: bool = False
     # isolation (see Command)
-    unshare: str = ""  # comma-separated names
+    unshare: "str | None" = None  # comma-separated names
     user_map: "str | tuple | None" = None  # "root", "current", or (uid_lines, gid_lines)
     private_tmp: "tuple | None" = None  # (dir or None, nosuid, nodev, noexec)
     ro_binds: tuple = ()  # ((src, dst), ...)
     private_network: bool = False
-    hostname: "str | None" = None
+    hostname: "str | bytes | None" = None
     chroot: "object | None" = None
     keep_caps: bool = False
     lock: "tuple | None" = None  # (path, shared, timeout seconds or None)
@@ -248,7 +247,8 @@ class Command:
     # signals, session
     def signal_mask(self, signals):
         """The child's signal mask at execve (default: the calling thread's, as
-        ``subprocess``); an empty iterable unblocks everything."""
+        ``subprocess``); an empty iterable unblocks everything. SIGKILL and SIGSTOP cannot be
+        blocked: asking for them is a ValueError when the command is spawned or planned."""
         self._signal_mask = tuple(_signum(s) for s in signals)
         return self
 
@@ -275,8 +275,9 @@ class Command:
     # limits and scheduling
     def rlimit(self, resource, soft, hard=None):
         """Set a resource limit: ``resource`` is a name (``"nofile"``, ``"RLIMIT_AS"``) or a
-        ``resource.RLIMIT_*`` number; ``RLIM_INFINITY`` (or -1) for no limit; ``hard``
-        defaults to ``soft``."""
+        ``resource.RLIMIT_*`` number; ``RLIM_INFINITY`` (-1, as ``resource.RLIM_INFINITY``)
+        for no limit, any other negative value is a ValueError when the command is spawned or
+        planned; ``hard`` defaults to ``soft``."""
         self._rlimits[resource] = (soft, soft if hard is None else hard)
         return self
 
@@ -359,18 +360,14 @@ class Command:
         ``"network"`` too), as an iterable or a comma-separated string; adds to earlier
         calls. With the default strategy the clone creates them, so the child starts inside;
         with ``pid`` it is pid 1, and with ``pid`` and ``mount`` a fresh /proc is mounted.
-        Without root, a user namespace mapping you to yourself is added."""
-        names = namespaces.split(",") if isinstance(namespaces, str) else namespaces
+        Without root, a user namespace mapping you to yourself is added. A list naming no
+        namespace (``""``, ``[]``) or with an empty item (``"user,,net"``) is a ValueError."""
+        names = [namespaces] if isinstance(namespaces, str) else list(namespaces)
         for name in names:
             if not isinstance(name, str):
                 raise TypeError(f"a namespace name is a str, not {type(name).__name__}")
-            name = name.strip()
-            if not name:
-                continue
-            canon = _NS_ALIASES.get(name, name)
-            if canon not in NAMESPACES:
-                raise ValueError(f"unknown namespace {name!r} (use {', '.join(NAMESPACES)})")
-            self._unshare.add(canon)
+        # The library's parse, as `spawnkit run --unshare`: at least one name, none empty.
+        self._unshare.update(_native.namespaces(",".join(names)))
         return self
 
     def map_root_user(self):
@@ -420,7 +417,8 @@ class Command:
         return self
 
     def hostname(self, name):
-        """The hostname (1 to 64 bytes), in a new uts namespace."""
+        """The hostname (1 to 64 bytes), in a new uts namespace: ``str`` (encoded as
+        ``os.fsencode`` does, as ``socket.sethostname`` takes it) or ``bytes``."""
         self._hostname = name
         return self
 
@@ -481,7 +479,7 @@ class Command:
             signal_default=tuple(self._signal_default),
             strategy=self._strategy,
             kill_on_drop=self._kill_on_drop,
-            unshare=",".join(n for n in NAMESPACES if n in self._unshare),
+            unshare=",".join(n for n in NAMESPACES if n in self._unshare) or None,
             user_map=self._user_map,
             private_tmp=self._private_tmp,
             ro_binds=tuple(self._ro_binds),
@@ -575,7 +573,9 @@ class Command:
 
     def plan(self):
         """The steps the child would run, one per line, without spawning (like
-        ``spawnkit run --dry-run``). Pipes show as the pipe they would be."""
+        ``spawnkit run --dry-run``). Pipes show as the pipe they would be. Paths and
+        arguments are exact: bytes that are not printable UTF-8 are escaped (``"\\377"``, a
+        backslash as ``\\\\``), as ``ls --quoting-style=c`` shows names."""
         kw = self._popen_kwargs()
         codes = []
         for spec in self._stdio:

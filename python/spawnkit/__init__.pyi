@@ -80,12 +80,12 @@ class Options:
     signal_default: tuple[int, ...] = ()
     strategy: str | None = None
     kill_on_drop: bool = False
-    unshare: str = ""
+    unshare: str | None = None
     user_map: _UserMap | None = None
     private_tmp: tuple[StrOrBytesPath | None, bool, bool, bool] | None = None
     ro_binds: tuple[tuple[StrOrBytesPath, StrOrBytesPath], ...] = ()
     private_network: bool = False
-    hostname: str | None = None
+    hostname: str | bytes | None = None
     chroot: StrOrBytesPath | None = None
     keep_caps: bool = False
     lock: tuple[StrOrBytesPath, bool, float | None] | None = None
@@ -146,7 +146,7 @@ class Command:
     ) -> Command: ...
     def ro_bind(self, src: StrOrBytesPath, dst: StrOrBytesPath | None = None) -> Command: ...
     def private_network(self, on: bool = True) -> Command: ...
-    def hostname(self, name: str) -> Command: ...
+    def hostname(self, name: str | bytes) -> Command: ...
     def chroot(self, dir: StrOrBytesPath) -> Command: ...
     def keep_capabilities(self, on: bool = True) -> Command: ...
     def lock(

@@ -9,6 +9,7 @@ __all__ = [
     "Child",
     "spawn",
     "plan",
+    "namespaces",
     "reap_orphans",
     "uses_clone3",
     "STRATEGIES",
@@ -85,6 +86,7 @@ def plan(
     preexec_fn: Callable[[], object] | None,
     options: Any,
 ) -> str: ...
+def namespaces(text: str) -> list[str]: ...
 def reap_orphans() -> int: ...
 def uses_clone3() -> bool: ...
 

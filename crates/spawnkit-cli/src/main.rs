@@ -51,16 +51,30 @@ enum Cmd {
     Mem(mem::MemArgs),
 }
 
+/// Print what clap stopped with; the exit code. --help and --version print to stdout and
+/// succeed (a closed stdout too: the reader had what it wanted, as for `ps | head`); a stdout
+/// that cannot be written otherwise (/dev/full) is a failure of spawnkit's own, 125. Everything
+/// else is a usage error on stderr, with env(1)'s exit code. clap's own `exit()` would panic
+/// on a stream it cannot write.
+fn clap_exit(e: &clap::Error) -> i32 {
+    if e.use_stderr() {
+        let _ = e.print();
+        return USAGE_ERROR;
+    }
+    let written = e.print().and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
+    match written.map_err(out::Failure::from) {
+        Ok(()) | Err(out::Failure::Pipe) => 0,
+        Err(out::Failure::Msg(m)) => {
+            out::note!("spawnkit: {m}");
+            USAGE_ERROR
+        }
+    }
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            // --help and --version print to stdout and succeed; everything else is a usage
-            // error on stderr, with env(1)'s exit code.
-            let code = if e.use_stderr() { USAGE_ERROR } else { 0 };
-            let _ = e.print();
-            std::process::exit(code);
-        }
+        Err(e) => std::process::exit(clap_exit(&e)),
     };
     let code = match &cli.command {
         Cmd::Run(args) => run::main(args),

@@ -13,7 +13,7 @@ use std::io::{self, Write};
 use serde_json::{json, Value};
 use spawnkit::observe::{self, MapsMethod, Memory, MemoryStatus, SharedRegion, SharedReport};
 
-use crate::out::{parse_pid, stdout_writer, Failure};
+use crate::out::{note, parse_pid, stdout_writer, Failure};
 
 /// A PID given does not exist, or the report could not be made.
 const FAILED: i32 = 1;
@@ -175,16 +175,10 @@ pub fn main(args: &MemArgs) -> i32 {
         Ok(code) => code,
         Err(Failure::Pipe) => 0,
         Err(Failure::Msg(m)) => {
-            note(format_args!("spawnkit mem: {m}"));
+            note!("spawnkit mem: {m}");
             FAILED
         }
     }
-}
-
-/// One line on stderr. Unlike `eprintln!`, a closed stderr (EPIPE, when stdout and stderr
-/// share a pipe whose reader is gone) is not a panic: the line is dropped.
-fn note(line: std::fmt::Arguments<'_>) {
-    let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
 /// How sizes are printed in tables.
@@ -250,7 +244,7 @@ fn run_processes(args: &MemArgs) -> Result<i32, Failure> {
         let rows = observe::memory_of(&args.pids)?;
         for pid in &args.pids {
             if !rows.iter().any(|m| m.pid == *pid) {
-                note(format_args!("spawnkit mem: no process {pid}"));
+                note!("spawnkit mem: no process {pid}");
                 code = FAILED;
             }
         }
@@ -273,11 +267,11 @@ fn run_processes(args: &MemArgs) -> Result<i32, Failure> {
     if args.verbose {
         let shmem = rows.iter().filter(|m| m.pss_shmem > 0).count();
         let denied = rows.iter().filter(|m| m.status == MemoryStatus::Denied).count();
-        note(format_args!(
+        note!(
             "spawnkit mem: {} processes from smaps_rollup; {shmem} with shmem (their smaps \
              read too); {denied} denied",
             rows.len()
-        ));
+        );
     }
     let mut out = stdout_writer();
     let res = if args.json {
@@ -408,7 +402,7 @@ fn run_shared(args: &MemArgs) -> Result<i32, Failure> {
     } else {
         for pid in &args.pids {
             if std::fs::metadata(format!("/proc/{pid}")).is_err() {
-                note(format_args!("spawnkit mem: no process {pid}"));
+                note!("spawnkit mem: no process {pid}");
                 code = FAILED;
             }
         }
@@ -431,14 +425,14 @@ fn run_shared(args: &MemArgs) -> Result<i32, Failure> {
             "difference_bytes": report.difference_bytes,
         });
         if args.json {
-            note(format_args!("{summary}"));
+            note!("{summary}");
         } else {
-            note(format_args!(
+            note!(
                 "spawnkit mem: mappings read with {} from {} processes ({} denied)",
                 report.method.as_str(),
                 report.processes_scanned,
                 report.processes_denied
-            ));
+            );
         }
     }
     // What could not be read: in the table's footer; else (JSON, --no-headers) on stderr,
@@ -447,7 +441,7 @@ fn run_shared(args: &MemArgs) -> Result<i32, Failure> {
     let summary_says_it = args.verbose && args.json;
     if !footer_says_it && !summary_says_it {
         if let Some(what) = unread(&report) {
-            note(format_args!("spawnkit mem: {what}"));
+            note!("spawnkit mem: {what}");
         }
     }
     let mut out = stdout_writer();

@@ -1,7 +1,35 @@
-//! What `spawnkit ps` and `spawnkit mem` share: the PID argument, the buffered stdout their
-//! reports go to, and how a report stops early ([`Failure`]: a closed stdout is no error).
+//! What the subcommands share: the PID argument of `ps` and `mem`, the buffered stdout their
+//! reports go to, how a report stops early ([`Failure`]: a closed stdout is no error), and
+//! writing that never panics ([`note!`], [`print_stdout`]).
+//!
+//! `println!` and `eprintln!` panic (exit 101) when the stream cannot be written: a closed
+//! pipe (EPIPE: spawnkit, a Rust program, ignores SIGPIPE) or a full device. No subcommand
+//! uses them: stdout goes through [`print_stdout`] or a [`stdout_writer`] whose errors become
+//! a [`Failure`], stderr through [`note!`].
 
-use std::io;
+use std::fmt;
+use std::io::{self, Write};
+
+/// One line on stderr, as `eprintln!` takes it, without its panic: see [`write_note`].
+macro_rules! note {
+    ($($arg:tt)*) => { $crate::out::write_note(format_args!($($arg)*)) };
+}
+pub(crate) use note;
+
+/// One line on stderr. Unlike `eprintln!`, a stderr that cannot be written (a closed pipe,
+/// /dev/full) is not a panic: the line is dropped, there being nowhere else to say it, and
+/// the exit code alone tells the failure.
+pub fn write_note(line: fmt::Arguments<'_>) {
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+/// Write `text` to stdout and flush it.
+pub fn print_stdout(text: &str) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
 
 /// A PID argument: a number above 0.
 pub fn parse_pid(s: &str) -> Result<i32, String> {

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, SortKey, State, TreeRow};
 
-use crate::out::{parse_pid, stdout_writer, Failure};
+use crate::out::{note, parse_pid, stdout_writer, Failure};
 
 /// The table could not be read, or no process matched.
 const FAILED: i32 = 1;
@@ -326,7 +326,7 @@ pub fn main(args: &PsArgs) -> i32 {
         Ok(code) => code,
         Err(Failure::Pipe) => 0,
         Err(Failure::Msg(m)) => {
-            eprintln!("spawnkit ps: {m}");
+            note!("spawnkit ps: {m}");
             FAILED
         }
     }
@@ -351,7 +351,7 @@ fn run(args: &PsArgs) -> Result<i32, Failure> {
         if let Some(why) = table.fallback_reason() {
             msg += &format!(" (BPF not used: {why})");
         }
-        eprintln!("{msg}");
+        note!("{msg}");
     }
 
     let selecting = !(args.pid.is_empty() && args.ppid.is_empty() && args.tree_of.is_empty());

@@ -1,5 +1,6 @@
-//! `spawnkit run`: every option of a [`Command`] as a flag; spawn the program, forward the
-//! usual termination signals to it, wait, and exit with its status.
+//! `spawnkit run`: every option of a [`Command`] as a flag; spawn the program, forward to it
+//! every signal that would otherwise end spawnkit and orphan it, wait, and exit with its
+//! status.
 //!
 //! Exit codes follow env(1) and the shells: the program's own code, 128+N when signal N
 //! killed it, 127 when it was not found, 126 when it could not be executed, 125 when spawnkit
@@ -13,6 +14,29 @@
 //! 4. block the forwarded signals in spawnkit and open a signalfd for them (the library
 //!    installs the child's own mask, empty by default, just before execve);
 //! 5. spawn, then poll(2) the signalfd and the child's pidfd until the child exits.
+//!
+//! Signals, decided one by one (spawnkit stands for the program: a signal sent to spawnkit is
+//! meant for the program, and spawnkit must never die of one and leave the program running):
+//! - forwarded: every signal whose default action ends a process (terminate or core) and
+//!   that can be caught: HUP INT QUIT TERM USR1 USR2 ALRM VTALRM PROF XCPU XFSZ IO PWR
+//!   STKFLT ABRT PIPE, and 32 to 64 (SIGRTMIN..SIGRTMAX, glibc's private 32 and 33 too:
+//!   without a handler they end a process, so they are blocked with the raw system call,
+//!   which glibc's sigprocmask would not do). spawnkit then exits with the program's status,
+//!   128+N when it dies of signal N.
+//! - SIGPIPE: spawnkit's own writes to a closed pipe raise it too (si_code SI_USER, from its
+//!   own pid); those are dropped (the write reports EPIPE), a SIGPIPE from any other process
+//!   is forwarded. The same holds for any signal spawnkit sends itself.
+//! - the fault signals SEGV BUS FPE ILL TRAP SYS: forwarded when another process sends them
+//!   (kill(1): si_code SI_USER, SI_QUEUE, SI_TKILL). A real fault of spawnkit's own is not
+//!   held back by the mask: the kernel unblocks a fault signal it forces and spawnkit dies of
+//!   it, as any program would.
+//! - not forwarded: KILL and STOP (they cannot be caught: `--pdeathsig KILL` takes the program
+//!   along when spawnkit is killed), the job-control signals TSTP TTIN TTOU CONT (they stop
+//!   and resume spawnkit itself, and a terminal sends them to the whole foreground group,
+//!   the program included unless --setsid or --pgid), and CHLD URG WINCH, ignored by default.
+//! - a signal the kernel sent (si_code SI_KERNEL: a terminal's Ctrl-C, Ctrl-\, hangup) went
+//!   to spawnkit's whole process group: it is forwarded only when the program has a group or
+//!   session of its own.
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -23,10 +47,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use crate::out::{self, note};
 use clap::builder::{OsStringValueParser, PossibleValuesParser, TypedValueParser};
 use spawnkit::{
-    Child, Command, ExitStatus, Lock, Namespaces, Resource, SigSet, Signal, Stdio, Strategy,
-    TmpOptions, UserMap, RLIM_INFINITY,
+    quoted, Child, Command, ExitStatus, Lock, Namespaces, Resource, SigSet, Signal, Stdio,
+    Strategy, TmpOptions, UserMap, RLIM_INFINITY,
 };
 
 /// The exit code for a failure of spawnkit itself (env(1)'s convention).
@@ -57,9 +82,15 @@ Exit status:
   --lock-timeout says not to wait.
 
 Signals:
-  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to spawnkit are forwarded to
-  the program. A terminal's Ctrl-C or Ctrl-\\ already reaches a program in spawnkit's process
-  group, so signals sent by the kernel are forwarded only with --setsid or --pgid.";
+  Every signal that would end spawnkit and can be caught is forwarded to the program, and
+  spawnkit exits with the program's status (128+N if signal N kills it): HUP INT QUIT TERM
+  USR1 USR2 ALRM VTALRM PROF XCPU XFSZ IO PWR STKFLT ABRT PIPE and the real-time signals
+  32-64; SEGV BUS FPE ILL TRAP SYS too when another process sends them (kill). A SIGPIPE
+  spawnkit raises itself, writing to a closed pipe, is not forwarded. Not forwarded: KILL
+  and STOP, which cannot be caught (--pdeathsig KILL takes the program along), TSTP TTIN TTOU
+  CONT, which stop and resume spawnkit itself, and CHLD URG WINCH. A terminal's Ctrl-C or
+  Ctrl-\\ already reaches a program in spawnkit's process group, so signals sent by the
+  kernel are forwarded only with --setsid or --pgid.";
 
 /// Options of `spawnkit run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -220,8 +251,9 @@ pub struct RunArgs {
     pub strategy: Strategy,
 
     /// Create namespaces for the program: a comma-separated list of user, mount, net, pid,
-    /// uts, ipc, cgroup (as unshare(1)). Without root, a user namespace mapping you to
-    /// yourself is added. With pid and mount, a fresh /proc is mounted.
+    /// uts, ipc, cgroup (as unshare(1)); at least one, no empty item. Without root, a user
+    /// namespace mapping you to yourself is added. With pid and mount, a fresh /proc is
+    /// mounted.
     #[arg(long, value_name = "LIST", help_heading = "Isolation", value_parser = parse_namespaces)]
     pub unshare: Option<Namespaces>,
 
@@ -258,16 +290,26 @@ pub struct RunArgs {
     pub tmp_options: TmpOptions,
 
     /// Bind SRC read-only on DST (default: SRC itself) in a new mount namespace (repeatable).
-    #[arg(long, value_name = "SRC[:DST]", help_heading = "Isolation", value_parser = parse_bind)]
+    #[arg(
+        long,
+        value_name = "SRC[:DST]",
+        help_heading = "Isolation",
+        value_parser = OsStringValueParser::new().try_map(parse_bind)
+    )]
     pub ro_bind: Vec<(PathBuf, PathBuf)>,
 
     /// A new network namespace with only the loopback interface, up (127.0.0.1 works).
     #[arg(long, help_heading = "Isolation")]
     pub private_net: bool,
 
-    /// The hostname, in a new uts namespace.
-    #[arg(long, value_name = "NAME", help_heading = "Isolation")]
-    pub hostname: Option<String>,
+    /// The hostname, in a new uts namespace (1 to 64 bytes).
+    #[arg(
+        long,
+        value_name = "NAME",
+        help_heading = "Isolation",
+        value_parser = OsStringValueParser::new()
+    )]
+    pub hostname: Option<OsString>,
 
     /// chroot into DIR (after the mounts); the working directory becomes its / unless --cwd.
     #[arg(long, value_name = "DIR", help_heading = "Isolation")]
@@ -297,13 +339,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", help_heading = "Locking", requires = "lock", value_parser = parse_seconds)]
     pub lock_timeout: Option<std::time::Duration>,
 
-    /// Exit code when the lock cannot be taken (flock -E; default 1, as flock(1)).
+    /// Exit code when the lock cannot be taken: 0 to 255 (flock -E; default 1, as flock(1)).
     #[arg(
         long,
         value_name = "N",
         default_value_t = 1,
         help_heading = "Locking",
-        requires = "lock"
+        requires = "lock",
+        value_parser = clap::value_parser!(i32).range(0..=255)
     )]
     pub conflict_exit_code: i32,
 
@@ -451,18 +494,14 @@ pub fn parse_signal(s: &str) -> Result<Signal, String> {
 }
 
 /// A comma-separated signal list, `INT,TERM,10`; empty for none. SIGKILL and SIGSTOP cannot
-/// be blocked, so they are refused.
+/// be blocked, so they are refused (the library's rule, [`SigSet::try_with`]).
 pub fn parse_signal_list(s: &str) -> Result<SigSet, String> {
     let mut set = SigSet::empty();
     if s.trim().is_empty() {
         return Ok(set);
     }
     for part in s.split(',') {
-        let sig = parse_signal(part)?;
-        if sig == Signal::KILL || sig.number() == libc::SIGSTOP {
-            return Err(format!("{sig} cannot be blocked"));
-        }
-        set = set.with(sig);
+        set = set.try_with(parse_signal(part)?).map_err(|e| e.to_string())?;
     }
     Ok(set)
 }
@@ -487,10 +526,15 @@ pub fn parse_id_list(s: &str) -> Result<IdList, String> {
     s.split(',').map(parse_id).collect::<Result<Vec<_>, _>>().map(IdList)
 }
 
-/// Whether a signal spawnkit received should go on to the child. A signal the kernel sent
-/// (si_code SI_KERNEL: a terminal's Ctrl-C, Ctrl-\, hangup) went to the whole foreground
-/// process group, which includes the child unless it has a session or group of its own.
-pub fn should_forward(si_code: i32, child_has_own_group: bool) -> bool {
+/// Whether a signal spawnkit received should go on to the child, from its si_code and
+/// sender. A signal spawnkit sent itself (SIGPIPE when it writes to a closed pipe: SI_USER
+/// from its own pid) is not the child's business. A signal the kernel sent (si_code
+/// SI_KERNEL: a terminal's Ctrl-C, Ctrl-\, hangup) went to the whole foreground process
+/// group, which includes the child unless it has a session or group of its own.
+pub fn should_forward(si_code: i32, sender: u32, me: u32, child_has_own_group: bool) -> bool {
+    if si_code != libc::SI_KERNEL && sender == me {
+        return false;
+    }
     child_has_own_group || si_code != libc::SI_KERNEL
 }
 
@@ -523,10 +567,6 @@ impl fmt::Display for Failure {
     }
 }
 
-fn quoted(p: impl AsRef<OsStr>) -> String {
-    format!("{:?}", p.as_ref().to_string_lossy())
-}
-
 // ---------------------------------------------------------------------------------------
 // The subcommand.
 // ---------------------------------------------------------------------------------------
@@ -536,7 +576,7 @@ pub fn main(args: &RunArgs) -> i32 {
     match run(args) {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("spawnkit: {f}");
+            note!("spawnkit: {f}");
             f.code
         }
     }
@@ -548,11 +588,16 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
     let opened = open_stdio(args, &mut cmd)?;
     if args.dry_run {
         let plan = cmd.plan()?;
+        let mut text = String::new();
         for line in &opened {
-            println!("{line} (in spawnkit; not done in a dry run)");
+            text += &format!("{line} (in spawnkit; not done in a dry run)\n");
         }
-        println!("{plan}");
-        return Ok(0);
+        text += &format!("{plan}\n");
+        // A reader that went away (`| head -3`) had what it wanted, as for `spawnkit ps`.
+        return match out::print_stdout(&text) {
+            Ok(()) | Err(out::Failure::Pipe) => Ok(0),
+            Err(out::Failure::Msg(m)) => Err(Failure::setup(m)),
+        };
     }
     let signals =
         ForwardedSignals::block().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
@@ -704,16 +749,18 @@ pub fn parse_tmp_options(s: &str) -> Result<TmpOptions, String> {
     s.parse::<TmpOptions>().map_err(|e| e.to_string())
 }
 
-/// `--ro-bind SRC[:DST]`.
-pub fn parse_bind(s: &str) -> Result<(PathBuf, PathBuf), String> {
-    let (src, dst) = match s.split_once(':') {
-        Some((a, b)) => (a, b),
-        None => (s, s),
+/// `--ro-bind SRC[:DST]`: paths are bytes, split at the first ':'.
+pub fn parse_bind(s: OsString) -> Result<(PathBuf, PathBuf), String> {
+    let bytes = s.as_bytes();
+    let (src, dst) = match bytes.iter().position(|&b| b == b':') {
+        Some(i) => (&bytes[..i], &bytes[i + 1..]),
+        None => (bytes, bytes),
     };
     if src.is_empty() || dst.is_empty() {
-        return Err(format!("{s:?} is not SRC[:DST]"));
+        return Err(format!("{} is not SRC[:DST]", quoted(&s)));
     }
-    Ok((PathBuf::from(src), PathBuf::from(dst)))
+    let path = |b: &[u8]| PathBuf::from(OsStr::from_bytes(b));
+    Ok((path(src), path(dst)))
 }
 
 /// `--lock-timeout SECS`: a non-negative number of seconds, fractions allowed.
@@ -880,9 +927,27 @@ fn lookup_group(name: &str) -> io::Result<Option<u32>> {
 // Signal forwarding: blocked signals, a signalfd, and poll(2) with the child's pidfd.
 // ---------------------------------------------------------------------------------------
 
-/// The signals spawnkit passes on to the child.
-const FORWARDED: [libc::c_int; 6] =
-    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
+/// The signals spawnkit does not forward, left at their default action: SIGKILL and SIGSTOP
+/// (they cannot be caught), the job-control signals (TSTP, TTIN and TTOU stop spawnkit
+/// itself, CONT resumes it, as a shell expects of any foreground program), and those whose
+/// default is to be ignored (CHLD, URG, WINCH). See the module comment for the rest.
+const NOT_FORWARDED: [libc::c_int; 9] = [
+    libc::SIGKILL,
+    libc::SIGSTOP,
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGCONT,
+    libc::SIGCHLD,
+    libc::SIGURG,
+    libc::SIGWINCH,
+];
+
+/// The signals spawnkit passes on to the child, as the kernel's 64-bit mask (bit N-1 for
+/// signal N): every other one, 1 to 64.
+fn forwarded_mask() -> u64 {
+    NOT_FORWARDED.iter().fold(u64::MAX, |mask, &sig| mask & !(1u64 << (sig - 1)))
+}
 
 fn child_has_own_group(args: &RunArgs) -> bool {
     // SAFETY: getpgrp has no arguments and cannot fail.
@@ -890,41 +955,60 @@ fn child_has_own_group(args: &RunArgs) -> bool {
     args.setsid || args.pgid.is_some_and(|pgid| pgid != ours)
 }
 
-/// The [`FORWARDED`] signals, blocked in spawnkit and read from a signalfd.
+/// The forwarded signals ([`forwarded_mask`]), blocked in spawnkit and read from a signalfd.
 struct ForwardedSignals {
     fd: OwnedFd,
+}
+
+/// One signal read from the signalfd.
+struct Received {
+    signo: i32,
+    code: i32,
+    sender: u32,
 }
 
 impl ForwardedSignals {
     /// Block the signals (spawnkit has one thread, so the process mask is this thread's) and
     /// open a non-blocking signalfd for them. The child does not inherit the mask: the
     /// library installs the child's own mask (empty unless --sigmask) before execve.
+    ///
+    /// Raw system calls, not sigprocmask(3) and sigaddset(3): glibc keeps signals 32 and 33
+    /// for itself and silently leaves them out of any set, and without a handler (spawnkit
+    /// installs none) either one would end spawnkit and orphan the child.
     fn block() -> io::Result<ForwardedSignals> {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        // SAFETY: sigemptyset initialises the set; sigaddset adds valid signal numbers to it.
-        let set = unsafe {
-            libc::sigemptyset(set.as_mut_ptr());
-            for sig in FORWARDED {
-                libc::sigaddset(set.as_mut_ptr(), sig);
-            }
-            set.assume_init()
+        let mask = forwarded_mask();
+        // SAFETY: rt_sigprocmask reads 8 bytes of mask from a live u64; no old mask is asked.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &mask as *const u64,
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
         };
-        // SAFETY: `set` is an initialised sigset_t; the old mask is not requested.
-        let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
         if r != 0 {
-            return Err(io::Error::from_raw_os_error(r));
+            return Err(io::Error::last_os_error());
         }
-        // SAFETY: -1 asks for a new signalfd; `set` is valid for the call.
-        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        // SAFETY: -1 asks for a new signalfd; the mask is 8 bytes of a live u64.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_signalfd4,
+                -1,
+                &mask as *const u64,
+                8usize,
+                libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the fd was just created and is owned by nobody else.
-        Ok(ForwardedSignals { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(ForwardedSignals { fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) } })
     }
 
-    /// Every pending signal: (signal number, si_code).
-    fn read_pending(&self) -> io::Result<Vec<(i32, i32)>> {
+    /// Every pending signal.
+    fn read_pending(&self) -> io::Result<Vec<Received>> {
         let mut out = Vec::new();
         loop {
             // SAFETY: signalfd_siginfo is plain integers; all zeroes is a valid value.
@@ -949,7 +1033,11 @@ impl ForwardedSignals {
             if n as usize != size {
                 return Ok(out);
             }
-            out.push((info.ssi_signo as i32, info.ssi_code));
+            out.push(Received {
+                signo: info.ssi_signo as i32,
+                code: info.ssi_code,
+                sender: info.ssi_pid,
+            });
         }
     }
 }
@@ -977,13 +1065,13 @@ fn wait_forwarding(
         if fds[0].revents != 0 {
             let pending =
                 signals.read_pending().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
-            for (signo, code) in pending {
-                if !should_forward(code, own_group) {
+            for Received { signo, code, sender } in pending {
+                if !should_forward(code, sender, std::process::id(), own_group) {
                     continue;
                 }
                 let Ok(sig) = Signal::new(signo) else { continue };
                 if let Err(e) = child.send_signal(sig) {
-                    eprintln!("spawnkit: {e}");
+                    note!("spawnkit: {e}");
                 }
             }
         }
@@ -1104,13 +1192,48 @@ mod tests {
 
     #[test]
     fn forwarding_rule() {
+        let me = 100;
         // kill(2) from another process: SI_USER; forwarded whatever the group.
-        assert!(should_forward(libc::SI_USER, false));
-        assert!(should_forward(libc::SI_USER, true));
-        assert!(should_forward(libc::SI_QUEUE, false));
+        assert!(should_forward(libc::SI_USER, 7, me, false));
+        assert!(should_forward(libc::SI_USER, 7, me, true));
+        assert!(should_forward(libc::SI_QUEUE, 7, me, false));
+        assert!(should_forward(libc::SI_TKILL, 7, me, false));
         // A terminal's Ctrl-C: already delivered to a child in our group.
-        assert!(!should_forward(libc::SI_KERNEL, false));
-        assert!(should_forward(libc::SI_KERNEL, true));
+        assert!(!should_forward(libc::SI_KERNEL, 0, me, false));
+        assert!(should_forward(libc::SI_KERNEL, 0, me, true));
+        // spawnkit's own SIGPIPE (a write to a closed pipe is SI_USER from itself).
+        assert!(!should_forward(libc::SI_USER, me, me, false));
+        assert!(!should_forward(libc::SI_USER, me, me, true));
+    }
+
+    #[test]
+    fn forwarded_signals() {
+        let mask = forwarded_mask();
+        let has = |sig: i32| mask & (1u64 << (sig - 1)) != 0;
+        for sig in [
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+            libc::SIGPIPE,
+            libc::SIGABRT,
+            libc::SIGSEGV,
+            libc::SIGSYS,
+            libc::SIGPWR,
+            libc::SIGSTKFLT,
+        ]
+        .into_iter()
+        .chain(32..=64)
+        {
+            assert!(has(sig), "signal {sig} is not forwarded");
+        }
+        for sig in NOT_FORWARDED {
+            assert!(!has(sig), "signal {sig} is forwarded");
+        }
+        assert_eq!(mask.count_ones() as usize, 64 - NOT_FORWARDED.len());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -170,6 +170,11 @@ fn proc_stat(pid: u32) -> Option<(String, char, u32)> {
 
 /// The pid of a child of `parent` that runs spawnkit-probe (after execve), waiting for it.
 fn wait_for_probe(parent: &mut StdChild) -> u32 {
+    wait_for_child(parent, "spawnkit-probe")
+}
+
+/// The pid of a child of `parent` whose comm is `comm` (after execve), waiting for it.
+fn wait_for_child(parent: &mut StdChild, comm: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(dir) = std::fs::read_dir("/proc") {
@@ -178,8 +183,8 @@ fn wait_for_probe(parent: &mut StdChild) -> u32 {
                 else {
                     continue;
                 };
-                if let Some((comm, _, ppid)) = proc_stat(pid) {
-                    if ppid == parent.id() && comm == "spawnkit-probe" {
+                if let Some((c, _, ppid)) = proc_stat(pid) {
+                    if ppid == parent.id() && c == comm {
                         return pid;
                     }
                 }
@@ -190,7 +195,7 @@ fn wait_for_probe(parent: &mut StdChild) -> u32 {
         }
         if Instant::now() > deadline {
             let _ = parent.kill();
-            panic!("spawnkit's child never ran spawnkit-probe");
+            panic!("spawnkit's child never ran {comm}");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -212,18 +217,22 @@ fn wait_exit(child: &mut StdChild) -> Option<i32> {
     }
 }
 
-/// Whether `pid` is gone (or a zombie nobody reaped: a process that ended).
-fn is_gone(pid: u32) -> bool {
+/// Whether `pid`, which ran `comm`, is gone (or a zombie nobody reaped: a process that ended).
+fn is_gone(pid: u32, comm: &str) -> bool {
     match proc_stat(pid) {
         None => true,
-        Some((comm, state, _)) => comm != "spawnkit-probe" || state == 'Z' || state == 'X',
+        Some((c, state, _)) => c != comm || state == 'Z' || state == 'X',
     }
 }
 
 fn wait_gone(pid: u32) -> bool {
+    wait_gone_named(pid, "spawnkit-probe")
+}
+
+fn wait_gone_named(pid: u32, comm: &str) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if is_gone(pid) {
+        if is_gone(pid, comm) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -341,6 +350,41 @@ fn bad_flag_values_name_the_flag_and_value() {
         assert_eq!(r.code, Some(125), "{arg}: {r:#?}");
         assert_eq!(r.stdout, "", "{arg}: the probe must not run");
         r.stderr_has(&format!("'{value}'")).stderr_has(&format!("'{flag} <")).stderr_has(why);
+    }
+}
+
+#[test]
+fn conflict_exit_code_is_an_exit_status() {
+    let dir = TempDir::new("conflict");
+    let lock = dir.join("lock");
+    let lock = lock.to_str().unwrap();
+    for bad in ["256", "300", "-1"] {
+        let arg = format!("--conflict-exit-code={bad}");
+        let r = run(["--lock", lock, &arg, "--", "true"]);
+        assert_eq!(r.code, Some(125), "{arg}: {r:#?}");
+        assert_eq!(r.stdout, "", "{arg}");
+        // The same usage error as any other bad value (see bad_flag_values_...).
+        let first = format!(
+            "error: invalid value '{bad}' for '--conflict-exit-code <N>': {bad} is not in 0..=255\n"
+        );
+        assert!(r.stderr.starts_with(&first), "{arg}: {r:#?}");
+    }
+    for good in ["0", "255"] {
+        run(["--dry-run", "--lock", lock, "--conflict-exit-code", good, "--", "true"]).code(0);
+    }
+}
+
+#[test]
+fn unshare_needs_a_namespace_and_no_empty_item() {
+    for (value, why) in [
+        ("", "no namespace named"),
+        (" ", "no namespace named"),
+        ("user,,net", "an empty name in the list"),
+        ("net,", "an empty name in the list"),
+    ] {
+        let r = run(["--unshare", value, "--", "true"]);
+        assert_eq!(r.code, Some(125), "--unshare {value:?}: {r:#?}");
+        r.stderr_has(&format!("invalid value '{value}' for '--unshare <LIST>'")).stderr_has(why);
     }
 }
 
@@ -916,6 +960,54 @@ fn restore_signals() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Isolation flags take any bytes, as --cwd and --chroot do
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn hostname_takes_any_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let name = OsStr::from_bytes(b"h\xff-box");
+    let out = spawnkit_cmd(["run", "--hostname"])
+        .arg(name)
+        .args(["--", "cat", "/proc/sys/kernel/hostname"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, b"h\xff-box\n");
+}
+
+#[test]
+fn ro_bind_takes_any_bytes() {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let dir = TempDir::new("robind-bytes");
+    let src = dir.path().join(OsStr::from_bytes(b"src-\xff"));
+    let dst = dir.path().join(OsStr::from_bytes(b"dst-\xfe"));
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&dst).unwrap();
+    std::fs::write(src.join("f"), "x").unwrap();
+    // `sh -c SCRIPT sh DIR`: write into DIR, then read it.
+    let script = "echo y > \"$1/f\" 2>/dev/null; echo \"write $?\"; cat \"$1/f\"";
+    let mut spec = src.clone().into_os_string().into_vec();
+    spec.push(b':');
+    spec.extend_from_slice(dst.as_os_str().as_bytes());
+    for (bind, seen) in [(src.clone().into_os_string(), &src), (OsString::from_vec(spec), &dst)] {
+        let out = spawnkit_cmd(["run", "--ro-bind"])
+            .arg(&bind)
+            .args(["--", "sh", "-c", script, "sh"])
+            .arg(seen)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.starts_with("write ") && !stdout.starts_with("write 0"), "{stdout}");
+        assert!(stdout.ends_with("\nx"), "the bound file: {stdout}");
+    }
+    assert_eq!(std::fs::read_to_string(src.join("f")).unwrap(), "x");
+}
+
+// ---------------------------------------------------------------------------------------
 // Dry run
 // ---------------------------------------------------------------------------------------
 
@@ -964,10 +1056,181 @@ fn dry_run_prints_the_steps_and_spawns_nothing() {
 }
 
 #[test]
+fn dry_run_shows_bytes_exactly() {
+    use std::os::unix::ffi::OsStrExt;
+    // Not UTF-8, a space and a backslash: quoted with C escapes ("d\377 \\"), or escaped as
+    // ls -b where a path stands bare (d\377\ \\). No U+FFFD: the output is exact.
+    let dir = TempDir::new("dry-bytes");
+    let odd = dir.path().join(OsStr::from_bytes(b"d\xff \\"));
+    std::fs::create_dir(&odd).unwrap();
+    let quoted = format!(r"{}/d\377 \\", dir.path().display());
+    let bare = format!(r"{}/d\377\ \\", dir.path().display());
+    let out = spawnkit_cmd(["run", "--dry-run", "--cwd"])
+        .arg(&odd)
+        .arg("--stdout")
+        .arg(odd.join("out"))
+        .arg("--ro-bind")
+        .arg(&odd)
+        .arg("--lock")
+        .arg(odd.join("lock"))
+        .arg("--hostname")
+        .arg(OsStr::from_bytes(b"h\xff"))
+        .args(["--", "/bin/echo"])
+        .arg(OsStr::from_bytes(b"a\xff\n"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("the dry run prints ASCII here");
+    let lines: Vec<&str> = text.lines().collect();
+    let open = format!(r#"open "{quoted}/out" O_WRONLY|O_CREAT|O_TRUNC 0666 -> fd "#);
+    assert!(lines[0].starts_with(&open), "{text}");
+    for line in [
+        format!(r#"chdir "{quoted}""#),
+        r#"sethostname "h\377""#.to_string(),
+        format!("mount bind {bare} on {bare}"),
+        r#"execve "/bin/echo" argv ["/bin/echo", "a\377\n"]"#.to_string(),
+    ] {
+        assert!(lines.contains(&line.as_str()), "missing {line}\nin:\n{text}");
+    }
+    let flock = format!(r"flock {bare}/lock LOCK_EX (fd ");
+    assert!(lines.iter().any(|l| l.starts_with(&flock)), "missing {flock}\nin:\n{text}");
+    // The CLI's own messages quote the same way.
+    let missing = dir.path().join(OsStr::from_bytes(b"no\xff/out"));
+    run([OsStr::new("--stdout"), missing.as_os_str(), OsStr::new("--"), OsStr::new("true")])
+        .code(125)
+        .stderr_has(&format!(
+            r#"spawnkit: open "{}/no\377/out" (--stdout): "#,
+            dir.path().display()
+        ));
+}
+
+#[test]
 fn dry_run_reports_invalid_commands() {
     run(["--dry-run", "--unset", "A=B", "--", "true"]).code(125).stderr_is(
         "spawnkit: environment \"A=B\": a variable name must be non-empty and have no '='\n",
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Output that cannot be written: a full device, a closed pipe
+// ---------------------------------------------------------------------------------------
+
+/// /dev/full, opened for writing: every write fails with ENOSPC.
+fn dev_full() -> Stdio {
+    Stdio::from(std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full"))
+}
+
+/// The write end of a pipe whose read end is closed: every write fails with EPIPE (spawnkit,
+/// a Rust program, ignores SIGPIPE).
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both fds were just created and are owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Stdio::from(write)
+}
+
+/// `spawnkit ARGS` with stdout and stderr as given; (exit code, stderr if captured).
+fn with_outputs(args: &[&str], stdout: Stdio, stderr: Stdio) -> (Option<i32>, String) {
+    let out = spawnkit_cmd(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .output()
+        .expect("run spawnkit");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn launch_errors_keep_their_exit_code_when_stderr_cannot_be_written() {
+    for (args, code) in [
+        (&["run", "--cwd", "/nope", "--", "true"][..], 125),
+        (&["run", "--", "no-such-program-spawnkit"][..], 127),
+        (&["run", "--uid", "no-such-user-spawnkit", "--", "true"][..], 125),
+        (&["run", "--no-such-flag", "--", "true"][..], 125),
+    ] {
+        let (full, _) = with_outputs(args, Stdio::null(), dev_full());
+        assert_eq!(full, Some(code), "{args:?} 2>/dev/full");
+        let (closed, _) = with_outputs(args, Stdio::null(), closed_pipe());
+        assert_eq!(closed, Some(code), "{args:?} 2>&- (closed pipe)");
+    }
+}
+
+#[test]
+fn dry_run_into_a_full_or_closed_stdout() {
+    let args = ["run", "--dry-run", "--", "true"];
+    let (code, stderr) = with_outputs(&args, dev_full(), Stdio::piped());
+    assert_eq!(code, Some(125), "{stderr}");
+    assert_eq!(stderr, "spawnkit: write to stdout: No space left on device (os error 28)\n");
+    // A reader that went away had all it wanted, as for `spawnkit ps | head -1`.
+    let (code, stderr) = with_outputs(&args, closed_pipe(), Stdio::piped());
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    // Neither stream works: the exit code still says so.
+    let (code, _) = with_outputs(&args, dev_full(), closed_pipe());
+    assert_eq!(code, Some(125));
+}
+
+#[test]
+fn help_and_version_into_a_full_or_closed_stdout() {
+    for args in [
+        &["--help"][..],
+        &["-h"][..],
+        &["--version"][..],
+        &["help"][..],
+        &["help", "run"][..],
+        &["run", "--help"][..],
+        &["bench", "--help"][..],
+        &["ps", "--help"][..],
+        &["mem", "--help"][..],
+    ] {
+        let (code, stderr) = with_outputs(args, dev_full(), Stdio::piped());
+        assert_eq!(code, Some(125), "{args:?} >/dev/full: {stderr}");
+        assert_eq!(
+            stderr, "spawnkit: write to stdout: No space left on device (os error 28)\n",
+            "{args:?} >/dev/full"
+        );
+        let (code, stderr) = with_outputs(args, closed_pipe(), Stdio::piped());
+        assert_eq!((code, stderr.as_str()), (Some(0), ""), "{args:?} >&- (closed pipe)");
+        let (code, _) = with_outputs(args, dev_full(), dev_full());
+        assert_eq!(code, Some(125), "{args:?} >/dev/full 2>/dev/full");
+    }
+}
+
+#[test]
+fn ps_and_mem_with_nowhere_to_write() {
+    // stdout full and stderr closed: the failure cannot be told, but the exit code says it.
+    for args in [&["ps"][..], &["ps", "--verbose"][..], &["mem"][..], &["mem", "--shared"][..]] {
+        let (code, _) = with_outputs(args, dev_full(), closed_pipe());
+        assert_eq!(code, Some(1), "{args:?} >/dev/full 2>&-");
+        let (code, _) = with_outputs(args, Stdio::null(), closed_pipe());
+        assert_eq!(code, Some(0), "{args:?} 2>&-");
+    }
+}
+
+#[test]
+fn bench_report_into_a_full_or_closed_stdout() {
+    let dir = TempDir::new("bench-out");
+    let json = dir.join("out.json");
+    let json = json.to_str().unwrap();
+    let args =
+        ["bench", "latency", "--sizes", "0", "--rows", "vfork_exec", "--runs", "1", "--json", json];
+    let (code, stderr) = with_outputs(&args, dev_full(), Stdio::piped());
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr
+            .ends_with("spawnkit bench: write to stdout: No space left on device (os error 28)\n"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(Path::new(json).exists(), "the JSON file is written all the same");
+    std::fs::remove_file(json).unwrap();
+    let (code, stderr) = with_outputs(&args, closed_pipe(), closed_pipe());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(Path::new(json).exists(), "the JSON file is written all the same");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1017,6 +1280,70 @@ fn other_signals_are_forwarded() {
     assert_eq!(forward(&[], libc::SIGUSR2), Some(140));
     // SIGQUIT's default action dumps core: still 128 + 3.
     assert_eq!(forward(&["--rlimit", "core=0"], libc::SIGQUIT), Some(131));
+}
+
+/// Start `spawnkit run --rlimit core=0 -- sleep 30` (coreutils' sleep: no handler of its own,
+/// unlike the probe, whose Rust runtime ignores SIGPIPE and catches SIGSEGV and SIGBUS), send
+/// `sig` to spawnkit once sleep runs, and return spawnkit's exit code. The sleep must be gone
+/// by then: not orphaned.
+fn forward_to_sleep(sig: i32) -> Option<i32> {
+    let mut cmd = spawnkit_cmd(["run", "--rlimit", "core=0", "--", "sleep", "30"]);
+    cmd.stdin(Stdio::null());
+    // SAFETY: the hook runs in the forked child before exec and only makes raw rt_sigaction
+    // calls on a zeroed struct that outlives them (async-signal-safe). This test process
+    // ignores signal 32 (glibc's), which spawnkit and then sleep would inherit: every
+    // signal starts at its default action, as from a shell. (sigaction(3) refuses 32 and 33.)
+    unsafe {
+        cmd.pre_exec(|| {
+            let dfl = [0usize; 4]; // handler SIG_DFL, no flags, no restorer, empty mask
+            for sig in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+                libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), 0usize, 8usize);
+            }
+            Ok(())
+        });
+    }
+    let mut sk = cmd.spawn().expect("start spawnkit");
+    let child = wait_for_child(&mut sk, "sleep");
+    // SAFETY: kill takes integers; the pid is our own unreaped child.
+    assert_eq!(unsafe { libc::kill(sk.id() as i32, sig) }, 0);
+    let code = wait_exit(&mut sk);
+    let gone = wait_gone_named(child, "sleep");
+    if !gone {
+        // SAFETY: as above, for the orphaned sleep, which the test then reports.
+        unsafe { libc::kill(child as i32, libc::SIGKILL) };
+    }
+    assert!(gone, "signal {sig}: sleep {child} was orphaned (spawnkit exited {code:?})");
+    code
+}
+
+#[test]
+fn every_signal_that_would_end_spawnkit_is_forwarded() {
+    let mut sigs = vec![
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+        libc::SIGIO,
+        libc::SIGPWR,
+        libc::SIGSTKFLT,
+        libc::SIGABRT,
+        // Not spawnkit's own write to a closed pipe: another process's kill.
+        libc::SIGPIPE,
+        // Fault signals sent with kill(1), not faults.
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    // The real-time signals, glibc's own 32 and 33 included (its sigprocmask will not block
+    // them, and without a handler they end a process).
+    sigs.extend([32, 33, 34, 35, 50, 63, 64]);
+    for sig in sigs {
+        assert_eq!(forward_to_sleep(sig), Some(128 + sig), "signal {sig}");
+    }
 }
 
 #[test]

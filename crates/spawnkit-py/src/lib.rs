@@ -20,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     observe::register(m)?;
     m.add_function(wrap_pyfunction!(spawn::spawn, m)?)?;
     m.add_function(wrap_pyfunction!(spawn::plan, m)?)?;
+    m.add_function(wrap_pyfunction!(spawn::namespaces, m)?)?;
     m.add_function(wrap_pyfunction!(reap_orphans, m)?)?;
     m.add_function(wrap_pyfunction!(uses_clone3, m)?)?;
     m.add("STRATEGIES", spawnkit::Strategy::ALL.map(|s| s.name()).to_vec())?;

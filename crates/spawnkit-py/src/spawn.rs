@@ -4,10 +4,11 @@
 //! would hand `_posixsubprocess.fork_exec` (pipes already made, user/group resolved); the
 //! native `spawnkit.Command` adds what `subprocess` cannot say through `options`.
 
-use pyo3::exceptions::{PyOverflowError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList};
+use pyo3::types::{PyBytes, PyInt, PyList, PyString};
+use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use spawnkit::{
@@ -86,15 +87,6 @@ fn resource(obj: &Bound<'_, PyAny>) -> PyResult<Resource> {
     }
     let name: String = obj.extract()?;
     name.parse().map_err(|e: spawnkit::Error| PyValueError::new_err(e.to_string()))
-}
-
-/// A limit: negative (`resource.RLIM_INFINITY` is -1) or too large means unlimited.
-fn limit(v: i128) -> u64 {
-    if v < 0 || v >= u64::MAX as i128 {
-        spawnkit::RLIM_INFINITY
-    } else {
-        v as u64
-    }
 }
 
 /// An int as CPython's `_Py_Uid_Converter`/`_Py_Gid_Converter` take it for `user=`/`group=`,
@@ -202,6 +194,22 @@ fn path_search(name: &str) -> PyResult<PathSearch> {
     }
 }
 
+/// `Command.unshare`'s check: the library's parse of a comma-separated list (at least one
+/// name, no empty item, known names and their aliases); the canonical names.
+#[pyfunction]
+pub(crate) fn namespaces(text: &str) -> PyResult<Vec<&'static str>> {
+    Ok(text.parse::<Namespaces>().map_err(value_error)?.names())
+}
+
+/// A hostname as `socket.sethostname` takes it: `bytes` as they are, `str` encoded as a file
+/// name is (`os.fsencode`); anything else is a TypeError.
+fn hostname(obj: &Bound<'_, PyAny>) -> PyResult<OsString> {
+    if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyString>() {
+        return fs_os(obj);
+    }
+    Err(PyTypeError::new_err(format!("a hostname is str or bytes, not {}", obj.get_type().name()?)))
+}
+
 /// The isolation fields of `spawnkit.Options` (see `python/spawnkit/__init__.py`).
 fn apply_isolation(
     cmd: &mut Command,
@@ -214,10 +222,7 @@ fn apply_isolation(
     };
     if let Some(ns) = get("unshare")? {
         let names: String = ns.extract()?;
-        let ns: Namespaces = names.parse().map_err(value_error)?;
-        if !ns.is_empty() {
-            cmd.unshare(ns);
-        }
+        cmd.unshare(names.parse::<Namespaces>().map_err(value_error)?);
     }
     if let Some(map) = get("user_map")? {
         cmd.user_map(user_map(&map)?);
@@ -237,7 +242,7 @@ fn apply_isolation(
         cmd.private_network(on.is_truthy()?);
     }
     if let Some(name) = get("hostname")? {
-        cmd.hostname(name.extract::<String>()?);
+        cmd.hostname(hostname(&name)?);
     }
     if let Some(dir) = get("chroot")? {
         cmd.chroot(fs_os(&dir)?);
@@ -271,7 +276,10 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<Extras>
     if let Some(rlimits) = get("rlimits")? {
         for item in rlimits.try_iter()? {
             let (res, soft, hard): (Bound<'_, PyAny>, i128, i128) = item?.extract()?;
-            cmd.rlimit(resource(&res)?, limit(soft), limit(hard));
+            // -1 (resource.RLIM_INFINITY) is unlimited, other negative values an error.
+            let res = resource(&res)?;
+            let limit = |v| res.limit_from_signed(v).map_err(value_error);
+            cmd.rlimit(res, limit(soft)?, limit(hard)?);
         }
     }
     if let Some(nice) = get("nice")? {
@@ -296,7 +304,8 @@ fn apply_options(cmd: &mut Command, opts: &Bound<'_, PyAny>) -> PyResult<Extras>
     if let Some(mask) = get("signal_mask")? {
         let mut set = SigSet::empty();
         for sig in mask.try_iter()? {
-            set = set.with(signal(sig?.extract()?)?);
+            // SIGKILL and SIGSTOP cannot be blocked: a ValueError, as the CLI refuses them.
+            set = set.try_with(signal(sig?.extract()?)?).map_err(value_error)?;
         }
         extras.signal_mask = Some(set);
     }

@@ -1,7 +1,9 @@
 //! The one error type: which step failed, on what, and why.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 
 /// What went wrong, coarsely; [`Error::step`] and [`Error::raw_os_error`] say exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,9 +165,108 @@ impl From<Error> for io::Error {
     }
 }
 
-/// Quote a subject the way the messages show it: `"path"`.
-pub(crate) fn quoted(s: impl AsRef<std::ffi::OsStr>) -> String {
-    format!("{:?}", s.as_ref().to_string_lossy())
+/// A path, argument or name between double quotes, exactly, as error messages and
+/// [`Plan`](crate::Plan)'s text (`--dry-run`) show it: `"/tmp/x"`.
+///
+/// Escaped as `ls --quoting-style=c` does, so that the text is exact and unambiguous (a
+/// backslash always starts an escape): `\\` and `\"` for a backslash and a quote; `\a \b
+/// \t \n \v \f \r`, and `\0` for NUL (in the messages that refuse one) unless an octal
+/// digit follows; every other control character, every character Rust's `Debug` would
+/// not print as it is (a bidi override, a zero-width space...), and every byte that is not
+/// UTF-8, as one octal escape per byte, `\377`. Printable UTF-8 stays as it is.
+pub fn quoted(s: impl AsRef<OsStr>) -> String {
+    let mut out = String::from('"');
+    escape_into(&mut out, s.as_ref().as_bytes(), Context::Quoted);
+    out.push('"');
+    out
+}
+
+/// A path written bare, as `ls -b` (`--quoting-style=escape`) shows it: the escapes of
+/// [`quoted`] but for the quote, which needs none, and a space as `\ `.
+pub(crate) fn escaped(s: impl AsRef<OsStr>) -> String {
+    let mut out = String::new();
+    escape_into(&mut out, s.as_ref().as_bytes(), Context::Bare);
+    out
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Context {
+    Quoted,
+    Bare,
+}
+
+fn escape_into(out: &mut String, mut bytes: &[u8], ctx: Context) {
+    while !bytes.is_empty() {
+        let (valid, bad) = match std::str::from_utf8(bytes) {
+            Ok(text) => (text, 0),
+            Err(e) => {
+                // The prefix up to valid_up_to() is UTF-8 by definition.
+                let text = std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default();
+                (text, e.error_len().unwrap_or(bytes.len() - e.valid_up_to()))
+            }
+        };
+        let mut chars = valid.chars().peekable();
+        while let Some(c) = chars.next() {
+            // NUL (in the messages that refuse one) as `\0`, unless an octal digit follows.
+            if c == '\0' && !chars.peek().is_some_and(|d| ('0'..='7').contains(d)) {
+                out.push_str("\\0");
+                continue;
+            }
+            escape_char(out, c, ctx);
+        }
+        let rest = &bytes[valid.len()..];
+        for &b in &rest[..bad] {
+            octal(out, b);
+        }
+        bytes = &rest[bad..];
+    }
+}
+
+fn escape_char(out: &mut String, c: char, ctx: Context) {
+    let named = match c {
+        '\\' => "\\\\",
+        '"' if ctx == Context::Quoted => "\\\"",
+        ' ' if ctx == Context::Bare => "\\ ",
+        '\x07' => "\\a",
+        '\x08' => "\\b",
+        '\t' => "\\t",
+        '\n' => "\\n",
+        '\x0b' => "\\v",
+        '\x0c' => "\\f",
+        '\r' => "\\r",
+        c if printable(c) => {
+            out.push(c);
+            return;
+        }
+        c => {
+            let mut buf = [0u8; 4];
+            for &b in c.encode_utf8(&mut buf).as_bytes() {
+                octal(out, b);
+            }
+            return;
+        }
+    };
+    out.push_str(named);
+}
+
+/// Whether `c` shows as itself: ASCII but the control characters, and what Rust's `Debug`
+/// prints unescaped (its tables of printable characters). A combining mark counts as
+/// printable: it is asked after a base character, where `Debug` leaves it alone too.
+fn printable(c: char) -> bool {
+    if c.is_ascii() {
+        return !c.is_ascii_control();
+    }
+    let mut buf = [b'a'; 5];
+    let n = c.encode_utf8(&mut buf[1..]).len();
+    std::str::from_utf8(&buf[..=n]).is_ok_and(|s| s.escape_debug().nth(2).is_none())
+}
+
+/// `\ooo`: three octal digits, so a digit after it is never read as part of it.
+fn octal(out: &mut String, b: u8) {
+    out.push('\\');
+    for shift in [6, 3, 0] {
+        out.push(char::from(b'0' + ((b >> shift) & 7)));
+    }
 }
 
 /// `Result` with spawnkit's [`Error`].

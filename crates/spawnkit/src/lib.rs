@@ -29,7 +29,7 @@ mod spawn;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{quoted, Error, ErrorKind, Result};
 pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 pub use spawn::child::{Child, ExitStatus, Output};
 pub use spawn::command::Command;

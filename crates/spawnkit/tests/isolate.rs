@@ -91,6 +91,25 @@ fn each_namespace_is_new_inside_and_only_that_one() {
 }
 
 #[test]
+fn namespace_lists_name_at_least_one_and_no_empty_item() {
+    let parse = |s: &str| s.parse::<Namespaces>();
+    assert_eq!(parse("user, net").unwrap(), Namespaces::USER.union(Namespaces::NET));
+    assert_eq!(parse("mnt,network").unwrap(), Namespaces::MOUNT.union(Namespaces::NET));
+    for empty in ["", " ", " , "] {
+        let e = parse(empty).unwrap_err();
+        assert_eq!((e.kind(), e.step()), (ErrorKind::InvalidInput, "unshare"), "{empty:?}");
+        assert!(e.to_string().contains("no namespace named"), "{empty:?}: {e}");
+    }
+    for gap in ["user,,net", "user,", ",user", "user, ,net"] {
+        let e = parse(gap).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{gap:?}");
+        assert_eq!(e.to_string(), format!("unshare \"{gap}\": an empty name in the list"));
+    }
+    let e = parse("user,bogus").unwrap_err();
+    assert!(e.to_string().starts_with("unshare \"bogus\": unknown namespace"), "{e}");
+}
+
+#[test]
 fn pid_namespace_makes_the_program_pid_1_and_its_status_reaches_the_caller() {
     let kv = probe_kv(Strategy::CloneVfork, "ns", |c| {
         c.unshare(Namespaces::PID.union(Namespaces::MOUNT));
@@ -299,6 +318,35 @@ fn hostname_in_a_new_uts_namespace() {
         assert_ne!(kv["ns.uts"], own_ns("uts"));
     }
     assert_eq!(std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap(), host);
+}
+
+#[test]
+fn a_hostname_is_bytes() {
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    // sethostname(2) takes bytes: one that is not UTF-8 reaches the child as it is.
+    let name = OsStr::from_bytes(b"box-\xff\xfe");
+    for strategy in FULL {
+        let out = spawnkit::Command::new("cat")
+            .arg("/proc/sys/kernel/hostname")
+            .strategy(strategy)
+            .hostname(name)
+            .stdout(Stdio::Pipe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{strategy}: {}", out.status);
+        assert_eq!(out.stdout, b"box-\xff\xfe\n", "{strategy}");
+    }
+    // 1 to 64 bytes, counted in bytes.
+    let max = OsString::from_vec(vec![0xff; 64]);
+    spawnkit::Command::new("true").hostname(&max).plan().expect("64 bytes are a hostname");
+    for bad in [OsString::from_vec(vec![0xff; 65]), OsString::new()] {
+        let e = spawnkit::Command::new("true").hostname(&bad).plan().unwrap_err();
+        assert_eq!((e.kind(), e.step()), (ErrorKind::InvalidInput, "sethostname"), "{e}");
+        assert!(e.to_string().ends_with(": a hostname has 1 to 64 bytes"), "{e}");
+    }
+    // A String still does.
+    spawnkit::Command::new("true").hostname(String::from("box")).plan().unwrap();
 }
 
 #[test]

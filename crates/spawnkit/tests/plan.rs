@@ -56,6 +56,41 @@ fn signal_mask_is_carried() {
 }
 
 #[test]
+fn a_signal_mask_cannot_hold_kill_or_stop() {
+    // The kernel silently leaves them out of any mask: asking is an error in every face.
+    let stop: Signal = "STOP".parse().unwrap();
+    for sig in [Signal::KILL, stop] {
+        assert!(!sig.can_be_blocked());
+        let e = SigSet::empty().with(Signal::INT).try_with(sig).unwrap_err();
+        assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput);
+        assert_eq!(e.to_string(), format!("sigprocmask: {sig} cannot be blocked"));
+    }
+    let set = SigSet::empty().try_with(Signal::INT).unwrap().try_with(Signal::new(64).unwrap());
+    assert_eq!(set.unwrap().bits(), (1 << 1) | (1 << 63));
+}
+
+#[test]
+fn a_signed_limit_is_unlimited_at_minus_one_and_refused_below() {
+    use spawnkit::RLIM_INFINITY;
+    let r = Resource::Nofile;
+    assert_eq!(r.limit_from_signed(0).unwrap(), 0);
+    assert_eq!(r.limit_from_signed(64).unwrap(), 64);
+    // -1 is (rlim_t)-1, RLIM_INFINITY, as C and Python's resource module write it.
+    assert_eq!(r.limit_from_signed(-1).unwrap(), RLIM_INFINITY);
+    // No limit is larger than no limit.
+    assert_eq!(r.limit_from_signed(u64::MAX as i128).unwrap(), RLIM_INFINITY);
+    assert_eq!(r.limit_from_signed(1 << 70).unwrap(), RLIM_INFINITY);
+    for bad in [-2, -(1 << 63), i128::MIN] {
+        let e = r.limit_from_signed(bad).unwrap_err();
+        assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput);
+        assert_eq!(
+            e.to_string(),
+            format!("setrlimit NOFILE: {bad} is not a limit (0 or more, or -1 for unlimited)")
+        );
+    }
+}
+
+#[test]
 fn kept_fds_split_the_close_ranges() {
     let mut cmd = Command::new("true");
     cmd.fd(5, 5).fd(9, 9);
@@ -293,6 +328,57 @@ fn display_lists_every_step() {
             "execve \"/bin/echo\" argv [\"/bin/echo\", \"hi\"]",
         ]
     );
+}
+
+/// `b` as an OsStr.
+fn os(b: &[u8]) -> &std::ffi::OsStr {
+    std::os::unix::ffi::OsStrExt::from_bytes(b)
+}
+
+#[test]
+fn display_escapes_what_is_not_printable_utf8() {
+    // As ls --quoting-style=c inside quotes and ls -b (escape) for bare paths: the text is
+    // exact (every byte can be read back) and unambiguous (a backslash always starts an
+    // escape). Printable UTF-8, accents and CJK included, stays as it is.
+    let dir = os(b"/tmp/d\xff\\ \"q\"\t\n\x1b\x7f\xc3\xa9\xe6\x97\xa5");
+    // A bind source must exist (its mount flags are read when planning).
+    let tmp = common::TempDir::new("escape");
+    let bind = tmp.path().join(os(b"a b\xff"));
+    std::fs::create_dir(&bind).unwrap();
+    let shown = format!(r"{}/a\ b\377", tmp.path().display());
+    let mut cmd = Command::new(os(b"/bin/tr\xfe"));
+    cmd.args([os(b"a\xff"), os(b"b\\c"), os("e\u{301}".as_bytes()), os("\u{202e}x".as_bytes())])
+        .current_dir(dir)
+        .hostname(os(b"h\xff"))
+        .ro_bind(&bind, &bind);
+    let text = cmd.plan().unwrap().to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let (mount, remount) = (
+        format!("mount bind {shown} on {shown}"),
+        format!("mount remount,ro on {shown} (recursive)"),
+    );
+    for line in [
+        "chdir \"/tmp/d\\377\\\\ \\\"q\\\"\\t\\n\\033\\177\u{e9}\u{65e5}\"",
+        r#"sethostname "h\377""#,
+        &mount,
+        &remount,
+        // A combining accent after its base is shown as is; a bidi override is escaped.
+        concat!(
+            r#"execve "/bin/tr\376" argv ["/bin/tr\376", "a\377", "b\\c", "#,
+            "\"e\u{301}\", ",
+            r#""\342\200\256x"]"#
+        ),
+    ] {
+        assert!(lines.contains(&line), "missing {line}\nin:\n{text}");
+    }
+    // Error messages quote the same way.
+    let e = Command::new("true").current_dir(os(b"/nope/\xff")).status().unwrap_err();
+    assert_eq!(e.to_string(), r#"chdir "/nope/\377": No such file or directory (os error 2)"#);
+    assert_eq!(spawnkit::quoted(os(b"plain")), "\"plain\"");
+    assert_eq!(spawnkit::quoted(os(b"\\377")), r#""\\377""#, "a literal backslash is escaped");
+    // NUL (only messages refusing one show it) is \0, or \000 before an octal digit.
+    assert_eq!(spawnkit::quoted(os(b"a\0b")), r#""a\0b""#);
+    assert_eq!(spawnkit::quoted(os(b"a\x001")), r#""a\0001""#);
 }
 
 #[test]

@@ -321,7 +321,7 @@ fn apt_get(args: &[&str]) -> Result<(), String> {
         .try_clone_to_owned()
         .map(ProcessStdio::from)
         .unwrap_or_else(|_| ProcessStdio::null());
-    eprintln!("spawnkit bench: apt-get {}", args.join(" "));
+    crate::out::note!("spawnkit bench: apt-get {}", args.join(" "));
     let status = Process::new("apt-get")
         .args(["-o", "DPkg::Lock::Timeout=120"])
         .args(args)
@@ -347,7 +347,9 @@ fn install_bwrap() -> Result<PathBuf, String> {
     if which("apt-get").is_none() {
         return Err("bwrap is not installed, and there is no apt-get here to install it".into());
     }
-    eprintln!("spawnkit bench: bwrap not found in PATH; installing Debian's bubblewrap package");
+    crate::out::note!(
+        "spawnkit bench: bwrap not found in PATH; installing Debian's bubblewrap package"
+    );
     if let Err(first) = apt_get(&["install", "-y", "bubblewrap"]) {
         apt_get(&["update"]).map_err(|e| format!("{first}; then {e}"))?;
         apt_get(&["install", "-y", "bubblewrap"])

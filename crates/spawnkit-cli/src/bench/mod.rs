@@ -513,23 +513,28 @@ pub fn main(args: &BenchArgs) -> i32 {
     let config = match Config::from_args(args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("spawnkit bench: {e}");
+            crate::out::note!("spawnkit bench: {e}");
             return 125;
         }
     };
     let res = match measure(args, config) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("spawnkit bench: {e}");
+            crate::out::note!("spawnkit bench: {e}");
             return 1;
         }
     };
-    report::print(&res);
+    // The tables go out first, then the files are written whatever became of them: a
+    // closed stdout (`| head`) is no error, a full one is told once.
     let mut code = 0;
+    if let Err(crate::out::Failure::Msg(m)) = crate::out::print_stdout(&report::render(&res)) {
+        crate::out::note!("spawnkit bench: {m}");
+        code = 1;
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report::json(&res)).unwrap_or_default() + "\n";
         if let Err(e) = std::fs::write(path, text) {
-            eprintln!("spawnkit bench: {}: {e}", path.display());
+            crate::out::note!("spawnkit bench: {}: {e}", path.display());
             code = 1;
         }
     }
@@ -537,11 +542,11 @@ pub fn main(args: &BenchArgs) -> i32 {
         match plot::write_all(&res, dir) {
             Ok(files) => {
                 for f in files {
-                    eprintln!("wrote {}", f.display());
+                    crate::out::note!("wrote {}", f.display());
                 }
             }
             Err(e) => {
-                eprintln!("spawnkit bench: plot: {e}");
+                crate::out::note!("spawnkit bench: plot: {e}");
                 code = 1;
             }
         }

@@ -269,7 +269,7 @@ fn smem(install: bool, notes: &mut Vec<String>) -> Result<PathBuf, String> {
     if unsafe { libc::geteuid() } != 0 || which("apt-get").is_none() {
         return Err("smem is not installed, and this is not root with apt-get".into());
     }
-    eprintln!("spawnkit bench: smem not found in PATH; installing Debian's smem package");
+    crate::out::note!("spawnkit bench: smem not found in PATH; installing Debian's smem package");
     let apt = |args: &[&str]| {
         Process::new("apt-get")
             .args(["-o", "DPkg::Lock::Timeout=120", "-q"])
@@ -305,7 +305,7 @@ fn psutil(python: &Path, install: bool, notes: &mut Vec<String>) -> Result<Strin
     if !install {
         return Err("psutil is not installed (--no-install)".into());
     }
-    eprintln!("spawnkit bench: installing psutil into {} with pip", python.display());
+    crate::out::note!("spawnkit bench: installing psutil into {} with pip", python.display());
     let ok = Process::new(python)
         .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "psutil"])
         .stdin(ProcessStdio::null())
@@ -638,22 +638,25 @@ fn fmt_ms(v: Option<f64>) -> String {
 }
 
 /// The table.
-pub fn print(res: &PsResults) {
-    println!(
+pub fn print(o: &mut super::report::Text, res: &PsResults) {
+    writeln!(
+        o,
         "5. Process table and memory: {} sleeping processes started ({} on the machine), \
          wall time of each command (cli) or of the call alone (python), ms",
         res.herd, res.processes
     );
-    println!(
+    writeln!(
+        o,
         "   {} runs per ps/python row, {} per mem row, rows taking turns",
         res.runs, res.mem_runs
     );
     let w = res.rows.iter().map(|r| r.name.chars().count()).max().unwrap_or(10).max(10) + 2;
-    println!("   {:<w$}{:>7}{:>10}{:>10}{:>9}", "row", "kind", "min", "median", "listed");
+    writeln!(o, "   {:<w$}{:>7}{:>10}{:>10}{:>9}", "row", "kind", "min", "median", "listed");
     for r in &res.rows {
         match &r.skipped {
-            Some(why) => println!("   {:<w$}{:>7}  skipped: {why}", r.name, r.kind),
-            None => println!(
+            Some(why) => writeln!(o, "   {:<w$}{:>7}  skipped: {why}", r.name, r.kind),
+            None => writeln!(
+                o,
                 "   {:<w$}{:>7}{:>10}{:>10}{:>9}",
                 r.name,
                 r.kind,
@@ -665,10 +668,11 @@ pub fn print(res: &PsResults) {
     }
     if !res.tools.is_empty() {
         let tools: Vec<String> = res.tools.iter().map(|(t, v)| format!("{t}: {v}")).collect();
-        println!("   tools: {}", tools.join("; "));
+        writeln!(o, "   tools: {}", tools.join("; "));
     }
     match &res.shm {
-        Some(Ok(c)) => println!(
+        Some(Ok(c)) => writeln!(
+            o,
             "   shared-memory fixture ({} MiB MAP_SHARED|MAP_ANONYMOUS, children wrote {} and {} \
              MiB, exited): {} region(s), {:.1} MiB resident, the fixture {}its only mapper; \
              Shmem grew {:.1} MiB; the fixture's own RSS {} KiB",
@@ -681,10 +685,10 @@ pub fn print(res: &PsResults) {
             c.shmem_growth_bytes as f64 / MIB,
             c.fixture_rss_bytes / 1024
         ),
-        Some(Err(e)) => println!("   shared-memory fixture: not measured: {e}"),
+        Some(Err(e)) => writeln!(o, "   shared-memory fixture: not measured: {e}"),
         None => {}
     }
-    println!();
+    writeln!(o);
 }
 
 const MIB: f64 = 1048576.0;

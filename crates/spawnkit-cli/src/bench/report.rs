@@ -7,6 +7,19 @@ use super::fence::{self, FenceRow};
 use super::latency::{self, LatencyRow, Size};
 use super::Results;
 
+/// The report's text, built before anything is written: `write!`/`writeln!` on it cannot fail
+/// (its `write_fmt` returns nothing), and stdout sees one write whose error, if any, is
+/// reported once.
+#[derive(Default)]
+pub struct Text(pub String);
+
+impl Text {
+    pub fn write_fmt(&mut self, args: std::fmt::Arguments<'_>) {
+        // Formatting into a String fails only if a Display impl does; none here does.
+        let _ = std::fmt::Write::write_fmt(&mut self.0, args);
+    }
+}
+
 /// A ratio of minimum latencies that matters, with its target.
 pub struct Ratio {
     /// The key in the JSON `ratios` object.
@@ -75,83 +88,90 @@ fn fmt_us(v: f64) -> String {
     }
 }
 
-fn print_latency(res: &Results) {
+fn print_latency(o: &mut Text, res: &Results) {
     let c = &res.config;
-    println!("== Latency (Josh Triplett, LPC 2022): spawn -> the child's own CLOCK_MONOTONIC, µs");
-    println!(
+    writeln!(
+        o,
+        "== Latency (Josh Triplett, LPC 2022): spawn -> the child's own CLOCK_MONOTONIC, µs"
+    );
+    writeln!(
+        o,
         "   {} runs per row and parent size, rows taking turns in blocks of {}; the child is \
          found through PATH",
         c.runs,
         latency::BLOCK
     );
     let w = 34;
-    print!("{:<w$}", "");
+    write!(o, "{:<w$}", "");
     for s in &res.latency_sizes {
-        print!(" | {:^19}", s.label());
+        write!(o, " | {:^19}", s.label());
     }
-    println!();
-    print!("{:<w$}", "row");
+    writeln!(o);
+    write!(o, "{:<w$}", "row");
     for _ in &res.latency_sizes {
-        print!(" | {:>9} {:>9}", "min", "median");
+        write!(o, " | {:>9} {:>9}", "min", "median");
     }
-    println!();
+    writeln!(o);
     for row in &res.latency {
-        print!("{:<w$}", row.name);
+        write!(o, "{:<w$}", row.name);
         if let Some(why) = &row.skipped {
             let short: String = why.chars().take(60).collect();
-            println!(" | skipped: {short}");
+            writeln!(o, " | skipped: {short}");
             continue;
         }
         for s in &res.latency_sizes {
             match row.sizes.get(s) {
-                Some(st) => print!(" | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us)),
-                None => print!(" | {:>9} {:>9}", "-", "-"),
+                Some(st) => write!(o, " | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us)),
+                None => write!(o, " | {:>9} {:>9}", "-", "-"),
             }
         }
-        println!();
+        writeln!(o);
     }
-    println!();
+    writeln!(o);
 }
 
-fn print_throughput(res: &Results) {
+fn print_throughput(o: &mut Text, res: &Results) {
     let c = &res.config;
-    println!("== Throughput (Gregory P. Smith, CPython PR #99309): processes per second");
-    println!(
+    writeln!(o, "== Throughput (Gregory P. Smith, CPython PR #99309): processes per second");
+    writeln!(
+        o,
         "   at most {} alive (2 × cores + 1), {} iterations per total, mean ± stddev",
         c.active, c.iterations
     );
     let w = 34;
-    print!("{:<w$}", "row \\ total");
+    write!(o, "{:<w$}", "row \\ total");
     for t in &c.totals {
-        print!(" | {t:>14}");
+        write!(o, " | {t:>14}");
     }
-    println!();
+    writeln!(o);
     for row in &res.throughput {
-        print!("{:<w$}", row.name);
+        write!(o, "{:<w$}", row.name);
         for p in &row.points {
-            print!(" | {:>14}", format!("{:.0} ± {:.0}", p.mean, p.stddev));
+            write!(o, " | {:>14}", format!("{:.0} ± {:.0}", p.mean, p.stddev));
         }
-        println!();
+        writeln!(o);
     }
-    println!();
+    writeln!(o);
 }
 
-fn print_cpu(res: &Results) {
-    println!("== CPU (popen_noshell benchmarks): user + system µs per spawn, parent and child");
-    println!(
+fn print_cpu(o: &mut Text, res: &Results) {
+    writeln!(o, "== CPU (popen_noshell benchmarks): user + system µs per spawn, parent and child");
+    writeln!(
+        o,
         "   {} spawns per row and mode, rows taking turns in blocks of {}; relative to vfork+exec",
         res.config.cpu_spawns,
         cpu::BLOCK
     );
     let base = res.cpu.iter().find(|r| r.id == "vfork_exec");
     let w = 34;
-    println!("{:<w$} | {:^32} | {:^32}", "", "stdout to /dev/null", "stdout captured (pipe)");
-    println!(
+    writeln!(o, "{:<w$} | {:^32} | {:^32}", "", "stdout to /dev/null", "stdout captured (pipe)");
+    writeln!(
+        o,
         "{:<w$} | {:>6} {:>6} {:>6} {:>11} | {:>6} {:>6} {:>6} {:>11}",
         "row", "user", "sys", "total", "vs vfork", "user", "sys", "total", "vs vfork"
     );
     for row in &res.cpu {
-        print!("{:<w$}", row.name);
+        write!(o, "{:<w$}", row.name);
         for (cell, b) in
             [(row.plain, base.and_then(|b| b.plain)), (row.captured, base.and_then(|b| b.captured))]
         {
@@ -164,7 +184,8 @@ fn print_cpu(res: &Results) {
                             format!("{p:+.0} %")
                         }
                     });
-                    print!(
+                    write!(
+                        o,
                         " | {:>6.1} {:>6.1} {:>6.1} {:>11}",
                         c.user_us,
                         c.sys_us,
@@ -172,86 +193,93 @@ fn print_cpu(res: &Results) {
                         rel
                     );
                 }
-                None => print!(" | {:>32}", "- (popen always pipes)"),
+                None => write!(o, " | {:>32}", "- (popen always pipes)"),
             }
         }
-        println!();
+        writeln!(o);
     }
-    println!();
+    writeln!(o);
 }
 
-fn print_fence(res: &Results) {
-    println!(
+fn print_fence(o: &mut Text, res: &Results) {
+    writeln!(
+        o,
         "== Fence: private /tmp + private network (lo up) + user namespace (uid 0 inside), \
          spawn -> the child running, µs"
     );
-    println!(
+    writeln!(
+        o,
         "   {} runs per row, rows taking turns in blocks of {}; fence cost = the row minus the \
          same launcher without a fence",
         res.config.fence_runs,
         latency::BLOCK
     );
     let w = 34;
-    println!(
+    writeln!(
+        o,
         "{:<w$} | {:>9} {:>9} | {:>9} {:>9} | cost taken against",
         "row", "min", "median", "cost min", "median"
     );
     let main = fence::ALL.iter().filter_map(|f| res.fence.iter().find(|r| r.fence == *f));
     for row in main {
-        print!("{:<w$}", row.fence.name());
+        write!(o, "{:<w$}", row.fence.name());
         if let Some(why) = &row.skipped {
             let short: String = why.chars().take(90).collect();
-            println!(" | skipped: {short}");
+            writeln!(o, " | skipped: {short}");
             continue;
         }
         let Some(st) = row.stats else {
-            println!(" | -");
+            writeln!(o, " | -");
             continue;
         };
-        print!(" | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us));
+        write!(o, " | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us));
         match (row.cost(&res.fence), row.fence.base()) {
             (Some((min, med)), Some(base)) => {
-                println!(" | {:>9} {:>9} | {}", fmt_us(min), fmt_us(med), base.name())
+                writeln!(o, " | {:>9} {:>9} | {}", fmt_us(min), fmt_us(med), base.name())
             }
             (None, Some(base)) => {
-                println!(" | {:>9} {:>9} | {} (not measured)", "-", "-", base.name())
+                writeln!(o, " | {:>9} {:>9} | {} (not measured)", "-", "-", base.name())
             }
-            (_, None) => println!(" | {:>9} {:>9} |", "(base)", ""),
+            (_, None) => writeln!(o, " | {:>9} {:>9} |", "(base)", ""),
         }
     }
     if !res.fence_tools.is_empty() {
         let tools: Vec<String> = res.fence_tools.iter().map(|(t, v)| format!("{t}: {v}")).collect();
-        println!("   tools: {}", tools.join("; "));
+        writeln!(o, "   tools: {}", tools.join("; "));
     }
-    println!();
+    writeln!(o);
     if res.config.fence_steps {
-        print_fence_steps(res);
+        print_fence_steps(o, res);
     }
 }
 
 /// `--steps`: each fence built one piece at a time, with what each piece adds.
-fn print_fence_steps(res: &Results) {
-    println!("== Fence, step by step: each line adds one piece to the line above it, µs");
+fn print_fence_steps(o: &mut Text, res: &Results) {
+    writeln!(o, "== Fence, step by step: each line adds one piece to the line above it, µs");
     let w = 34;
-    println!("{:<w$} | {:>9} {:>9} | {:>9} {:>9}", "step", "min", "median", "adds min", "median");
+    writeln!(
+        o,
+        "{:<w$} | {:>9} {:>9} | {:>9} {:>9}",
+        "step", "min", "median", "adds min", "median"
+    );
     for row in &res.fence {
-        print!("{:<w$}", row.fence.step());
+        write!(o, "{:<w$}", row.fence.step());
         if let Some(why) = &row.skipped {
             let short: String = why.chars().take(90).collect();
-            println!(" | skipped: {short}");
+            writeln!(o, " | skipped: {short}");
             continue;
         }
         let Some(st) = row.stats else {
-            println!(" | -");
+            writeln!(o, " | -");
             continue;
         };
-        print!(" | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us));
+        write!(o, " | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us));
         match row.added(&res.fence) {
-            Some((min, med)) => println!(" | {:>9} {:>9}", fmt_us(min), fmt_us(med)),
-            None => println!(" |"),
+            Some((min, med)) => writeln!(o, " | {:>9} {:>9}", fmt_us(min), fmt_us(med)),
+            None => writeln!(o, " |"),
         }
     }
-    println!();
+    writeln!(o);
 }
 
 /// The fence's cost (minimum) per fenced row, and each as a multiple of spawnkit's.
@@ -274,44 +302,48 @@ fn fmt_ratio(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |v| format!("{v:.2}"))
 }
 
-/// Print every table, the notes, then the ratio lines (always last).
-pub fn print(res: &Results) {
+/// Every table, the notes, then the ratio lines (always last): the text for stdout.
+pub fn render(res: &Results) -> String {
+    let mut text = Text::default();
+    let o = &mut text;
     let m = &res.machine;
-    println!(
+    writeln!(
+        o,
         "spawnkit bench ({}): {} cores, {}, kernel {}, glibc {}, {}",
         res.config.preset, m.cores, m.cpu, m.kernel, m.glibc, m.date
     );
-    println!();
+    writeln!(o);
     if !res.latency.is_empty() {
-        print_latency(res);
+        print_latency(o, res);
     }
     if !res.throughput.is_empty() {
-        print_throughput(res);
+        print_throughput(o, res);
     }
     if !res.cpu.is_empty() {
-        print_cpu(res);
+        print_cpu(o, res);
     }
     if !res.fence.is_empty() {
-        print_fence(res);
+        print_fence(o, res);
     }
     if let Some(ps) = &res.ps {
-        super::ps::print(ps);
+        super::ps::print(o, ps);
     }
     for n in &res.notes {
-        println!("note: {n}");
+        writeln!(o, "note: {n}");
     }
-    println!("({:.0} s)", res.seconds);
-    println!();
+    writeln!(o, "({:.0} s)", res.seconds);
+    writeln!(o);
     if let Some(line) = fence_summary(&res.fence) {
-        println!("{line}");
+        writeln!(o, "{line}");
     }
     for line in res.ps.iter().flat_map(super::ps::summary) {
-        println!("{line}");
+        writeln!(o, "{line}");
     }
     let [plain, captured] = cpu_vs_vfork(&res.cpu);
     if plain.is_some() || captured.is_some() {
         let p = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:+.1} %"));
-        println!(
+        writeln!(
+            o,
             "CPU per spawn, spawnkit ÷ vfork+exec: {} plain, {} captured (target: within 10 %)",
             p(plain),
             p(captured)
@@ -320,12 +352,13 @@ pub fn print(res: &Results) {
     let tp = throughput_vs_vfork(res);
     if !tp.is_empty() {
         let parts: Vec<String> = tp.iter().map(|(t, r)| format!("{r:.2} at {t}")).collect();
-        println!("throughput, spawnkit ÷ vfork+exec: {} (target: at least 1)", parts.join(", "));
+        writeln!(o, "throughput, spawnkit ÷ vfork+exec: {} (target: at least 1)", parts.join(", "));
     }
     if !res.latency.is_empty() {
-        println!("minimum latency ratios (spawnkit default strategy = clone-vfork):");
+        writeln!(o, "minimum latency ratios (spawnkit default strategy = clone-vfork):");
         for r in &RATIOS {
-            println!(
+            writeln!(
+                o,
                 "  {:<31} {:>5} small parent, {:>5} 1 GiB touched (target: ≤ {:.2})",
                 r.key,
                 fmt_ratio(r.value(&res.latency, Size::Small)),
@@ -334,6 +367,7 @@ pub fn print(res: &Results) {
             );
         }
     }
+    text.0
 }
 
 fn stats_json(row: &LatencyRow) -> Value {

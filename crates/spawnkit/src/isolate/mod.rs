@@ -20,12 +20,13 @@
 
 pub(crate) mod plan;
 
+use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{quoted, Error, Result};
 
 /// A set of namespaces to create for the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -94,10 +95,25 @@ impl fmt::Display for Namespaces {
 
 impl FromStr for Namespaces {
     type Err = Error;
-    /// A comma-separated list: `user,mount,net,pid,uts,ipc,cgroup` (`mnt`, `network` too).
+    /// A comma-separated list: `user,mount,net,pid,uts,ipc,cgroup` (`mnt`, `network` too),
+    /// spaces around names allowed. It names at least one namespace, and no item is empty
+    /// (`user,,net` is a typo, not two namespaces): a list that asks for nothing is an error,
+    /// not a silent no-op.
     fn from_str(s: &str) -> Result<Namespaces> {
+        const KNOWN: &str = "use user, mount, net, pid, uts, ipc, cgroup";
+        let names = s.split(',').map(str::trim);
+        if names.clone().all(str::is_empty) {
+            return Err(Error::invalid(
+                "unshare",
+                quoted(s),
+                &format!("no namespace named ({KNOWN})"),
+            ));
+        }
         let mut set = Namespaces::empty();
-        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        for name in names {
+            if name.is_empty() {
+                return Err(Error::invalid("unshare", quoted(s), "an empty name in the list"));
+            }
             let canon = match name {
                 "mnt" => "mount",
                 "network" => "net",
@@ -105,11 +121,7 @@ impl FromStr for Namespaces {
             };
             let bits =
                 NS_NAMES.iter().find(|(n, _)| *n == canon).map(|(_, b)| *b).ok_or_else(|| {
-                    Error::invalid(
-                        "unshare",
-                        name,
-                        "unknown namespace (use user, mount, net, pid, uts, ipc, cgroup)",
-                    )
+                    Error::invalid("unshare", quoted(name), &format!("unknown namespace ({KNOWN})"))
                 })?;
             set.0 |= bits;
         }
@@ -209,7 +221,7 @@ pub(crate) struct Isolation {
     pub private_tmp: Option<PrivateTmp>,
     pub ro_binds: Vec<(PathBuf, PathBuf)>,
     pub private_net: bool,
-    pub hostname: Option<String>,
+    pub hostname: Option<OsString>,
     pub chroot: Option<PathBuf>,
     pub lock: Option<Lock>,
     pub cgroup: Option<PathBuf>,

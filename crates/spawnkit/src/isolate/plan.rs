@@ -1,14 +1,14 @@
 //! Compile an [`Isolation`] into clone flags, steps, and the fds the spawn needs (the lock
 //! file, the cgroup directory). Runs in the parent, before the clone.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{Isolation, Lock, Namespaces, UserMap};
-use crate::error::{quoted, Error, ErrorKind, Result};
+use crate::error::{escaped, quoted, Error, ErrorKind, Result};
 use crate::spawn::options::Strategy;
 use crate::spawn::plan::Step;
 use crate::sys::parent;
@@ -401,7 +401,7 @@ pub(crate) fn cgroup2_mounts() -> Vec<String> {
 /// timeout. Runs in the parent just before the clone; the child inherits the locked fd.
 pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
     let op = if lock.shared { libc::LOCK_SH } else { libc::LOCK_EX };
-    let subject = OsStr::new(&lock.path).to_string_lossy().into_owned();
+    let subject = escaped(&lock.path);
     let would_block =
         || Error::os("flock", subject.clone(), libc::EWOULDBLOCK).with_reason("would block");
     match lock.timeout {

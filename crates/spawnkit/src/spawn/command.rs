@@ -397,9 +397,10 @@ impl Command {
         self
     }
 
-    /// The hostname, in a new uts namespace.
-    pub fn hostname(&mut self, name: impl Into<String>) -> &mut Command {
-        self.isolation.hostname = Some(name.into());
+    /// The hostname, in a new uts namespace: 1 to 64 bytes, any bytes (sethostname(2) takes
+    /// them as they are; a `&str` or `String` works too).
+    pub fn hostname(&mut self, name: impl AsRef<OsStr>) -> &mut Command {
+        self.isolation.hostname = Some(name.as_ref().to_owned());
         self
     }
 

@@ -110,6 +110,25 @@ resources! {
     Rttime = RLIMIT_RTTIME, "RTTIME";
 }
 
+impl Resource {
+    /// A limit for this resource given as a signed number, as C code and Python's `resource`
+    /// module write it: -1 is [`RLIM_INFINITY`] (`(rlim_t)-1`), as is anything at or above
+    /// 2^64-1 (no limit is larger); any other negative number is an error, instead of
+    /// wrapping to a huge limit that setrlimit in the child refuses (EPERM) or, as root,
+    /// grants.
+    pub fn limit_from_signed(self, value: i128) -> Result<u64> {
+        match value {
+            -1 => Ok(RLIM_INFINITY),
+            v if v < 0 => Err(Error::invalid(
+                "setrlimit",
+                self.name(),
+                &format!("{v} is not a limit (0 or more, or -1 for unlimited)"),
+            )),
+            v => Ok(u64::try_from(v).unwrap_or(RLIM_INFINITY)),
+        }
+    }
+}
+
 impl fmt::Display for Resource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -179,6 +198,7 @@ impl Signal {
     pub const PIPE: Signal = Signal(libc::SIGPIPE);
     pub const TERM: Signal = Signal(libc::SIGTERM);
     pub const CHLD: Signal = Signal(libc::SIGCHLD);
+    pub const STOP: Signal = Signal(libc::SIGSTOP);
     pub const XFSZ: Signal = Signal(libc::SIGXFSZ);
 
     /// A signal from its number (1..=64).
@@ -193,6 +213,11 @@ impl Signal {
     /// The signal's number.
     pub fn number(self) -> i32 {
         self.0
+    }
+
+    /// Whether a signal mask can hold the signal: every one but SIGKILL and SIGSTOP.
+    pub fn can_be_blocked(self) -> bool {
+        self != Signal::KILL && self != Signal::STOP
     }
 
     /// `SIGTERM`, or `SIGRTMIN+3` / `SIG40` for the others.
@@ -245,6 +270,19 @@ impl SigSet {
     pub fn with(mut self, sig: Signal) -> SigSet {
         self.0 |= 1u64 << (sig.number() - 1);
         self
+    }
+
+    /// The set with `sig` added, for a signal mask ([`Command::signal_mask`]): SIGKILL and
+    /// SIGSTOP cannot be blocked (the kernel silently leaves them out of every mask), so
+    /// asking for them is an error, as `spawnkit run --sigmask KILL` and Python's
+    /// `signal_mask(["KILL"])` report it.
+    ///
+    /// [`Command::signal_mask`]: crate::Command::signal_mask
+    pub fn try_with(self, sig: Signal) -> Result<SigSet> {
+        if !sig.can_be_blocked() {
+            return Err(Error::invalid("sigprocmask", "", &format!("{sig} cannot be blocked")));
+        }
+        Ok(self.with(sig))
     }
 
     /// Whether `sig` is in the set.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::command::Command;
 use super::options::{PathSearch, Resource, Signal, Stdio, Strategy};
-use crate::error::{quoted, Error, Result};
+use crate::error::{escaped, quoted, Error, Result};
 use crate::sys::parent::{self, CStrArray};
 
 /// Where a [`Step::Dup2`] takes its fd from.
@@ -103,7 +103,8 @@ pub enum Step {
 impl Step {
     /// The step's name in error messages, and what it worked on.
     pub(crate) fn describe(&self) -> (&'static str, String) {
-        let show = |c: &CString| OsStr::from_bytes(c.as_bytes()).to_string_lossy().into_owned();
+        // Paths shown bare (`mount bind SRC on DST`) are escaped as `ls -b` does; see quoted.
+        let show = |c: &CString| escaped(OsStr::from_bytes(c.as_bytes()));
         match self {
             Step::Unshare { flags } => {
                 ("unshare", crate::isolate::Namespaces::from_bits(*flags).to_string())
@@ -202,7 +203,7 @@ impl fmt::Display for Step {
             }
             Step::DupAway { above, .. } => write!(f, "{name} {subject} (via a copy >= {above})"),
             Step::WriteFile { data, .. } => {
-                write!(f, "{name} {subject} {:?}", String::from_utf8_lossy(data))
+                write!(f, "{name} {subject} {}", quoted(OsStr::from_bytes(data)))
             }
             Step::ClearCloexec { fd } => write!(f, "keep fd {fd} (clear FD_CLOEXEC)"),
             Step::Setrlimit { resource, soft, hard } => {
@@ -268,7 +269,9 @@ impl fmt::Debug for Plan {
 }
 
 impl fmt::Display for Plan {
-    /// One line per step, as `spawnkit run --dry-run` prints it.
+    /// One line per step, as `spawnkit run --dry-run` prints it. Paths, arguments and names
+    /// are exact: quoted with C escapes (`"/tmp/\377"`), or escaped as `ls -b` where they
+    /// stand bare (`mount bind /a\ b on /a\ b`); see [`quoted`](crate::quoted).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "strategy {}", self.strategy)?;
         if self.clone_flags != 0 {
@@ -283,7 +286,7 @@ impl fmt::Display for Plan {
             writeln!(
                 f,
                 "flock {} {kind} (fd {fd}, in the parent, before the clone)",
-                lock.path.display()
+                escaped(&lock.path)
             )?;
         }
         for step in &self.steps {
