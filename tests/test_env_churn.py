@@ -30,11 +30,14 @@ def churn(tag):
                 os.environ.pop(f"SPAWNKIT_CHURN_{tag}_{j}", None)
         i += 1
 
-def spawn(use_command):
+def spawn(kind):
     while time.monotonic() < stop:
         try:
-            if use_command:
+            if kind == 1:
                 rc = spawnkit.Command("/bin/true").status()
+            elif kind == 2:
+                # glibc's posix_spawn, which must not read PATH from the live environment
+                rc = spawnkit.Command("true").strategy("posix-spawn").status()
             else:
                 rc = subprocess.run(["/bin/true"]).returncode
             if rc != 0:
@@ -44,7 +47,7 @@ def spawn(use_command):
             failures.append(f"{e!r} (errno {errno.errorcode.get(e.errno, e.errno)})")
 
 threads = [threading.Thread(target=churn, args=(t,)) for t in "AB"]
-threads += [threading.Thread(target=spawn, args=(k % 2 == 1,)) for k in range(4)]
+threads += [threading.Thread(target=spawn, args=(k % 3,)) for k in range(4)]
 for t in threads:
     t.start()
 for t in threads:

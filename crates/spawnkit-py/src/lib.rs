@@ -14,7 +14,10 @@ mod spawn;
 
 use pyo3::prelude::*;
 
-#[pymodule]
+/// `gil_used = true`: the module relies on the GIL. Without it a free-threaded CPython
+/// (3.13t, 3.14t) would run it GIL-less, and the inherited environment, copied with the GIL
+/// held so that no `os.environ` writer can free it mid-copy, would race those writers again.
+#[pymodule(gil_used = true)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<child::Child>()?;
     observe::register(m)?;

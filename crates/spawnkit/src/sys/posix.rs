@@ -1,10 +1,9 @@
-//! The posix-spawn strategy: glibc's `posix_spawn`/`posix_spawnp`, for comparison and as a
-//! fallback. Steps it cannot express are refused with an Unsupported error naming them.
+//! The posix-spawn strategy: glibc's `posix_spawn`, for comparison and as a fallback (never
+//! `posix_spawnp`, whose PATH search reads the live environment: see `spawn_posix`). Steps it cannot express are refused with an Unsupported error naming them.
 
-use std::ffi::{c_char, CString};
+use std::ffi::c_char;
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
 
 use super::pidfd;
 use crate::error::{quoted, Error, ErrorKind, Result};
@@ -226,25 +225,24 @@ pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
     let envp = plan.exec.envp.as_ptr();
     let argv = plan.exec.argv.as_ptr() as *const *mut c_char;
     let envp = envp as *const *mut c_char;
-    let program = plan.exec.program.as_bytes();
-    let parent_path = std::env::var_os("PATH");
     let mut pid: libc::pid_t = 0;
-    let use_spawnp = plan.exec.searched.is_some() && plan.exec.searched == parent_path;
-    let r = if use_spawnp {
-        let prog = CString::new(program)
-            .map_err(|_| Error::invalid("execve", quoted(&plan.exec.program), "NUL"))?;
-        // SAFETY: all pointers are valid, NUL/NULL-terminated, and outlive the call.
-        unsafe { libc::posix_spawnp(&mut pid, prog.as_ptr(), &a.actions, &a.attr, argv, envp) }
-    } else {
-        // Walk the candidates with execvp's rules, one posix_spawn each.
+    // Never posix_spawnp: glibc's search reads PATH with getenv in the child, which shares
+    // this process's memory, while another thread's setenv may free the environment (and it
+    // would search the parent's PATH, not the child's). The candidates were joined from the
+    // child's PATH in the plan; each is tried with execvp's rules, and an absolute one that
+    // the parent already sees is missing costs an access(2), not a whole posix_spawn.
+    let r = {
         let mut last = libc::ENOENT;
         let mut eacces = false;
         let mut result = libc::ENOENT;
         for i in 0..plan.exec.candidates.len() {
             let Some(cand) = plan.exec.candidates.get(i) else { break };
-            // SAFETY: as above.
-            let r = unsafe {
-                libc::posix_spawn(&mut pid, cand.as_ptr(), &a.actions, &a.attr, argv, envp)
+            let r = match missing(cand) {
+                Some(e) => e,
+                // SAFETY: all pointers are valid, NUL/NULL-terminated, and outlive the call.
+                None => unsafe {
+                    libc::posix_spawn(&mut pid, cand.as_ptr(), &a.actions, &a.attr, argv, envp)
+                },
             };
             result = r;
             match r {
@@ -278,6 +276,25 @@ pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
             }
             Err(Error::os("pidfd_open", pid.to_string(), e))
         }
+    }
+}
+
+/// Whether an absolute candidate is surely not there (ENOENT, ENOTDIR and the other errors
+/// execvp goes on after), by access(2) in the parent; relative ones resolve after the
+/// child's chdir, so they are left to posix_spawn.
+fn missing(cand: &std::ffi::CStr) -> Option<i32> {
+    if cand.to_bytes().first() != Some(&b'/') {
+        return None;
+    }
+    // SAFETY: `cand` is NUL-terminated; faccessat only reads it.
+    if unsafe { libc::faccessat(libc::AT_FDCWD, cand.as_ptr(), libc::F_OK, 0) } == 0 {
+        return None;
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(
+            e @ (libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT),
+        ) => Some(e),
+        _ => None,
     }
 }
 
