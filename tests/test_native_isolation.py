@@ -313,6 +313,34 @@ def test_a_private_network_with_a_mount_namespace_has_its_own_sysfs(strategy):
     assert cmd.strategy(strategy).output().stdout == b"lo\n"
 
 
+def test_the_spawners_session_keyring_stays_outside(tmp_path):
+    # A key the spawner added to its session keyring: a fenced child has a session keyring of
+    # its own and cannot read it; an unfenced child (or --keep-caps) shares the spawner's.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    sys_add_key, sys_keyctl, keyctl_read, session = 248, 250, 11, -3
+    key = libc.syscall(sys_add_key, b"user", f"spawnkit-{uuid.uuid4().hex}".encode(),
+                       b"s3cret", 6, ctypes.c_int(session))
+    if key < 0:
+        pytest.skip(f"add_key: errno {ctypes.get_errno()}")
+    try:
+        code = f"""
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            buf = ctypes.create_string_buffer(64)
+            n = libc.syscall({sys_keyctl}, {keyctl_read}, {key}, buf, 64)
+            print(buf.raw[:n].decode() if n >= 0 else ctypes.get_errno())
+        """
+        userns_or_skip()
+        fenced = child_outside_tmp(code).private_tmp().output().stdout.decode().strip()
+        assert fenced == str(errno.EACCES)
+        assert child(code).output().stdout == b"s3cret\n"
+        kept = child_outside_tmp(code).private_tmp().keep_capabilities().output().stdout
+        assert kept == b"s3cret\n"
+    finally:
+        libc.syscall(sys_keyctl, 3, key)  # KEYCTL_REVOKE
+
+
 def test_plan_shows_the_capabilities_dropped():
     steps = Command("true").private_tmp().uid(1).plan()
     assert "prctl PR_CAPBSET_DROP every capability" in steps

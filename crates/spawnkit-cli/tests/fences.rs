@@ -216,6 +216,64 @@ fn a_fenced_child_has_no_capability_and_an_unfenced_one_keeps_them() {
 }
 
 #[test]
+fn real_roots_kernel_files_are_read_only_in_a_mount_fence() {
+    if skip_unless_root("writes to /proc/sys and sysfs as uid 0") {
+        return;
+    }
+    // uid 0 writes /proc/sys (core_pattern: a program the kernel runs as full root) and
+    // sysfs attributes by its uid alone, capabilities or not. Each write puts back the value
+    // it read, so a fence that fails to hold changes nothing on this machine.
+    let knobs = ["/proc/sys/kernel/core_pattern", "/sys/kernel/mm/ksm/pages_to_scan"];
+    let script = |path: &str| format!("v=$(cat {path}) && echo \"$v\" > {path} && echo wrote");
+    for path in knobs.iter().filter(|p| std::path::Path::new(p).exists()) {
+        for flags in [&["--private-tmp"][..], &["--unshare", "mount"], &["--unshare", "pid,mount"]]
+        {
+            let r = fenced(Who::Root, flags, &script(path));
+            assert!(!r.stdout.contains("wrote"), "{flags:?}: {path} written: {r:#?}");
+            assert!(r.stderr.contains("Read-only file system"), "{flags:?} {path}: {r:#?}");
+        }
+        let r = fenced(Who::Root, &["--private-tmp", "--keep-caps"], &script(path));
+        assert!(r.stdout.contains("wrote"), "--keep-caps: {path}: {r:#?}");
+    }
+    // A cgroup placement cannot be left by writing the root cgroup's cgroup.procs.
+    let Some(root) = cgroup2_root() else {
+        eprintln!("SKIPPED the cgroup part: no cgroup v2 mount");
+        return;
+    };
+    let script = format!("echo $$ > {root}/cgroup.procs && echo moved");
+    let r = fenced(Who::Root, &["--private-tmp"], &script);
+    assert!(!r.stdout.contains("moved"), "{r:#?}");
+}
+
+/// Where cgroup v2 is mounted (on hybrid hosts, /sys/fs/cgroup/unified).
+fn cgroup2_root() -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
+    })
+}
+
+#[test]
+fn a_partly_covered_sys_leaves_the_private_network_working() {
+    if skip_unless_root("masking /sys/firmware in a mount namespace of the test") {
+        return;
+    }
+    // In a user namespace the kernel refuses a new sysfs while part of the host's /sys is
+    // covered (as a container masks /sys/firmware): the fence goes on without it.
+    let inner = format!(
+        "mount -t tmpfs -o ro masked /sys/firmware && exec setpriv --reuid=65534 \
+         --regid=65534 --clear-groups {} run --private-net --private-tmp -- cat /sys/class/net/lo/mtu",
+        spawnkit_bin()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &inner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn the_dry_run_shows_where_capabilities_go() {
     let r = spawnkit(["run", "--dry-run", "--private-tmp", "--uid", "1", "--", "true"]);
     let lines: Vec<&str> = r.stdout.lines().collect();

@@ -299,19 +299,21 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
         let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
         mount(Some("proc"), cstr("/proc"), Some("proc"), flags, None)
     });
-    // sysfs of the new network namespace, so /sys/class/net lists its interfaces (only lo),
-    // not the host's (whose attributes root could otherwise write); inside the chroot when
-    // there is one and it has a /sys.
+    // sysfs of the new network namespace, read-only, so /sys/class/net lists its interfaces
+    // (only lo), not the host's; inside the chroot when there is one and it has a /sys.
     let new_net_and_mount = ns.contains(Namespaces::NET) && ns.contains(Namespaces::MOUNT);
-    let sys_mount = new_net_and_mount
-        .then(|| {
-            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-            mount(Some("sysfs"), cstr("/sys"), Some("sysfs"), flags, None)
-        })
-        .filter(|_| match &iso.chroot {
+    let sys_mount =
+        new_net_and_mount.then(|| Step::FreshSysfs { target: cstr("/sys") }).filter(|_| match &iso
+            .chroot
+        {
             Some(root) => root.join("sys").is_dir(),
             None => true,
         });
+    // A fenced child of real root is still uid 0 of the host, for which the kernel opens
+    // /proc/sys (core_pattern: code run as full root), /proc/sysrq-trigger and sysfs
+    // attributes by uid alone, without a capability. Where it has a mount namespace, those
+    // are made read-only under it, as bubblewrap does for its /proc.
+    let cover = privileged && p.drop_caps && ns.contains(Namespaces::MOUNT);
     if let Some(name) = &iso.hostname {
         if name.len() > 64 || name.is_empty() {
             return Err(Error::invalid(
@@ -330,12 +332,24 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
             // chroot, then cd / so no relative path (nor --cwd) resolves outside, then /proc.
             p.chroot.push(Step::Chroot { path: cpath("chroot", root)? });
             p.chroot.push(Step::Chdir { path: cstr("/") });
+            if cover {
+                // The host's view, before the chroot (which may show it: --chroot /).
+                cover_kernel_files(&mut p.early, true)?;
+            }
+            let fresh_proc = proc_mount.is_some();
             p.chroot.extend(proc_mount);
             p.chroot.extend(sys_mount);
+            if cover && fresh_proc {
+                cover_kernel_files(&mut p.chroot, false)?;
+            }
         }
         None => {
+            let fresh_sys = sys_mount.is_some();
             p.early.extend(proc_mount);
             p.early.extend(sys_mount);
+            if cover {
+                cover_kernel_files(&mut p.early, !fresh_sys)?;
+            }
         }
     }
     if let Some(lock) = &iso.lock {
@@ -361,6 +375,29 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
         }
     }
     Ok(p)
+}
+
+/// Make /proc/sys and /proc/sysrq-trigger read-only (each bound on itself, then made
+/// read-only) and, with `sys`, every mount at and below /sys (sysfs, and the cgroup file
+/// systems under it). Paths this kernel lacks are skipped.
+fn cover_kernel_files(steps: &mut Vec<Step>, sys: bool) -> Result<()> {
+    for path in ["/proc/sys", "/proc/sysrq-trigger"] {
+        if !Path::new(path).exists() {
+            continue;
+        }
+        steps.push(Step::Mount {
+            source: Some(cstr(path)),
+            target: cstr(path),
+            fstype: None,
+            flags: libc::MS_BIND | libc::MS_REC,
+            data: None,
+        });
+        steps.push(restrict(Path::new(path), cstr(path), MOUNT_ATTR_RDONLY)?);
+    }
+    if sys && Path::new("/sys/kernel").is_dir() {
+        steps.push(restrict(Path::new("/sys"), cstr("/sys"), MOUNT_ATTR_RDONLY)?);
+    }
+    Ok(())
 }
 
 /// Open a cgroup v2 directory, or say where cgroup v2 is.

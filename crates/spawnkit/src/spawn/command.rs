@@ -408,7 +408,10 @@ impl Command {
     /// namespace other than a user namespace alone, or a chroot) starts with none: the
     /// bounding, ambient, permitted, effective and inheritable sets are emptied after the
     /// mounts and credential changes, so even uid 0 inside gains nothing at execve and cannot
-    /// undo the fences. With this on, root inside keeps them and can undo every fence.
+    /// undo the fences; it also gets a session keyring of its own, and under real root with
+    /// a mount namespace /proc/sys, /proc/sysrq-trigger and /sys are read-only to it (uid 0
+    /// writes them without a capability). With this on, none of that happens: root inside
+    /// keeps its capabilities and can undo every fence.
     pub fn keep_capabilities(&mut self, on: bool) -> &mut Command {
         self.isolation.keep_caps = on;
         self

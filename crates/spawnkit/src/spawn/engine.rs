@@ -87,6 +87,13 @@ fn child_error(plan: &Plan, r: Report, ended: Option<pidfd::Ended>) -> Error {
                 let file = if r.detail == 2 { "gid_map" } else { "uid_map" };
                 Error::os("write", format!("/proc/CHILD/{file} (by the parent)"), r.errno)
             }
+            Some(crate::Step::DropBoundingCaps) if r.errno == libc::EPERM => {
+                let (name, subject) = crate::Step::DropBoundingCaps.describe();
+                Error::os(name, subject, r.errno).with_reason(
+                    "Operation not permitted (a fenced child drops its capabilities, which needs \
+                     CAP_SETPCAP; --keep-caps / keep_capabilities(true) keeps them instead)",
+                )
+            }
             Some(step) => {
                 let (name, subject) = step.describe();
                 Error::os(name, subject, r.errno)

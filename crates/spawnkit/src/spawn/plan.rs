@@ -56,6 +56,10 @@ pub enum Step {
     MountSetattr { target: CString, set: u64, remount: u64 },
     /// Bring the loopback interface up (SIOCGIFFLAGS / SIOCSIFFLAGS on "lo").
     LoopbackUp,
+    /// mount a fresh sysfs on `target`, read-only, nosuid, nodev, noexec. EPERM is no error:
+    /// in a user namespace the kernel refuses a new sysfs when the host's /sys is partly
+    /// covered (a container's masks), and that host /sys is then read-only to the child.
+    FreshSysfs { target: CString },
     /// chroot(path).
     Chroot { path: CString },
     /// Reset these ignored signals to SIG_DFL (bit N-1 = signal N).
@@ -95,8 +99,8 @@ pub enum Step {
     /// prctl(PR_CAPBSET_DROP) of every capability in the bounding set, so that no execve
     /// (of a setuid-root or file-capability program, or by uid 0) can gain one back.
     DropBoundingCaps,
-    /// Clear the ambient set (PR_CAP_AMBIENT_CLEAR_ALL) and capset the effective, permitted
-    /// and inheritable sets to empty.
+    /// Clear the ambient set (PR_CAP_AMBIENT_CLEAR_ALL), capset the effective, permitted
+    /// and inheritable sets to empty, and join a new session keyring.
     ClearCaps,
 }
 
@@ -136,6 +140,9 @@ impl Step {
             }
             Step::Sethostname { name } => ("sethostname", quoted(OsStr::from_bytes(name))),
             Step::LoopbackUp => ("ioctl SIOCSIFFLAGS", "lo up".into()),
+            Step::FreshSysfs { target } => {
+                ("mount", format!("sysfs on {} (read-only)", show(target)))
+            }
             Step::AwaitIdMaps { .. } => ("write", "uid_map, gid_map (from the parent)".into()),
             Step::MountSetattr { target, set, .. } => {
                 let mut what = vec!["remount"];
@@ -173,7 +180,9 @@ impl Step {
             ),
             Step::NoNewPrivs => ("prctl PR_SET_NO_NEW_PRIVS", String::new()),
             Step::DropBoundingCaps => ("prctl PR_CAPBSET_DROP", "every capability".into()),
-            Step::ClearCaps => ("capset", "no capabilities (ambient cleared)".into()),
+            Step::ClearCaps => {
+                ("capset", "no capabilities (ambient cleared), a new session keyring".into())
+            }
         }
     }
 }

@@ -195,6 +195,23 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
             }
             Step::Sethostname { name } => sc!(libc::SYS_sethostname, name.as_ptr(), name.len()),
             Step::LoopbackUp => loopback_up()?,
+            Step::FreshSysfs { target } => {
+                const SYSFS: &[u8] = b"sysfs\0";
+                let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                let r = sc!(
+                    libc::SYS_mount,
+                    SYSFS.as_ptr(),
+                    target.as_ptr(),
+                    SYSFS.as_ptr(),
+                    flags,
+                    ptr::null::<u8>()
+                );
+                if r == (libc::EPERM as isize).wrapping_neg() {
+                    0
+                } else {
+                    r
+                }
+            }
             Step::AwaitIdMaps { ready_fd, go_fd, parent_fds } => {
                 for fd in parent_fds {
                     sc!(libc::SYS_close, *fd);
@@ -302,8 +319,9 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
 
 /// Drop every capability from the bounding set, 0 up to the kernel's last (which answers
 /// EINVAL past it). Needs CAP_SETPCAP, which a fenced child has: it is root, or root of its
-/// own user namespace, when it has fences to protect. Without it (a root whose bounding set
-/// was already cut), a capability already absent is no error.
+/// own user namespace, when it has fences to protect. Without it the kernel refuses every
+/// drop (EPERM, checked before the capability): then a capability already absent from the
+/// bounding set is no error, one still in it is (the child must not keep it).
 fn drop_bounding_caps() -> Result<isize, i32> {
     let mut cap: usize = 0;
     while cap < 64 {
@@ -314,8 +332,10 @@ fn drop_bounding_caps() -> Result<isize, i32> {
             Err(e) => {
                 // SAFETY: as above.
                 let read = unsafe { sc!(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
-                if check(read) != Ok(0) {
-                    return Err(e);
+                match check(read) {
+                    Ok(0) => {}
+                    Err(libc::EINVAL) => break,
+                    _ => return Err(e),
                 }
             }
         }
@@ -341,11 +361,25 @@ fn clear_caps() -> Result<isize, i32> {
     }
     // struct __user_cap_header_struct { version, pid } and two __user_cap_data_struct
     // { effective, permitted, inheritable }, all zero: no capability in any set.
-    let header: [u32; 2] = [CAPABILITY_VERSION_3, 0];
+    // The kernel writes its preferred version into the header when it rejects ours.
+    let mut header: [u32; 2] = [CAPABILITY_VERSION_3, 0];
     let data: [u32; 6] = [0; 6];
-    // SAFETY: capset reads the header and the two data structs from these locals.
-    check(unsafe { sc!(libc::SYS_capset, header.as_ptr(), data.as_ptr()) }).map(|_| 0)
+    // SAFETY: capset reads (and may write back) the header and reads the two data structs,
+    // all locals of this frame.
+    check(unsafe { sc!(libc::SYS_capset, header.as_mut_ptr(), data.as_ptr()) })?;
+    // A new session keyring of its own: the spawner's session keyring (keys it added, as
+    // `keyctl add user ... @s`) is not reachable through the fence. Kernels or seccomp
+    // filters without keyctl (ENOSYS) have no keyring to leak.
+    // SAFETY: keyctl with integer arguments and a NULL name.
+    let r = unsafe { sc!(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, 0usize) };
+    match check(r) {
+        Ok(_) | Err(libc::ENOSYS) => Ok(0),
+        Err(e) => Err(e),
+    }
 }
+
+/// keyctl(2) `KEYCTL_JOIN_SESSION_KEYRING`: with a NULL name, a new anonymous keyring.
+const KEYCTL_JOIN_SESSION_KEYRING: usize = 1;
 
 /// open(path, O_WRONLY), one write of `data` (uid_map must be written at once), close.
 fn write_file(path: *const core::ffi::c_char, data: &[u8]) -> Result<isize, i32> {
