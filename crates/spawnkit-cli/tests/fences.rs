@@ -120,20 +120,27 @@ fn umounting_the_private_tmp_shows_nothing_of_the_hosts() {
     }
 }
 
+/// Read the secret by `route` (a shell script given its path) from behind a private /tmp, as
+/// real root and as root of a user namespace: it must stay out of reach; with --keep-caps
+/// real root reaches it (the route is a real one).
+fn the_secret_stays_out(tag: &str, route: impl Fn(&str) -> String) {
+    let secret = Secret::new(tag);
+    let script = route(secret.path());
+    for who in [Who::Root, Who::UsernsRoot] {
+        let r = fenced(who, &["--private-tmp"], &script);
+        assert!(!secret.seen_in(&r), "{who:?}: {script}: {r:#?}");
+    }
+    let r = fenced(Who::Root, &["--private-tmp", "--keep-caps"], &script);
+    assert!(secret.seen_in(&r), "--keep-caps: {script}: {r:#?}");
+}
+
 #[test]
 fn the_parents_tmp_is_out_of_reach_through_proc() {
     if skip_unless_root("/proc/PPID/root") {
         return;
     }
-    let secret = Secret::new("ppid");
-    let script = format!("cat /proc/$PPID/root{}", secret.path());
-    for who in [Who::Root, Who::UsernsRoot] {
-        let r = fenced(who, &["--private-tmp"], &script);
-        assert!(!secret.seen_in(&r), "{who:?}: read through /proc/PPID/root: {r:#?}");
-    }
     // Real root keeping its capabilities may ptrace-read its parent (same uid, more caps).
-    let r = fenced(Who::Root, &["--private-tmp", "--keep-caps"], &script);
-    assert!(secret.seen_in(&r), "--keep-caps: {r:#?}");
+    the_secret_stays_out("ppid", |path| format!("cat /proc/$PPID/root{path}"));
 }
 
 #[test]
@@ -141,15 +148,8 @@ fn entering_the_hosts_mount_namespace_fails() {
     if skip_unless_root("setns") {
         return;
     }
-    let secret = Secret::new("setns");
     // The parent's mount namespace: pid 1 may be out of reach anyway (a container's init).
-    let script = format!("nsenter --target $PPID --mount cat {}", secret.path());
-    for who in [Who::Root, Who::UsernsRoot] {
-        let r = fenced(who, &["--private-tmp"], &script);
-        assert!(!secret.seen_in(&r), "{who:?}: setns into the parent's mounts: {r:#?}");
-    }
-    let r = fenced(Who::Root, &["--private-tmp", "--keep-caps"], &script);
-    assert!(secret.seen_in(&r), "--keep-caps: {r:#?}");
+    the_secret_stays_out("setns", |path| format!("nsenter --target $PPID --mount cat {path}"));
 }
 
 #[test]
