@@ -26,6 +26,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 use crate::error::{quoted, Error, Result};
 
 /// A set of namespaces to create for the child.
@@ -87,6 +89,27 @@ impl Namespaces {
     }
 }
 
+impl Serialize for Namespaces {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Namespaces {
+    /// `CLONE_NEW*` bits; any other bit is an error (never silently dropped).
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Namespaces, D::Error> {
+        let bits = u64::deserialize(d)?;
+        let known = Namespaces::from_bits(bits);
+        if known.0 != bits {
+            return Err(serde::de::Error::custom(format_args!(
+                "unknown namespace bits {:#x}",
+                bits & !known.0
+            )));
+        }
+        Ok(known)
+    }
+}
+
 impl fmt::Display for Namespaces {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.names().join(","))
@@ -131,7 +154,7 @@ impl FromStr for Namespaces {
 
 /// One line of a uid_map or gid_map: ids `inside..inside+count` in the namespace are
 /// `outside..outside+count` outside it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct IdMap {
     pub inside: u32,
     pub outside: u32,
@@ -139,7 +162,7 @@ pub struct IdMap {
 }
 
 /// How the user namespace maps ids.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum UserMap {
     /// The caller's uid and gid become root inside (`unshare -r`).
     Root,
@@ -150,7 +173,7 @@ pub enum UserMap {
 }
 
 /// Mount options of the private /tmp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TmpOptions {
     pub nosuid: bool,
     pub nodev: bool,

@@ -2,7 +2,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use super::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy};
@@ -23,6 +23,10 @@ pub(crate) type Hook = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;
 /// umask, rlimits, nice, affinity, chdir, (a fenced child: the bounding set dropped), groups,
 /// gid, uid, (a fenced child: every other capability set cleared), parent-death signal,
 /// no_new_privs, (pre_exec hooks), signal mask, execve along the PATH candidates.
+///
+/// Every option but a `pre_exec` hook has a versioned binary form, with fds passed beside it
+/// by index: [`to_wire`](Command::to_wire) and [`from_wire`](Command::from_wire) (what the
+/// spawn server receives; see docs/wire.md).
 pub struct Command {
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
@@ -35,6 +39,10 @@ pub struct Command {
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) stdio: [Option<Stdio>; 3],
     pub(crate) fds: Vec<(RawFd, RawFd)>,
+    /// The parent fds of `fds` that this command owns (a command decoded from its wire form
+    /// received them); closed when the command is dropped. Only held, never read.
+    #[allow(dead_code)]
+    pub(crate) held_fds: Vec<OwnedFd>,
     pub(crate) close_other_fds: bool,
     pub(crate) sigmask: SigSet,
     pub(crate) restore_signals: bool,
@@ -81,6 +89,7 @@ impl Command {
             cwd: None,
             stdio: [None, None, None],
             fds: Vec::new(),
+            held_fds: Vec::new(),
             close_other_fds: true,
             sigmask: SigSet::empty(),
             restore_signals: true,

@@ -5,3 +5,4 @@ pub(crate) mod command;
 pub(crate) mod engine;
 pub(crate) mod options;
 pub(crate) mod plan;
+pub(crate) mod wire;

@@ -5,10 +5,12 @@ use std::fs::File;
 use std::os::fd::{OwnedFd, RawFd};
 use std::str::FromStr;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 use crate::error::{Error, Result};
 
 /// How the child is started. All strategies run the same [`Plan`](crate::Plan).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, Serialize, Deserialize)]
 pub enum Strategy {
     /// `clone3`/`clone` with `CLONE_VM | CLONE_VFORK` on a stack of its own, raw syscalls in
     /// the child. Fast from any parent, safe from threaded ones. The default.
@@ -56,7 +58,7 @@ impl FromStr for Strategy {
 }
 
 /// How the child walks the PATH candidates when execve fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, Serialize, Deserialize)]
 pub enum PathSearch {
     /// execvp's rules (the default): ENOENT, ENOTDIR, ESTALE, ENODEV, ETIMEDOUT go on to the
     /// next entry; EACCES is remembered and reported if nothing else works; any other error
@@ -70,8 +72,9 @@ pub enum PathSearch {
 
 macro_rules! resources {
     ($($variant:ident = $raw:ident, $name:literal;)*) => {
-        /// A resource limit (`RLIMIT_*`, see getrlimit(2)).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        /// A resource limit (`RLIMIT_*`, see getrlimit(2)). Serialized (the wire form of a
+        /// [`Command`](crate::Command)) as its index in this list: append new ones at the end.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum Resource { $($variant,)* }
 
         impl Resource {
@@ -229,6 +232,19 @@ impl Signal {
     }
 }
 
+impl Serialize for Signal {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_i32(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Signal {
+    /// A number in 1..=64, checked as [`Signal::new`] does.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Signal, D::Error> {
+        Signal::new(i32::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())
@@ -252,7 +268,7 @@ impl FromStr for Signal {
 }
 
 /// A set of signals (bit N-1 for signal N), as the kernel's 64-bit sigset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, Serialize, Deserialize)]
 pub struct SigSet(u64);
 
 impl SigSet {

@@ -376,7 +376,7 @@ impl Plan {
         if let Some((fd, lock)) = iso.lock {
             // Above every fd the command maps, so no map overwrites the lock or is
             // overwritten by it; the child keeps it under that number, as flock(1)'s command.
-            let min = cmd.fds.iter().map(|(t, _)| *t + 1).max().unwrap_or(3).max(3);
+            let min = cmd.fds.iter().map(|(t, _)| t.saturating_add(1)).max().unwrap_or(3).max(3);
             let fd = parent::move_above(fd, min).map_err(|e| Error::os("fcntl", "F_DUPFD", e))?;
             keep.push(fd.as_raw_fd());
             plan.lock = Some((fd.as_raw_fd(), lock));
@@ -561,7 +561,7 @@ impl Plan {
         // A handful of fds: a vector beats hashing.
         let targets: Vec<RawFd> = maps.iter().map(|(t, _)| *t).collect();
         self.max_target = targets.iter().copied().max().unwrap_or(2).max(2);
-        let above = self.max_target + 1;
+        let above = self.max_target.saturating_add(1);
         // A source that is also some map's target would be overwritten before it is read:
         // move it out of the way first.
         let mut from: Vec<FdRef> = Vec::with_capacity(maps.len());
