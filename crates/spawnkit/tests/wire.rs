@@ -72,7 +72,7 @@ fn decode_counted(bytes: &[u8], fds: Vec<OwnedFd>) -> (bool, usize) {
 
 // ---- helpers
 
-/// Fd numbers appear in plan text: tests that open fds run one at a time.
+/// Fd numbers appear in plan text: every test of this file that opens fds holds this.
 fn fd_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
@@ -651,6 +651,7 @@ proptest! {
     ) {
         let mut bytes = if versioned { Command::WIRE_VERSION.to_le_bytes().to_vec() } else { vec![] };
         bytes.extend(body);
+        let _guard = fd_lock();
         let fds: Vec<OwnedFd> = (0..nfds).map(|_| pipe_fd()).collect();
         let (_, largest) = decode_counted(&bytes, fds);
         prop_assert!(largest <= 4096 + 64 * bytes.len(), "{} bytes allocated {largest}", bytes.len());
