@@ -26,7 +26,7 @@ use super::Progress;
 /// The herd, built by build.rs.
 const HERD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/herd"));
 const HERD_NAME: &str = "spawnkit-herd";
-const PY_SCRIPT: &str = include_str!("../../../../bench/python_ps.py");
+const PY_SCRIPT: &str = include_str!("../../../bench/python_ps.py");
 
 /// The targets of the issue, as (numerator row, denominator row, target ratio).
 pub const TARGETS: [(&str, &str, f64); 4] = [
