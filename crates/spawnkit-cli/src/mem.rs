@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use serde_json::{json, Value};
-use spawnkit::observe::{self, MapsMethod, Memory, MemoryStatus, SharedRegion, SharedReport};
+use spawnkit_observe::{
+    self as observe, MapsMethod, Memory, MemoryStatus, SharedRegion, SharedReport,
+};
 
 use crate::out::{note, parse_pid, stdout_writer, Failure};
 

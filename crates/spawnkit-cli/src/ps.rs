@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, SortKey, State, TreeRow};
+use spawnkit_observe::{
+    self as observe, Backend, Fields, Process, ProcessTable, SortKey, State, TreeRow,
+};
 
 use crate::out::{note, parse_pid, stdout_writer, Failure};
 

@@ -17,8 +17,8 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use spawnkit::observe::{
-    self, Backend, Comm, Fields, Memory, MemoryStatus, Process, ProcessTable,
+use spawnkit_observe::{
+    self as observe, Backend, Comm, Fields, Memory, MemoryStatus, Process, ProcessTable,
     SharedRegion as Region, SharedReport as Report,
 };
 

@@ -23,7 +23,8 @@ pub enum ErrorKind {
     ChildDied,
 }
 
-/// An error from building, spawning, waiting for or talking to a child.
+/// An error from building, spawning, waiting for or talking to a child (and, through
+/// spawnkit-observe, from reading the process table).
 ///
 /// Displays as `STEP "SUBJECT": REASON`, for example
 /// `chdir "/nope": No such file or directory (os error 2)`,
@@ -45,7 +46,10 @@ impl Error {
         Error { kind, step, subject: subject.into(), errno: None, reason: None, in_child: false }
     }
 
-    pub(crate) fn os(step: &'static str, subject: impl Into<String>, errno: i32) -> Error {
+    /// A failed system call: `step` on `subject` (as it prints: a path through [`quoted`])
+    /// with `errno`. Public, like [`Error::invalid`] and [`Error::unsupported`], so that
+    /// spawnkit's sibling crates (spawnkit-observe) report failures with this same type.
+    pub fn os(step: &'static str, subject: impl Into<String>, errno: i32) -> Error {
         let kind = if errno == libc::ENOENT && step == "execve" {
             ErrorKind::NotFound
         } else {
@@ -54,14 +58,16 @@ impl Error {
         Error { errno: Some(errno), ..Error::new(kind, step, subject) }
     }
 
-    pub(crate) fn invalid(step: &'static str, subject: impl Into<String>, why: &str) -> Error {
+    /// Bad input caught before any system call: `step` on `subject`, and why.
+    pub fn invalid(step: &'static str, subject: impl Into<String>, why: &str) -> Error {
         Error {
             reason: Some(why.to_string()),
             ..Error::new(ErrorKind::InvalidInput, step, subject)
         }
     }
 
-    pub(crate) fn unsupported(step: &'static str, why: impl Into<String>) -> Error {
+    /// `step` cannot be done here (kernel, privilege, build), and why.
+    pub fn unsupported(step: &'static str, why: impl Into<String>) -> Error {
         Error { reason: Some(why.into()), ..Error::new(ErrorKind::Unsupported, step, "") }
     }
 

@@ -23,7 +23,6 @@
 
 mod error;
 mod isolate;
-pub mod observe;
 mod orphans;
 mod spawn;
 #[allow(unsafe_code)]

@@ -1,5 +1,5 @@
 //! Shared helpers for the integration tests of the `spawnkit` binary: running it, and (from
-//! the library's tests) the probe and the fixtures made with it.
+//! the libraries' tests) the probe and the fixtures made with it.
 //!
 //! Every test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
@@ -8,8 +8,8 @@ use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 
 /// `spawnkit-probe`, its process tree and shared-memory fixture, and /proc read
-/// independently: the very file the library's tests use.
-#[path = "../../../spawnkit/tests/common/fixtures.rs"]
+/// independently: the very file the libraries' tests use.
+#[path = "../../../spawnkit-observe/tests/common/fixtures.rs"]
 pub mod fixtures;
 
 /// The `spawnkit` binary under test.

@@ -38,16 +38,12 @@
 //!
 //! Every `unsafe` block below carries a `// SAFETY:` comment pointing back to these rules.
 
-pub(crate) mod bpf;
 pub(crate) mod child;
 pub(crate) mod clone;
-pub(crate) mod creds;
 pub(crate) mod fork;
 pub(crate) mod parent;
 pub(crate) mod pidfd;
 pub(crate) mod posix;
-pub(crate) mod procfs;
-pub(crate) mod procmap;
 pub(crate) mod raw;
 pub(crate) mod stack;
 

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use spawnkit::{Command, Stdio, Strategy};
 
 /// The probe, the process tree and shared-memory fixtures, /proc read independently: one
-/// file that the `spawnkit` binary's tests include too.
+/// file, kept with the observation tests that use most of it, that the `spawnkit` binary's
+/// tests include too.
+#[path = "../../../spawnkit-observe/tests/common/fixtures.rs"]
 pub mod fixtures;
 
 // Kept here under their old names for every test binary; like the rest of this module, each

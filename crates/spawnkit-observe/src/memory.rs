@@ -41,14 +41,14 @@
 //! `Private - Anonymous` is used.
 //!
 //! Shmem whose writers have all exited shows in nobody's numbers here; see
-//! [`crate::observe::shared_regions`], which counts it per object.
+//! [`crate::shared_regions`], which counts it per object.
 
 use std::fs::File;
 use std::io::Read;
 
 use super::shared::{list_pids, live_thread_dir, parse_num, Dev, ShmemDevs};
 use super::Comm;
-use crate::{Error, Result};
+use spawnkit::{Error, Result};
 
 /// Whether a [`Memory`] record holds measured numbers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -416,7 +416,7 @@ pub fn memory_all() -> Result<Vec<Memory>> {
 
 /// The `n` processes with the largest RSS, largest first. They are ranked by the process
 /// table's RSS (the kernel's mm counters, read for every process at once by
-/// [`crate::observe::processes`]: the BPF task iterator when it loads, else one `stat` per
+/// [`crate::processes`]: the BPF task iterator when it loads, else one `stat` per
 /// process); `smaps_rollup` is read only for the `n` at the top. A process whose main thread
 /// has exited before its other threads shows RSS 0 in the table (as in procps), so it ranks
 /// last here; [`memory`], [`memory_of`] and [`memory_all`] measure it.

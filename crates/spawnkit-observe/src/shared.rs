@@ -41,7 +41,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 
 use crate::sys::procmap;
-use crate::{Error, Result};
+use spawnkit::{Error, Result};
 
 /// A device number, as `/proc/PID/maps` and `stat` show it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -209,7 +209,7 @@ pub fn shared_regions_of(pids: &[i32]) -> Result<SharedReport> {
 }
 
 /// [`shared_regions`] or [`shared_regions_of`] (with `Some(pids)`) by a chosen method.
-/// `MapsMethod::ProcmapQuery` fails with [`crate::ErrorKind::Unsupported`] when the kernel
+/// `MapsMethod::ProcmapQuery` fails with [`spawnkit::ErrorKind::Unsupported`] when the kernel
 /// lacks the ioctl.
 pub fn shared_regions_with(method: MapsMethod, pids: Option<&[i32]>) -> Result<SharedReport> {
     let mut walk = Walk::new(method);

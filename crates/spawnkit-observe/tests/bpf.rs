@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::fixtures::{page_size, Churn, Tree};
-use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, State};
+use spawnkit_observe::{self as observe, Backend, Fields, Process, ProcessTable, State};
 
 /// The BPF table, or `None` (after saying why) where the tests may skip.
 fn bpf_table() -> Option<ProcessTable> {

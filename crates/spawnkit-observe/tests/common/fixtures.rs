@@ -1,8 +1,8 @@
-//! Fixtures shared by the library's tests and the `spawnkit` binary's tests (which include
-//! this file with `#[path]`): the `spawnkit-probe` helper, the process tree and the shared
-//! memory fixture it makes, and /proc as read here, independently of spawnkit.
+//! Fixtures shared by the tests of spawnkit-observe, spawnkit and the `spawnkit` binary (the
+//! last two include this file with `#[path]`): the `spawnkit-probe` helper, the process tree
+//! and the shared memory fixture it makes, and /proc as read here, independently of spawnkit.
 //!
-//! Only std and libc, so that both test crates compile it as it is.
+//! Only std and libc, so that every test crate compiles it as it is.
 
 use std::fs;
 use std::io::{BufRead, BufReader};

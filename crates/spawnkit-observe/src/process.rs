@@ -131,7 +131,7 @@ pub struct Process {
     /// backends read it: the counters' per-CPU parts are not summed, so it can differ from
     /// the exact `VmRSS` of `/proc/PID/status` (which procps `ps` shows; recent kernels sum
     /// it) by up to a few hundred KiB per CPU. For exact figures, read
-    /// [`memory()`](crate::observe::memory()) for the processes that matter.
+    /// [`memory()`](crate::memory()) for the processes that matter.
     pub rss_bytes: u64,
     /// The raw `/proc/PID/cmdline` (arguments separated by NUL); `None` when
     /// [`Fields::cmdline`] was not asked for or the process had vanished by then.

@@ -1,7 +1,7 @@
 //! The process table: one interface over two backends, and pure helpers on listings.
 //!
 //! ```no_run
-//! use spawnkit::observe::{self, Backend, Fields, ProcessTable, SortKey};
+//! use spawnkit_observe::{self as observe, Backend, Fields, ProcessTable, SortKey};
 //!
 //! let mut table = ProcessTable::new(Backend::Auto)?;
 //! let mut procs = table.list(Fields { uid: true, ..Fields::default() })?;
@@ -27,7 +27,7 @@ use super::process::{Backend, Fields, Process};
 use super::procfs::Walker;
 use super::reader;
 use crate::sys::procfs as sys;
-use crate::{Error, Result};
+use spawnkit::{Error, Result};
 
 /// A process table that can be read again and again.
 ///
@@ -61,7 +61,7 @@ use crate::{Error, Result};
 /// by systemd's `ProtectProc=` for a service) says what that process is meant to see.
 ///
 /// Otherwise [`Backend::Auto`] drops the program (it is unloaded) and lists with /proc, and
-/// [`Backend::Bpf`] fails with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported);
+/// [`Backend::Bpf`] fails with [`ErrorKind::Unsupported`](spawnkit::ErrorKind::Unsupported);
 /// both load it again once the caller passes. The check costs a capget(2), a readlink and a
 /// stat per listing (plus a read of the caller's mountinfo when it lacks CAP_SYS_PTRACE).
 /// The /proc walker follows the caller's /proc the same way: when `/proc` is another procfs
@@ -103,7 +103,7 @@ impl ProcessTable {
     /// Load a backend.
     ///
     /// - [`Backend::Bpf`]: load and attach the BPF task iterator, or fail with
-    ///   [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) and the reason (not root
+    ///   [`ErrorKind::Unsupported`](spawnkit::ErrorKind::Unsupported) and the reason (not root
     ///   nor CAP_BPF+CAP_PERFMON, kernel without BPF iterators, build without the program,
     ///   or a caller whose /proc would show it less: see [which backend serves
     ///   whom](ProcessTable#which-backend-serves-whom)).
@@ -132,7 +132,7 @@ impl ProcessTable {
     /// again or dropped (the program unloaded) according to whether it may serve the caller
     /// now (see [which backend serves whom](ProcessTable#which-backend-serves-whom));
     /// [`Backend::Auto`] then falls back to procfs, and
-    /// [`Backend::Bpf`] fails with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    /// [`Backend::Bpf`] fails with [`ErrorKind::Unsupported`](spawnkit::ErrorKind::Unsupported).
     /// The walker is pointed at the caller's /proc. Gives [`ProcessTable::backend`].
     pub fn select_backend(&mut self) -> Result<Backend> {
         if self.asked != Backend::Procfs && (self.bpf.is_some() || self.may_load) {
@@ -606,7 +606,7 @@ pub fn tree_prefixes(rows: &[TreeRow]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::{Comm, State};
+    use crate::{Comm, State};
 
     fn p(pid: i32, ppid: i32) -> Process {
         Process {

@@ -26,7 +26,7 @@ use super::Progress;
 /// The herd, built by build.rs.
 const HERD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/herd"));
 const HERD_NAME: &str = "spawnkit-herd";
-const PY_SCRIPT: &str = include_str!("../../../../bench/python_ps.py");
+const PY_SCRIPT: &str = include_str!("../../../bench/python_ps.py");
 
 /// The targets of the issue, as (numerator row, denominator row, target ratio).
 pub const TARGETS: [(&str, &str, f64); 4] = [
@@ -140,13 +140,13 @@ impl ShmCheck {
 /// Run the fixture and measure it.
 fn shm_check(dir: &Path) -> Result<ShmCheck, String> {
     let (total, a, b) = (200, 50, 100);
-    let shmem = || spawnkit::observe::meminfo_shmem().ok_or("no Shmem in /proc/meminfo");
+    let shmem = || spawnkit_observe::meminfo_shmem().ok_or("no Shmem in /proc/meminfo");
     let before = shmem()?;
     let fixture = Herd::shm(dir, total, a, b)?;
     let after = shmem()?;
     let pid = fixture.pid() as i32;
-    let report = spawnkit::observe::shared_regions_of(&[pid]).map_err(|e| e.to_string())?;
-    let rss = spawnkit::observe::memory(pid).ok().flatten().map_or(0, |m| m.rss);
+    let report = spawnkit_observe::shared_regions_of(&[pid]).map_err(|e| e.to_string())?;
+    let rss = spawnkit_observe::memory(pid).ok().flatten().map_or(0, |m| m.rss);
     drop(fixture);
     Ok(ShmCheck {
         total_mib: total,

@@ -14,12 +14,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use spawnkit::observe::{
+use spawnkit::ErrorKind;
+use spawnkit_observe::{
     meminfo_shmem, memory, memory_all, memory_of, parse_smaps_rollup, shared_regions,
     shared_regions_of, shared_regions_with, top_by_rss, Dev, MapsMethod, MemoryStatus, SharedKind,
     SharedRegion, SharedReport,
 };
-use spawnkit::ErrorKind;
 
 use common::fixtures::{is_root, rollup, skip_unless_root, vanished_pid, Ready, ShmFixture};
 

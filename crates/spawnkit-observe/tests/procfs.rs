@@ -13,8 +13,8 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use spawnkit::observe::{self, Backend, Fields, Process, ProcessTable, State};
 use spawnkit::ErrorKind;
+use spawnkit_observe::{self as observe, Backend, Fields, Process, ProcessTable, State};
 
 use common::fixtures::{page_size, stat_fields, status, Churn, Tree};
 

@@ -21,9 +21,9 @@ use std::os::unix::fs::MetadataExt;
 
 use super::parse;
 use super::process::{Fields, Process};
-use crate::error::quoted;
 use crate::sys::procfs as sys;
-use crate::{Error, Result};
+use spawnkit::quoted;
+use spawnkit::{Error, Result};
 
 /// The getdents64 buffer: about 2,000 /proc entries per call.
 const DENTS_BUF: usize = 64 * 1024;

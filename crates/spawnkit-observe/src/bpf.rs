@@ -1,4 +1,4 @@
-//! The BPF task-iterator backend: one `iter/task` program (crates/spawnkit/bpf/task_iter.bpf.c,
+//! The BPF task-iterator backend: one `iter/task` program (bpf/task_iter.bpf.c,
 //! compiled by build.rs and embedded here) writes a fixed-size binary record per process; a
 //! listing is a few large reads of a fresh iterator fd.
 //!
@@ -28,7 +28,7 @@ use std::io::{ErrorKind, Read};
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::process::{Comm, Process, State, NS_PER_TICK};
-use crate::Error;
+use spawnkit::Error;
 
 mod btf;
 mod core;
@@ -85,19 +85,19 @@ impl TaskIter {
 
     /// Append one record per process (thread-group leader) to `out`; on error, `out` is left
     /// as it was.
-    pub(crate) fn read(&mut self, out: &mut Vec<Process>) -> crate::Result<()> {
+    pub(crate) fn read(&mut self, out: &mut Vec<Process>) -> spawnkit::Result<()> {
         let len = out.len();
         self.read_records(out).inspect_err(|_| out.truncate(len))
     }
 
-    fn read_records(&mut self, out: &mut Vec<Process>) -> crate::Result<()> {
+    fn read_records(&mut self, out: &mut Vec<Process>) -> spawnkit::Result<()> {
         let mut file = self.session()?;
         let decoder = Decoder { page_size: self.page_size };
         decoder.stream(&mut self.buf, |buf| read_some(&mut file, buf), out)
     }
 
     /// A new iterator session: reading its fd runs the program over every task once.
-    fn session(&self) -> crate::Result<File> {
+    fn session(&self) -> spawnkit::Result<File> {
         crate::sys::bpf::iter_create(self.link.as_fd())
             .map(File::from)
             .map_err(|e| Error::os("bpf iterator read", "(BPF_ITER_CREATE)", e))
@@ -105,7 +105,7 @@ impl TaskIter {
 
     /// Refuse a reader outside the initial pid namespace: read the first page of a session
     /// and look at its header.
-    fn check_reader(&mut self) -> crate::Result<()> {
+    fn check_reader(&mut self) -> spawnkit::Result<()> {
         let mut file = self.session()?;
         let mut filled = 0;
         while filled < HEADER_SIZE {
@@ -133,9 +133,9 @@ impl Decoder {
     fn stream(
         &self,
         buf: &mut [u8],
-        mut read: impl FnMut(&mut [u8]) -> crate::Result<usize>,
+        mut read: impl FnMut(&mut [u8]) -> spawnkit::Result<usize>,
         out: &mut Vec<Process>,
-    ) -> crate::Result<()> {
+    ) -> spawnkit::Result<()> {
         // The reader's boottime offset, once the header is read.
         let mut header = None;
         let mut filled = 0;
@@ -172,7 +172,7 @@ impl Decoder {
 /// Check the header every session starts with: this build's layout, a reader in the initial
 /// pid namespace. Gives the boottime offset of the reader's time namespace (ns), which /proc
 /// adds to start times.
-fn check_header(h: &[u8]) -> crate::Result<i64> {
+fn check_header(h: &[u8]) -> spawnkit::Result<i64> {
     let bad = |why: &str| Error::invalid("bpf iterator read", "task iterator", why);
     if u32_at(h, 0) != MAGIC || u16_at(h, 4) != VERSION || usize::from(u16_at(h, 6)) != RECORD_SIZE
     {
@@ -224,7 +224,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// read(2) into `buf`, retrying on EINTR, and on EAGAIN (the iterator gives up a read after a
 /// million tasks without output, and goes on with the next read).
-fn read_some(file: &mut File, buf: &mut [u8]) -> crate::Result<usize> {
+fn read_some(file: &mut File, buf: &mut [u8]) -> spawnkit::Result<usize> {
     loop {
         match file.read(buf) {
             Ok(n) => return Ok(n),
@@ -521,7 +521,7 @@ mod tests {
     }
 
     /// Feed `stream` to a decoder in reads of the given sizes (cycled; 0 ends the stream).
-    fn decode_in_reads(stream: &[u8], sizes: &[usize]) -> crate::Result<Vec<Process>> {
+    fn decode_in_reads(stream: &[u8], sizes: &[usize]) -> spawnkit::Result<Vec<Process>> {
         let decoder = Decoder { page_size: 4096 };
         let mut buf = vec![0u8; 4 * RECORD_SIZE];
         let (mut at, mut i) = (0, 0);

@@ -1,5 +1,8 @@
-//! `spawnkit bench`: the field's three published spawn benchmarks, reproduced, with spawnkit
-//! beside the alternatives in one run, and the cost of a fence.
+//! spawnkit-bench: the benchmark lab behind `spawnkit bench`. The field's three published spawn
+//! benchmarks, reproduced, with spawnkit beside the alternatives in one run, the cost of a
+//! fence, and the process table beside ps, psutil and smem; tables, JSON and charts.
+//!
+//! The `spawnkit` binary parses the flags into [`Options`] and calls [`run`].
 //!
 //! 1. **latency** ([`latency`], Josh Triplett, LPC 2022): spawn → the child's own
 //!    CLOCK_MONOTONIC, from a small parent, 1 GiB allocated, and 1 GiB touched;
@@ -21,6 +24,7 @@
 mod cpu;
 mod fence;
 mod latency;
+mod out;
 mod plot;
 mod ps;
 mod python;
@@ -37,7 +41,8 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use latency::Size;
+pub use latency::Size;
+pub use rows::Row;
 
 /// The tiny child, built by build.rs.
 const TINYCHILD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tinychild"));
@@ -45,7 +50,7 @@ const TINYCHILD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tinychild"));
 const TINY_NAME: &str = "spawnkit-tinychild";
 
 /// Which method(s) to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     /// Spawn-to-running time (min and median), three parent sizes.
     Latency,
@@ -63,80 +68,38 @@ pub enum Method {
     All,
 }
 
-/// Options of `spawnkit bench`.
-#[derive(Debug, Clone, clap::Args)]
-#[command(after_help = "\
-Examples:
-  spawnkit bench                          (all methods, --quick: under a minute)
-  spawnkit bench latency --full           (the published 2000 runs per row and parent size)
-  spawnkit bench fence --runs 1000        (the cost of a private /tmp + network + user namespace)
-  spawnkit bench ps --full                (10,000 sleeping processes: spawnkit ps beside ps, psutil, smem)
-  spawnkit bench all --full --json bench.json --plot docs/bench")]
-pub struct BenchArgs {
-    /// Which method to run.
-    #[arg(value_enum, default_value_t = Method::All)]
+/// What to run and where to write it: the options of `spawnkit bench`, whose help (in the
+/// `spawnkit` binary) says what each one means. `None` takes the preset's value.
+#[derive(Debug, Clone)]
+pub struct Options {
     pub method: Method,
-    /// Spawns per row and parent size (latency), per row and mode (cpu), per row (fence)
-    /// [default: 500 with --quick, 2000 with --full].
-    #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
-    /// Small sizes that still cover every row (the default).
-    #[arg(long, conflicts_with = "full")]
     pub quick: bool,
-    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (about 4 minutes on 2 cores).
-    #[arg(long)]
     pub full: bool,
-    /// Throughput: the process totals [default: 32,128,384 with --quick,
-    /// 32,128,384,1024,2048 with --full].
-    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub totals: Option<Vec<usize>>,
-    /// Throughput: iterations per total [default: 5].
-    #[arg(long, value_name = "N")]
     pub iterations: Option<usize>,
-    /// Throughput: most processes alive at once [default: 2 × cores + 1].
-    #[arg(long, value_name = "N")]
     pub active: Option<usize>,
-    /// Latency: the parent sizes to measure [default: 0,1GiB,1GiB-touched].
-    #[arg(long, value_delimiter = ',', value_name = "SIZE,...", value_parser = parse_size)]
     pub sizes: Option<Vec<Size>>,
-    /// Latency, throughput, cpu: only these rows (ids as in the JSON file: vfork_exec,
-    /// spawnkit_clone_vfork, ...) [default: every row]. The fence method runs all of its rows.
-    #[arg(long, value_delimiter = ',', value_name = "ID,...", value_parser = parse_row)]
-    pub rows: Option<Vec<rows::Row>>,
-    /// Write every row, the machine and the ratios as JSON.
-    #[arg(long, value_name = "FILE")]
+    pub rows: Option<Vec<Row>>,
     pub json: Option<PathBuf>,
-    /// Write PNG and SVG charts into this folder.
-    #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
-    /// Python for the subprocess rows [default: .venv/bin/python if found, else python3].
-    #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
-    /// Skip the Python rows.
-    #[arg(long)]
     pub no_python: bool,
-    /// Ps: how many sleeping processes to start [default: 1000 with --quick, 10000 with --full].
-    #[arg(long, value_name = "N")]
     pub procs: Option<usize>,
-    /// Fence, ps: when bwrap, smem or psutil is missing, skip its row instead of installing it
-    /// (bubblewrap and smem from Debian's packages with apt-get, psutil with pip).
-    #[arg(long)]
     pub no_install: bool,
-    /// Fence: also build each fence one piece at a time (spawnkit: user ns, + mount ns and
-    /// tmpfs, + net ns, + lo up; unshare, + sh, + mount, + ip; bwrap: user ns, + tmpfs, + net)
-    /// and print what each piece adds.
-    #[arg(long)]
     pub steps: bool,
 }
 
-fn parse_row(s: &str) -> Result<rows::Row, String> {
+/// A row by its id as in the JSON file (`vfork_exec`, `spawnkit_clone_vfork`, ...).
+pub fn parse_row(s: &str) -> Result<Row, String> {
     rows::ALL.into_iter().find(|r| r.id() == s).ok_or_else(|| {
         let ids: Vec<&str> = rows::ALL.iter().map(|r| r.id()).collect();
         format!("unknown row {s:?} (one of {})", ids.join(", "))
     })
 }
 
-fn parse_size(s: &str) -> Result<Size, String> {
+/// A parent size of the latency method: `0`, `1GiB` or `1GiB-touched`.
+pub fn parse_size(s: &str) -> Result<Size, String> {
     Size::from_key(s).ok_or_else(|| format!("unknown parent size {s:?} (0, 1GiB, 1GiB-touched)"))
 }
 
@@ -159,7 +122,7 @@ pub struct Config {
 }
 
 impl Config {
-    fn from_args(a: &BenchArgs) -> Result<Config, String> {
+    fn from_args(a: &Options) -> Result<Config, String> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (preset, runs, cap, totals, iterations) = if a.full {
             ("full", 2000, 2000, vec![32, 128, 384, 1024, 2048], 5)
@@ -392,7 +355,7 @@ fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row]) -> u
     n as u64
 }
 
-fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
+fn measure(args: &Options, config: Config) -> Result<Results, String> {
     let started = Instant::now();
     let cargo_note = drop_cargo_library_path();
     let dir = ChildDir::create()?;
@@ -508,8 +471,10 @@ fn measure(args: &BenchArgs, config: Config) -> Result<Results, String> {
     Ok(res)
 }
 
-/// Run the benchmark; returns the process exit code.
-pub fn main(args: &BenchArgs) -> i32 {
+/// Run the benchmark: the tables on stdout, the progress bar and notes on stderr, then the
+/// JSON file and the charts when asked for; returns the process exit code (125 for options
+/// that do not fit together, 1 when a measurement or a file failed).
+pub fn run(args: &Options) -> i32 {
     let config = match Config::from_args(args) {
         Ok(c) => c,
         Err(e) => {

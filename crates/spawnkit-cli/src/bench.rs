@@ -1,0 +1,134 @@
+//! `spawnkit bench`: the flags (clap) and their help, mapped onto [`spawnkit_bench::Options`];
+//! the benchmark lab itself is the spawnkit-bench crate.
+
+use std::path::PathBuf;
+
+use spawnkit_bench::{Row, Size};
+
+/// Which method(s) to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// Spawn-to-running time (min and median), three parent sizes.
+    Latency,
+    /// Processes per second with at most N alive.
+    Throughput,
+    /// User + system CPU per spawn, without and with stdout captured.
+    Cpu,
+    /// Spawn-to-running with a private /tmp, private network and user namespace: spawnkit,
+    /// unshare + mount + ip in a shell, bubblewrap; the fence's cost in µs.
+    Fence,
+    /// N sleeping processes, then `spawnkit ps` (BPF, /proc) beside `ps ax`, `spawnkit.ps()`
+    /// beside psutil's process_iter, `spawnkit mem` beside smem.
+    Ps,
+    /// All five.
+    All,
+}
+
+/// Options of `spawnkit bench`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "\
+Examples:
+  spawnkit bench                          (all methods, --quick: under a minute)
+  spawnkit bench latency --full           (the published 2000 runs per row and parent size)
+  spawnkit bench fence --runs 1000        (the cost of a private /tmp + network + user namespace)
+  spawnkit bench ps --full                (10,000 sleeping processes: spawnkit ps beside ps, psutil, smem)
+  spawnkit bench all --full --json bench.json --plot docs/bench")]
+pub struct BenchArgs {
+    /// Which method to run.
+    #[arg(value_enum, default_value_t = Method::All)]
+    pub method: Method,
+    /// Spawns per row and parent size (latency), per row and mode (cpu), per row (fence)
+    /// [default: 500 with --quick, 2000 with --full].
+    #[arg(long, value_name = "N")]
+    pub runs: Option<usize>,
+    /// Small sizes that still cover every row (the default).
+    #[arg(long, conflicts_with = "full")]
+    pub quick: bool,
+    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (about 4 minutes on 2 cores).
+    #[arg(long)]
+    pub full: bool,
+    /// Throughput: the process totals [default: 32,128,384 with --quick,
+    /// 32,128,384,1024,2048 with --full].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pub totals: Option<Vec<usize>>,
+    /// Throughput: iterations per total [default: 5].
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<usize>,
+    /// Throughput: most processes alive at once [default: 2 × cores + 1].
+    #[arg(long, value_name = "N")]
+    pub active: Option<usize>,
+    /// Latency: the parent sizes to measure [default: 0,1GiB,1GiB-touched].
+    #[arg(long, value_delimiter = ',', value_name = "SIZE,...", value_parser = spawnkit_bench::parse_size)]
+    pub sizes: Option<Vec<Size>>,
+    /// Latency, throughput, cpu: only these rows (ids as in the JSON file: vfork_exec,
+    /// spawnkit_clone_vfork, ...) [default: every row]. The fence method runs all of its rows.
+    #[arg(long, value_delimiter = ',', value_name = "ID,...", value_parser = spawnkit_bench::parse_row)]
+    pub rows: Option<Vec<Row>>,
+    /// Write every row, the machine and the ratios as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write PNG and SVG charts into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Python for the subprocess rows [default: .venv/bin/python if found, else python3].
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Skip the Python rows.
+    #[arg(long)]
+    pub no_python: bool,
+    /// Ps: how many sleeping processes to start [default: 1000 with --quick, 10000 with --full].
+    #[arg(long, value_name = "N")]
+    pub procs: Option<usize>,
+    /// Fence, ps: when bwrap, smem or psutil is missing, skip its row instead of installing it
+    /// (bubblewrap and smem from Debian's packages with apt-get, psutil with pip).
+    #[arg(long)]
+    pub no_install: bool,
+    /// Fence: also build each fence one piece at a time (spawnkit: user ns, + mount ns and
+    /// tmpfs, + net ns, + lo up; unshare, + sh, + mount, + ip; bwrap: user ns, + tmpfs, + net)
+    /// and print what each piece adds.
+    #[arg(long)]
+    pub steps: bool,
+}
+
+impl From<Method> for spawnkit_bench::Method {
+    fn from(m: Method) -> spawnkit_bench::Method {
+        match m {
+            Method::Latency => spawnkit_bench::Method::Latency,
+            Method::Throughput => spawnkit_bench::Method::Throughput,
+            Method::Cpu => spawnkit_bench::Method::Cpu,
+            Method::Fence => spawnkit_bench::Method::Fence,
+            Method::Ps => spawnkit_bench::Method::Ps,
+            Method::All => spawnkit_bench::Method::All,
+        }
+    }
+}
+
+impl BenchArgs {
+    /// The options, field for field.
+    fn options(&self) -> spawnkit_bench::Options {
+        let a = self.clone();
+        spawnkit_bench::Options {
+            method: a.method.into(),
+            runs: a.runs,
+            quick: a.quick,
+            full: a.full,
+            totals: a.totals,
+            iterations: a.iterations,
+            active: a.active,
+            sizes: a.sizes,
+            rows: a.rows,
+            json: a.json,
+            plot: a.plot,
+            python: a.python,
+            no_python: a.no_python,
+            procs: a.procs,
+            no_install: a.no_install,
+            steps: a.steps,
+        }
+    }
+}
+
+/// Run the benchmark; returns the process exit code.
+pub fn main(args: &BenchArgs) -> i32 {
+    spawnkit_bench::run(&args.options())
+}
