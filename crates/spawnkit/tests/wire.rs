@@ -706,7 +706,8 @@ fn versions_and_trailing_bytes() {
     let mut v2 = bytes.clone();
     v2[..2].copy_from_slice(&2u16.to_le_bytes());
     let e = Command::from_wire(&v2, Vec::new()).expect_err("version 2");
-    assert_eq!((e.kind(), e.step()), (ErrorKind::InvalidInput, "decode"));
+    // Unsupported, not InvalidInput: a peer of another version, not damaged bytes.
+    assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "decode"));
     assert_eq!(e.to_string(), "decode version 2: unknown wire format version (this build reads 1)");
     let mut trailing = bytes.clone();
     trailing.push(0);
@@ -829,3 +830,91 @@ fn a_decoded_command_spawns_with_its_options() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&want));
     assert_eq!(out.stdout, want);
 }
+
+/// Values a client may send that the local builder can reach too: each is an error or works,
+/// never a panic (a lock timeout past what an Instant holds, a child fd near i32::MAX), and
+/// a decoded environment names each variable once (planning stays linear).
+#[test]
+fn extreme_values_from_the_wire_are_errors_or_work() {
+    let _g = fd_lock();
+    let lock = scratch_dir().join("extreme.lock");
+    let mut c = Command::new("/bin/true");
+    c.lock(spawnkit::Lock { path: lock, shared: false, timeout: Some(Duration::MAX) });
+    let (bytes, _) = c.to_wire().expect("encode");
+    let mut d = Command::from_wire(&bytes, Vec::new()).expect("decode");
+    assert_eq!(d.status().expect("a free lock is taken at once"), spawnkit::ExitStatus::Exited(0));
+    for strategy in spawnkit::Strategy::ALL {
+        for target in [i32::MAX, (1 << 30) + 1] {
+            let mut c = Command::new("/bin/true");
+            c.strategy(strategy).fd(target, 1);
+            let e = c.spawn().expect_err("an fd past any fd table");
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "{strategy} {target}: {e}");
+            assert!(e.to_string().contains("above 2^30"), "{e}");
+        }
+    }
+    let mut c = Command::new("x");
+    c.env("AAAA", "1").env("AAAB", "2");
+    let (mut bytes, _) = c.to_wire().expect("encode");
+    let at = bytes.windows(4).position(|w| w == b"AAAB").expect("the second name");
+    bytes[at + 3] = b'A';
+    let e = Command::from_wire(&bytes, Vec::new()).expect_err("a name twice");
+    assert_eq!(e.to_string(), "decode: an environment name appears twice in the changes");
+}
+
+/// The layout of version 1, byte for byte: a derived type that gains a field or reorders its
+/// variants changes these bytes without touching `WIRE_VERSION`. If this fails, the wire
+/// form changed: bump `Command::WIRE_VERSION` (and docs/wire.md), then update the bytes.
+#[test]
+fn the_version_1_layout_is_pinned() {
+    let mut c = Command::new("prog");
+    c.arg0("zero")
+        .args(["a", "b"])
+        .env("K", "v")
+        .env_remove("R")
+        .base_env([("B", "1")])
+        .current_dir("/w")
+        .stdin(spawnkit::Stdio::Null)
+        .stdout(spawnkit::Stdio::Pipe)
+        .stderr(spawnkit::Stdio::Stdout)
+        .close_other_fds(false)
+        .signal_mask(spawnkit::SigSet::empty().with(Signal::new(10).expect("USR1")))
+        .restore_signals(false)
+        .signal_default(Signal::new(2).expect("INT"))
+        .setsid(true)
+        .process_group(0)
+        .rlimit(Resource::Nofile, 64, 128)
+        .nice(3)
+        .cpu_affinity([0, 1])
+        .uid(7)
+        .gid(8)
+        .groups([9])
+        .umask(0o22)
+        .parent_death_signal(Signal::new(15).expect("TERM"))
+        .no_new_privs(true)
+        .strategy(spawnkit::Strategy::ForkExec)
+        .kill_on_drop(true)
+        .path_search(spawnkit::PathSearch::TryAll)
+        .unshare(Namespaces::MOUNT.union(Namespaces::NET))
+        .user_map(UserMap::Custom {
+            uid: vec![IdMap { inside: 0, outside: 1000, count: 1 }],
+            gid: vec![IdMap { inside: 0, outside: 1000, count: 1 }],
+        })
+        .private_tmp(Some(PathBuf::from("/t")), TmpOptions::default())
+        .ro_bind("/s", "/d")
+        .private_network(true)
+        .hostname("h")
+        .chroot("/r")
+        .lock(spawnkit::Lock {
+            path: PathBuf::from("/l"),
+            shared: true,
+            timeout: Some(Duration::from_millis(1500)),
+        })
+        .cgroup("/c")
+        .keep_capabilities(true);
+    let (bytes, fds) = c.to_wire().expect("encode");
+    assert!(fds.is_empty());
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, PINNED_V1, "the wire layout changed: bump WIRE_VERSION");
+}
+
+const PINNED_V1: &str = "01000470726f67020161016201047a65726f0002014b01017601520001010142013101022f770101010201030000800400020101000107408001010601020001010701080101090112011e01020101808088800401020100e807010100e807010101022f7401010001022f73022f640101016801022f7201022f6c01010180cab5ee0101022f6301";

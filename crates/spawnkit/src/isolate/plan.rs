@@ -449,7 +449,10 @@ pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
             Err(e) => Err(Error::os("flock", subject.clone(), e)),
         },
         Some(t) => {
-            let deadline = Instant::now() + t;
+            // A timeout past what an Instant can hold (Duration::MAX) waits for ever.
+            let Some(deadline) = Instant::now().checked_add(t) else {
+                return parent::flock(fd, op).map_err(|e| Error::os("flock", subject.clone(), e));
+            };
             let mut nap = Duration::from_millis(1);
             loop {
                 match parent::flock(fd, op | libc::LOCK_NB) {

@@ -5,6 +5,7 @@
 //! pipes. The child only walks [`Plan::steps`] (see `sys/child.rs`).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -310,6 +311,10 @@ impl fmt::Display for Plan {
     }
 }
 
+/// The highest fd number a map may target: no fd table reaches 2^30 (fs.nr_open's ceiling
+/// is about 2^31 only in theory), and the engine's own fds go above the highest target.
+pub(crate) const MAX_FD: RawFd = 1 << 30;
+
 /// The PATH used when the child's environment has none (glibc's and CPython's default).
 pub const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
@@ -550,6 +555,15 @@ impl Plan {
             if target < 0 || src < 0 {
                 return Err(Error::invalid("dup2", format!("fd {src} -> {target}"), "negative fd"));
             }
+            if target > MAX_FD {
+                // The engine works above the highest target (moved copies, the lock): keep
+                // that arithmetic far from i32::MAX. No fd table reaches 2^30 (fs.nr_open).
+                return Err(Error::invalid(
+                    "dup2",
+                    format!("fd {src} -> {target}"),
+                    "fd number above 2^30 (beyond any fd table: fs.nr_open)",
+                ));
+            }
             maps.retain(|(t, _)| *t != target);
             maps.push((target, src));
         }
@@ -676,25 +690,38 @@ fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
     if !cmd.env_clear && cmd.env.is_empty() {
         return inherited_env(cmd.base_env.as_deref());
     }
-    let mut vars: Vec<(OsString, OsString)> = match (&cmd.base_env, cmd.env_clear) {
-        (_, true) => Vec::new(),
-        (Some(base), false) => base.clone(),
-        (None, false) => std::env::vars_os().collect(),
+    let inherited: Vec<(OsString, OsString)>;
+    let base: &[(OsString, OsString)] = match (&cmd.base_env, cmd.env_clear) {
+        (_, true) => &[],
+        (Some(base), false) => base,
+        (None, false) => {
+            inherited = std::env::vars_os().collect();
+            &inherited
+        }
     };
+    // Changes replace in place (the first entry of a name), so the child sees the parent's
+    // order, then new names in the order they were set (what CPython's env dict gives); a
+    // removal leaves a hole. An index by name keeps this linear in the sizes.
+    let mut slots: Vec<(&OsStr, Option<&OsStr>)> =
+        base.iter().map(|(k, v)| (k.as_os_str(), Some(v.as_os_str()))).collect();
+    let mut first: HashMap<&OsStr, usize> = HashMap::with_capacity(slots.len() + cmd.env.len());
+    for (i, (k, _)) in slots.iter().enumerate() {
+        first.entry(*k).or_insert(i);
+    }
     for (k, v) in &cmd.env {
         check_env_name(k)?;
-        // Replace in place, so the child sees the parent's order, then new names in the
-        // order they were set (what CPython's env dict gives).
-        match (vars.iter().position(|(name, _)| name == k), v) {
-            (Some(i), Some(v)) => vars[i].1 = v.clone(),
-            (Some(i), None) => {
-                vars.remove(i);
+        match (first.get(k.as_os_str()), v) {
+            (Some(&i), v) => slots[i].1 = v.as_deref(),
+            (None, Some(v)) => {
+                first.insert(k, slots.len());
+                slots.push((k, Some(v)));
             }
-            (None, Some(v)) => vars.push((k.clone(), v.clone())),
             (None, None) => {}
         }
     }
-    let path = vars.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
+    let vars: Vec<(&OsStr, &OsStr)> =
+        slots.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+    let path = vars.iter().find(|(k, _)| *k == "PATH").map(|(_, v)| v.to_os_string());
     let bytes = vars.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
     let mut envp = CStrArray::with_capacity(vars.len(), bytes);
     for (k, v) in &vars {

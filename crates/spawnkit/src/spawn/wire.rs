@@ -320,13 +320,15 @@ impl Command {
             _ => return Err(decode_error("", "too short for the format version")),
         };
         if version != Command::WIRE_VERSION {
+            // Unsupported, not InvalidInput: a peer of another version, not damaged bytes.
             return Err(decode_error(
                 format!("version {version}"),
                 &format!(
                     "unknown wire format version (this build reads {})",
                     Command::WIRE_VERSION
                 ),
-            ));
+            )
+            .with_kind(ErrorKind::Unsupported));
         }
         let (wire, rest) = postcard::take_from_bytes::<WireCommand<'static>>(body)
             .map_err(|e| decode_error("", &format!("malformed command: {e}")))?;
@@ -364,6 +366,15 @@ impl Command {
             path_search,
             isolation,
         } = wire;
+        // The builder keeps each environment name once; so must a decoded command (a list
+        // of repeated names would make planning quadratic).
+        let mut names = std::collections::HashSet::with_capacity(env.len());
+        for (k, _) in &env {
+            if !names.insert(k.0.as_ref()) {
+                return Err(decode_error("", "an environment name appears twice in the changes"));
+            }
+        }
+        drop(names);
         let mut cmd_stdio: [Option<Stdio>; 3] = [None, None, None];
         for (slot, spec) in cmd_stdio.iter_mut().zip(stdio) {
             *slot = match spec {
