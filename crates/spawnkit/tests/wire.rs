@@ -918,3 +918,56 @@ fn the_version_1_layout_is_pinned() {
 }
 
 const PINNED_V1: &str = "01000470726f67020161016201047a65726f0002014b01017601520001010142013101022f770101010201030000800400020101000107408001010601020001010701080101090112011e01020101808088800401020100e807010100e807010101022f7401010001022f73022f640101016801022f7201022f6c01010180cab5ee0101022f6301";
+
+/// A pipe's write end to pass, and whether its read end sees EOF (every copy of the write
+/// end closed) — without blocking.
+fn writer_and_eof_probe() -> (OwnedFd, impl Fn() -> bool) {
+    let (r, w) = common::pipe();
+    let r = OwnedFd::from(r);
+    let probe = move || {
+        let mut p = libc::pollfd { fd: r.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd on a live local fd, no wait.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & libc::POLLHUP != 0
+    };
+    (OwnedFd::from(w), probe)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    /// Fd maps and stdio fds whose indices disagree with the fds passed (too few, too many),
+    /// child fds at the extremes: decoding is Ok or an error, never a panic, and once the
+    /// result is dropped every fd passed is closed (the server relies on it).
+    #[test]
+    fn passed_fds_are_closed_whatever_the_indices(
+        maps in prop::collection::vec((prop_oneof![Just(i32::MIN), Just(-1), 0..8i32, Just((1 << 30) + 1), Just(i32::MAX)], 0usize..3), 0..4),
+        stdin_fd in any::<bool>(),
+        passed in 0usize..5,
+    ) {
+        let _guard = fd_lock();
+        let pool: Vec<OwnedFd> = (0..3).map(|_| pipe_fd()).collect();
+        let mut c = Command::new("/bin/true");
+        for (child, which) in &maps {
+            c.fd(*child, pool[*which].as_raw_fd());
+        }
+        if stdin_fd {
+            c.stdin(Stdio::Fd(pool[0].as_raw_fd()));
+        }
+        let Ok((bytes, _)) = c.to_wire() else { return Ok(()) }; // a negative fd: refused at encode
+        let mut probes = Vec::new();
+        let mut fds = Vec::new();
+        for _ in 0..passed {
+            let (w, probe) = writer_and_eof_probe();
+            fds.push(w);
+            probes.push(probe);
+        }
+        let decoded = Command::from_wire(&bytes, fds);
+        if let Ok(cmd) = &decoded {
+            let _ = cmd.plan(); // plans, or refuses an extreme child fd: no panic
+        }
+        drop(decoded);
+        for (i, probe) in probes.iter().enumerate() {
+            prop_assert!(probe(), "fd {} of {} still open after the decode was dropped", i, passed);
+        }
+    }
+}
