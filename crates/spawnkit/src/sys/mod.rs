@@ -44,8 +44,11 @@ pub(crate) mod fork;
 pub(crate) mod parent;
 pub(crate) mod pidfd;
 pub(crate) mod posix;
+pub(crate) mod process;
 pub(crate) mod raw;
+pub(crate) mod signals;
 pub(crate) mod stack;
+pub(crate) mod users;
 
 /// `errno` of the calling thread after a failed libc call (parent side only).
 pub(crate) fn last_errno() -> i32 {
