@@ -17,33 +17,33 @@ fn os(e: i32) -> io::Error {
 
 /// geteuid(2): the effective user id.
 pub fn geteuid() -> u32 {
-    sys::process::geteuid()
+    sys::this_process::geteuid()
 }
 
 /// getpgrp(2): the process group of the calling process.
 pub fn getpgrp() -> i32 {
-    sys::process::getpgrp()
+    sys::this_process::getpgrp()
 }
 
 /// fcntl(2) `F_GETFD`: the fd flags of `fd` (`FD_CLOEXEC`), or why not (EBADF: not open).
 pub fn fd_flags(fd: RawFd) -> io::Result<i32> {
-    sys::process::fd_flags(fd).map_err(os)
+    sys::this_process::fd_flags(fd).map_err(os)
 }
 
 /// fcntl(2) `F_SETFD, FD_CLOEXEC`: mark `fd` close-on-exec.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
-    sys::process::set_cloexec(fd).map_err(os)
+    sys::this_process::set_cloexec(fd).map_err(os)
 }
 
 /// close_range(2) with `CLOSE_RANGE_CLOEXEC`: mark every open fd in `first..=last`
 /// close-on-exec (Linux 5.11+; an error on older kernels).
 pub fn cloexec_range(first: u32, last: u32) -> io::Result<()> {
-    sys::process::cloexec_range(first, last).map_err(os)
+    sys::this_process::cloexec_range(first, last).map_err(os)
 }
 
 /// getrlimit(2) `RLIMIT_NOFILE`: (soft, hard).
 pub fn nofile_limit() -> io::Result<(u64, u64)> {
-    sys::process::getrlimit(libc::RLIMIT_NOFILE).map_err(os)
+    sys::this_process::getrlimit(libc::RLIMIT_NOFILE).map_err(os)
 }
 
 /// poll(2) `POLLIN` on each of `fds` for up to `timeout_ms` (negative: forever). Returns
@@ -58,5 +58,5 @@ pub fn poll_readable<const N: usize>(fds: [RawFd; N], timeout_ms: i32) -> io::Re
 /// pidfd_send_signal(2) of signal number `sig` (0 only checks) through `pidfd`, which the
 /// caller keeps open for the call. ESRCH (the process has exited) is returned as it is.
 pub fn pidfd_send_signal(pidfd: RawFd, sig: i32) -> io::Result<()> {
-    sys::process::pidfd_send_signal(pidfd, sig).map_err(os)
+    sys::this_process::pidfd_send_signal(pidfd, sig).map_err(os)
 }

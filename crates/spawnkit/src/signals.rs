@@ -14,7 +14,7 @@ impl SigSet {
     /// [`Command::signal_mask`](crate::Command::signal_mask), so a face that wants the
     /// child to inherit the caller's mask (as Python's `subprocess` does) passes this one.
     pub fn current_thread_mask() -> SigSet {
-        SigSet::from_bits(sys::signals::thread_mask().unwrap_or(0))
+        SigSet::from_bits(sys::sigmask::thread_mask().unwrap_or(0))
     }
 }
 
@@ -45,8 +45,8 @@ pub struct SignalFd {
 impl SignalFd {
     /// Block `set` in the calling thread and open a signalfd for it.
     pub fn block(set: SigSet) -> io::Result<SignalFd> {
-        sys::signals::block(set.bits()).map_err(io::Error::from_raw_os_error)?;
-        let fd = sys::signals::signalfd(set.bits()).map_err(io::Error::from_raw_os_error)?;
+        sys::sigmask::block(set.bits()).map_err(io::Error::from_raw_os_error)?;
+        let fd = sys::sigmask::signalfd(set.bits()).map_err(io::Error::from_raw_os_error)?;
         Ok(SignalFd { fd })
     }
 
@@ -54,7 +54,7 @@ impl SignalFd {
     pub fn read_pending(&self) -> io::Result<Vec<ReceivedSignal>> {
         let mut out = Vec::new();
         loop {
-            match sys::signals::read_siginfo(self.fd.as_fd()) {
+            match sys::sigmask::read_siginfo(self.fd.as_fd()) {
                 Ok(Some((signo, code, sender))) => {
                     out.push(ReceivedSignal { signo: signo as i32, code, sender })
                 }

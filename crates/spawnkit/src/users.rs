@@ -109,7 +109,7 @@ id_type!(
     User,
     "user",
     uid,
-    |name| sys::users::user_by_name(name).map(|found| found.map(|(uid, _)| uid))
+    |name| sys::nss::user_by_name(name).map(|found| found.map(|(uid, _)| uid))
 );
 
 id_type!(
@@ -117,7 +117,7 @@ id_type!(
     Group,
     "group",
     gid,
-    sys::users::group_by_name
+    sys::nss::group_by_name
 );
 
 #[cfg(test)]
