@@ -340,8 +340,7 @@ fn apt_get(args: &[&str]) -> Result<(), String> {
 /// Install bubblewrap from the distribution's packages (`apt-get install -y bubblewrap`, after
 /// `apt-get update` if the first try fails); the path of bwrap, or why not.
 fn install_bwrap() -> Result<PathBuf, String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if spawnkit::process::geteuid() != 0 {
         return Err("bwrap is not installed, and installing bubblewrap needs root".into());
     }
     if which("apt-get").is_none() {

@@ -21,6 +21,8 @@
 //! C baselines (bench/baselines.c) are built by build.rs. Only [`rows::Row::spawn`] differs
 //! between rows; rows are interleaved so noise on a shared machine hits them alike.
 
+#![deny(unsafe_code)]
+
 mod cpu;
 mod fence;
 mod latency;
@@ -30,6 +32,7 @@ mod ps;
 mod python;
 mod report;
 mod rows;
+#[allow(unsafe_code)]
 mod sys;
 mod throughput;
 
@@ -198,10 +201,7 @@ fn machine() -> Machine {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| "?".into());
-    // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
-    let glibc = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }
-        .to_string_lossy()
-        .into_owned();
+    let glibc = sys::glibc_version();
     Machine {
         date: utc_now(),
         kernel,

@@ -265,8 +265,7 @@ fn smem(install: bool, notes: &mut Vec<String>) -> Result<PathBuf, String> {
     if !install {
         return Err("smem is not installed (--no-install)".into());
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 || which("apt-get").is_none() {
+    if spawnkit::process::geteuid() != 0 || which("apt-get").is_none() {
         return Err("smem is not installed, and this is not root with apt-get".into());
     }
     crate::out::note!("spawnkit bench: smem not found in PATH; installing Debian's smem package");

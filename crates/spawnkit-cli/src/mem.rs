@@ -496,8 +496,7 @@ fn unread(report: &SharedReport) -> Option<String> {
 }
 
 fn caller_is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    spawnkit::process::geteuid() == 0
 }
 
 /// Why regions' resident sizes are unknown: reading /proc/PID/map_files was refused, or

@@ -689,12 +689,7 @@ fn write_json(
 
 /// Local broken-down time of Unix second `t`.
 fn local(t: i64) -> libc::tm {
-    // SAFETY: an all-zero tm is a valid value (its tm_zone pointer is NULL).
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let t: libc::time_t = t;
-    // SAFETY: localtime_r reads `t` and writes `tm`, both valid for the call.
-    unsafe { libc::localtime_r(&t, &mut tm) };
-    tm
+    spawnkit_observe::local_time(t)
 }
 
 const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];

@@ -42,16 +42,16 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::out::{self, note};
 use clap::builder::{OsStringValueParser, PossibleValuesParser, TypedValueParser};
 use spawnkit::{
-    quoted, Child, Command, ExitStatus, Lock, Namespaces, Resource, SigSet, Signal, Stdio,
-    Strategy, TmpOptions, UserMap, RLIM_INFINITY,
+    quoted, Child, Command, ExitStatus, Group, Lock, LookupError, Namespaces, ParseIdError,
+    ReceivedSignal, Resource, SigSet, Signal, SignalFd, Stdio, Strategy, TmpOptions, User, UserMap,
+    RLIM_INFINITY,
 };
 
 /// The exit code for a failure of spawnkit itself (env(1)'s convention).
@@ -168,12 +168,12 @@ pub struct RunArgs {
     pub no_new_privs: bool,
 
     /// Run as this user (name or number). Does not change the group: add --gid.
-    #[arg(long, value_name = "USER|UID", help_heading = "Credentials", value_parser = parse_id)]
-    pub uid: Option<Id>,
+    #[arg(long, value_name = "USER|UID", help_heading = "Credentials", value_parser = parse_user)]
+    pub uid: Option<User>,
 
     /// Run with this group (name or number).
-    #[arg(long, value_name = "GROUP|GID", help_heading = "Credentials", value_parser = parse_id)]
-    pub gid: Option<Id>,
+    #[arg(long, value_name = "GROUP|GID", help_heading = "Credentials", value_parser = parse_group)]
+    pub gid: Option<Group>,
 
     /// Supplementary groups, names or numbers, comma-separated; '' drops them all.
     /// Default: kept, or dropped when --uid is given (when permitted).
@@ -368,16 +368,9 @@ pub struct RunArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuList(pub Vec<usize>);
 
-/// A user or group, by number or by name (resolved in spawnkit before the spawn).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Id {
-    Num(u32),
-    Name(String),
-}
-
 /// A comma-separated list of groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdList(pub Vec<Id>);
+pub struct IdList(pub Vec<Group>);
 
 // ---------------------------------------------------------------------------------------
 // Parsing helpers (pure; clap calls them and names the flag and value on error).
@@ -506,16 +499,14 @@ pub fn parse_signal_list(s: &str) -> Result<SigSet, String> {
     Ok(set)
 }
 
-/// A user or group: digits are a number, anything else a name.
-pub fn parse_id(s: &str) -> Result<Id, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("empty user or group".into());
-    }
-    if s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse::<u32>().map(Id::Num).map_err(|_| format!("{s} is out of range"));
-    }
-    Ok(Id::Name(s.to_string()))
+/// A user by name or number ([`User`]'s parser: digits are a number, anything else a name).
+pub fn parse_user(s: &str) -> Result<User, String> {
+    s.parse().map_err(|e: ParseIdError| e.to_string())
+}
+
+/// A group by name or number ([`Group`]'s parser).
+pub fn parse_group(s: &str) -> Result<Group, String> {
+    s.parse().map_err(|e: ParseIdError| e.to_string())
 }
 
 /// Comma-separated users or groups; the empty string is the empty list.
@@ -523,7 +514,7 @@ pub fn parse_id_list(s: &str) -> Result<IdList, String> {
     if s.trim().is_empty() {
         return Ok(IdList(Vec::new()));
     }
-    s.split(',').map(parse_id).collect::<Result<Vec<_>, _>>().map(IdList)
+    s.split(',').map(parse_group).collect::<Result<Vec<_>, _>>().map(IdList)
 }
 
 /// Whether a signal spawnkit received should go on to the child, from its si_code and
@@ -599,8 +590,7 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
             Err(out::Failure::Msg(m)) => Err(Failure::setup(m)),
         };
     }
-    let signals =
-        ForwardedSignals::block().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
+    let signals = block_forwarded().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         // flock(1)'s convention: a lock that cannot be taken is the conflict exit code.
@@ -623,9 +613,7 @@ fn check_parent_fds(args: &RunArgs) -> Result<(), Failure> {
     let keep = args.keep_fd.iter().map(|&fd| ("--keep-fd", fd.to_string(), fd));
     let maps = args.fd.iter().map(|&(c, p)| ("--fd", format!("{c}={p}"), p));
     for (flag, value, fd) in keep.chain(maps) {
-        // SAFETY: F_GETFD takes an integer fd and no memory argument.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = spawnkit::process::fd_flags(fd) {
             return Err(Failure::setup(format!(
                 "{flag} {value}: fd {fd} is not open in spawnkit ({e})"
             )));
@@ -677,15 +665,15 @@ fn build_command(args: &RunArgs) -> Result<Command, Failure> {
     }
     cmd.no_new_privs(args.no_new_privs);
     if let Some(uid) = &args.uid {
-        cmd.uid(resolve("--uid", uid, lookup_user)?);
+        cmd.uid(resolve("--uid", uid, uid.kind(), uid.uid())?);
     }
     if let Some(gid) = &args.gid {
-        cmd.gid(resolve("--gid", gid, lookup_group)?);
+        cmd.gid(resolve("--gid", gid, gid.kind(), gid.gid())?);
     }
     if let Some(IdList(groups)) = &args.groups {
         let gids = groups
             .iter()
-            .map(|g| resolve("--groups", g, lookup_group))
+            .map(|g| resolve("--groups", g, g.kind(), g.gid()))
             .collect::<Result<Vec<_>, _>>()?;
         cmd.groups(gids);
     }
@@ -844,83 +832,24 @@ fn open_stdio(args: &RunArgs, cmd: &mut Command) -> Result<Vec<String>, Failure>
 // Users and groups (getpwnam_r/getgrnam_r in spawnkit, never in the child).
 // ---------------------------------------------------------------------------------------
 
+/// The id `found` for `id` (a [`User`] or [`Group`] resolved by the library), or the
+/// error naming the flag and the name.
 fn resolve(
     flag: &str,
-    id: &Id,
-    lookup: fn(&str) -> io::Result<Option<u32>>,
+    id: &dyn std::fmt::Display,
+    what: &str,
+    found: Result<u32, LookupError>,
 ) -> Result<u32, Failure> {
-    let what = if flag == "--uid" { "user" } else { "group" };
-    match id {
-        Id::Num(n) => Ok(*n),
-        Id::Name(name) => match lookup(name) {
-            Ok(Some(n)) => Ok(n),
-            Ok(None) => Err(Failure::setup(format!("{flag} {}: no such {what}", quoted(name)))),
-            Err(e) => {
-                Err(Failure::setup(format!("{flag} {}: {what} lookup failed: {e}", quoted(name))))
-            }
-        },
-    }
-}
-
-/// Call a getpwnam_r-style function with a buffer that grows on ERANGE. `call` gets the
-/// buffer and returns (the function's return value, whether an entry was found).
-fn with_growing_buffer(
-    mut call: impl FnMut(&mut [u8]) -> (libc::c_int, Option<u32>),
-) -> io::Result<Option<u32>> {
-    let mut size = 1024;
-    loop {
-        let mut buf = vec![0u8; size];
-        match call(&mut buf) {
-            (0, found) => return Ok(found),
-            (libc::ERANGE, _) if size < (1 << 22) => size *= 4,
-            // "Not found" comes back as one of these from some NSS modules.
-            (libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM, _) => return Ok(None),
-            (e, _) => return Err(io::Error::from_raw_os_error(e)),
+    match found {
+        Ok(n) => Ok(n),
+        Err(LookupError::NotFound) => {
+            Err(Failure::setup(format!("{flag} {}: no such {what}", quoted(id.to_string()))))
         }
+        Err(LookupError::Failed(e)) => Err(Failure::setup(format!(
+            "{flag} {}: {what} lookup failed: {e}",
+            quoted(id.to_string())
+        ))),
     }
-}
-
-fn lookup_user(name: &str) -> io::Result<Option<u32>> {
-    let Ok(cname) = std::ffi::CString::new(name) else { return Ok(None) };
-    with_growing_buffer(|buf| {
-        let mut pw = MaybeUninit::<libc::passwd>::zeroed();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is valid for the call: a NUL-terminated name, a passwd to fill,
-        // a buffer of `buf.len()` bytes for its strings, and the result pointer.
-        let r = unsafe {
-            libc::getpwnam_r(
-                cname.as_ptr(),
-                pw.as_mut_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
-        // SAFETY: when `result` is not NULL it points to `pw`, filled by getpwnam_r.
-        let found = (!result.is_null()).then(|| unsafe { (*result).pw_uid });
-        (r, found)
-    })
-}
-
-fn lookup_group(name: &str) -> io::Result<Option<u32>> {
-    let Ok(cname) = std::ffi::CString::new(name) else { return Ok(None) };
-    with_growing_buffer(|buf| {
-        let mut gr = MaybeUninit::<libc::group>::zeroed();
-        let mut result: *mut libc::group = std::ptr::null_mut();
-        // SAFETY: as in `lookup_user`, for getgrnam_r.
-        let r = unsafe {
-            libc::getgrnam_r(
-                cname.as_ptr(),
-                gr.as_mut_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
-        // SAFETY: when `result` is not NULL it points to `gr`, filled by getgrnam_r.
-        let found = (!result.is_null()).then(|| unsafe { (*result).gr_gid });
-        (r, found)
-    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -950,122 +879,39 @@ fn forwarded_mask() -> u64 {
 }
 
 fn child_has_own_group(args: &RunArgs) -> bool {
-    // SAFETY: getpgrp has no arguments and cannot fail.
-    let ours = unsafe { libc::getpgrp() };
+    let ours = spawnkit::process::getpgrp();
     args.setsid || args.pgid.is_some_and(|pgid| pgid != ours)
 }
 
-/// The forwarded signals ([`forwarded_mask`]), blocked in spawnkit and read from a signalfd.
-struct ForwardedSignals {
-    fd: OwnedFd,
-}
-
-/// One signal read from the signalfd.
-struct Received {
-    signo: i32,
-    code: i32,
-    sender: u32,
-}
-
-impl ForwardedSignals {
-    /// Block the signals (spawnkit has one thread, so the process mask is this thread's) and
-    /// open a non-blocking signalfd for them. The child does not inherit the mask: the
-    /// library installs the child's own mask (empty unless --sigmask) before execve.
-    ///
-    /// Raw system calls, not sigprocmask(3) and sigaddset(3): glibc keeps signals 32 and 33
-    /// for itself and silently leaves them out of any set, and without a handler (spawnkit
-    /// installs none) either one would end spawnkit and orphan the child.
-    fn block() -> io::Result<ForwardedSignals> {
-        let mask = forwarded_mask();
-        // SAFETY: rt_sigprocmask reads 8 bytes of mask from a live u64; no old mask is asked.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_BLOCK,
-                &mask as *const u64,
-                std::ptr::null_mut::<u64>(),
-                8usize,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: -1 asks for a new signalfd; the mask is 8 bytes of a live u64.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_signalfd4,
-                -1,
-                &mask as *const u64,
-                8usize,
-                libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the fd was just created and is owned by nobody else.
-        Ok(ForwardedSignals { fd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) } })
-    }
-
-    /// Every pending signal.
-    fn read_pending(&self) -> io::Result<Vec<Received>> {
-        let mut out = Vec::new();
-        loop {
-            // SAFETY: signalfd_siginfo is plain integers; all zeroes is a valid value.
-            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            // SAFETY: `info` is writable for `size` bytes; the fd is open.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    (&mut info as *mut libc::signalfd_siginfo).cast(),
-                    size,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return Ok(out),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
-                }
-            }
-            if n as usize != size {
-                return Ok(out);
-            }
-            out.push(Received {
-                signo: info.ssi_signo as i32,
-                code: info.ssi_code,
-                sender: info.ssi_pid,
-            });
-        }
-    }
+/// Block the forwarded signals ([`forwarded_mask`]) and open a signalfd for them
+/// ([`SignalFd`]: spawnkit has one thread, so the process mask is this thread's). The child
+/// does not inherit the mask: the library installs the child's own mask (empty unless
+/// --sigmask) before execve.
+///
+/// Blocked, since without a handler (spawnkit installs none) any of them would end spawnkit
+/// and orphan the child; the library blocks with raw system calls, so glibc's signals 32 and
+/// 33 are blocked too.
+fn block_forwarded() -> io::Result<SignalFd> {
+    SignalFd::block(SigSet::from_bits(forwarded_mask()))
 }
 
 /// Wait for the child, forwarding signals to it meanwhile.
 fn wait_forwarding(
     child: &mut Child,
-    signals: &ForwardedSignals,
+    signals: &SignalFd,
     own_group: bool,
 ) -> Result<ExitStatus, Failure> {
     loop {
-        let mut fds = [
-            libc::pollfd { fd: signals.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: child.pidfd().as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        ];
-        // SAFETY: `fds` is a valid array of two pollfd.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(Failure::setup(format!("poll: {e}")));
-        }
-        if fds[0].revents != 0 {
+        let fds = [signals.as_fd().as_raw_fd(), child.pidfd().as_raw_fd()];
+        let ready = match spawnkit::process::poll_readable(fds, -1) {
+            Ok(ready) => ready,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Failure::setup(format!("poll: {e}"))),
+        };
+        if ready[0] {
             let pending =
                 signals.read_pending().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
-            for Received { signo, code, sender } in pending {
+            for ReceivedSignal { signo, code, sender } in pending {
                 if !should_forward(code, sender, std::process::id(), own_group) {
                     continue;
                 }
@@ -1075,7 +921,7 @@ fn wait_forwarding(
                 }
             }
         }
-        if fds[1].revents != 0 {
+        if ready[1] {
             return Ok(child.wait()?);
         }
     }
@@ -1177,15 +1023,16 @@ mod tests {
 
     #[test]
     fn ids() {
-        assert_eq!(parse_id("0"), Ok(Id::Num(0)));
-        assert_eq!(parse_id("65534"), Ok(Id::Num(65534)));
-        assert_eq!(parse_id("nobody"), Ok(Id::Name("nobody".into())));
-        assert!(parse_id("").is_err());
-        assert!(parse_id("99999999999").unwrap_err().contains("out of range"));
+        assert_eq!(parse_user("0"), Ok(User::Id(0)));
+        assert_eq!(parse_group("65534"), Ok(Group::Id(65534)));
+        assert_eq!(parse_user("nobody"), Ok(User::Name("nobody".into())));
+        assert!(parse_user("").is_err());
+        assert!(parse_group("").is_err());
+        assert!(parse_user("99999999999").unwrap_err().contains("out of range"));
         assert_eq!(parse_id_list(""), Ok(IdList(vec![])));
         assert_eq!(
             parse_id_list("1,adm,3"),
-            Ok(IdList(vec![Id::Num(1), Id::Name("adm".into()), Id::Num(3)]))
+            Ok(IdList(vec![Group::Id(1), Group::Name("adm".into()), Group::Id(3)]))
         );
         assert!(parse_id_list("1,,2").is_err());
     }
@@ -1238,9 +1085,15 @@ mod tests {
 
     #[test]
     fn user_lookup() {
-        assert_eq!(lookup_user("root").unwrap(), Some(0));
-        assert_eq!(lookup_group("root").unwrap(), Some(0));
-        assert_eq!(lookup_user("no-such-user-spawnkit").unwrap(), None);
-        assert_eq!(lookup_group("no-such-group-spawnkit").unwrap(), None);
+        assert_eq!(User::Name("root".into()).uid().unwrap(), 0);
+        assert_eq!(Group::Name("root".into()).gid().unwrap(), 0);
+        assert!(matches!(
+            User::Name("no-such-user-spawnkit".into()).uid(),
+            Err(LookupError::NotFound)
+        ));
+        assert!(matches!(
+            Group::Name("no-such-group-spawnkit".into()).gid(),
+            Err(LookupError::NotFound)
+        ));
     }
 }

@@ -31,4 +31,5 @@ mod table;
 pub use memory::*;
 pub use process::{Backend, Comm, Fields, Process, State};
 pub use shared::*;
+pub use sys::localtime::local_time;
 pub use table::*;

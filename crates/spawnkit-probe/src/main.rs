@@ -11,9 +11,13 @@
 //! tree, see tree.rs), `shm-fixture [TOTAL A B [PARENT]]` (a known shared anonymous region
 //! whose writers have exited, see shm.rs).
 
+#![deny(unsafe_code)]
+
 use std::io::{Read, Write};
 
 mod shm;
+#[allow(unsafe_code)]
+mod sys;
 mod tree;
 
 fn status_field(status: &str, key: &str) -> String {
@@ -31,8 +35,7 @@ fn fds() -> Vec<(i32, String, bool)> {
     let mut out = Vec::new();
     for fd in entries {
         let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else { continue };
-        // SAFETY: F_GETFD on an fd number; -1 if it is not open.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        let flags = sys::fcntl_getfd(fd);
         if flags < 0 {
             continue;
         }
@@ -45,13 +48,8 @@ fn fds() -> Vec<(i32, String, bool)> {
 fn state() {
     let mut o = String::new();
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    // SAFETY: plain getters without memory arguments.
-    let (pid, ppid, pgid, sid, nice) = unsafe {
-        (libc::getpid(), libc::getppid(), libc::getpgid(0), libc::getsid(0), {
-            *libc::__errno_location() = 0;
-            libc::getpriority(libc::PRIO_PROCESS, 0)
-        })
-    };
+    let (pid, ppid, pgid, sid, nice) =
+        (sys::getpid(), sys::getppid(), sys::getpgid(), sys::getsid(), sys::getpriority());
     o += &format!("pid={pid}\nppid={ppid}\npgid={pgid}\nsid={sid}\nnice={nice}\n");
     let cwd = std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default();
     o += &format!("cwd={cwd}\n");
@@ -88,16 +86,12 @@ fn state() {
         ("MSGQUEUE", libc::RLIMIT_MSGQUEUE),
         ("NICE", libc::RLIMIT_NICE),
     ] {
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit writes into `lim`.
-        unsafe { libc::getrlimit(res, &mut lim) };
+        let (cur, max) = sys::getrlimit(res);
         let show =
             |v: u64| if v == libc::RLIM_INFINITY { "unlimited".to_string() } else { v.to_string() };
-        o += &format!("limit.{name}={}:{}\n", show(lim.rlim_cur), show(lim.rlim_max));
+        o += &format!("limit.{name}={}:{}\n", show(cur), show(max));
     }
-    let mut sig: libc::c_int = 0;
-    // SAFETY: PR_GET_PDEATHSIG writes an int.
-    unsafe { libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut libc::c_int) };
+    let sig = sys::get_pdeathsig();
     o += &format!("pdeathsig={sig}\n");
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     o += &format!("argv={}\n", args.join("\u{1f}"));
@@ -121,8 +115,7 @@ fn main() {
         }
         "exit" => std::process::exit(num(2) as i32),
         "kill" => {
-            // SAFETY: sending a signal to ourselves.
-            unsafe { libc::kill(libc::getpid(), num(2) as i32) };
+            sys::kill(sys::getpid(), num(2) as i32);
             std::thread::sleep(std::time::Duration::from_secs(5));
         }
         "sleep" => {
@@ -187,8 +180,7 @@ fn main() {
                     .unwrap_or_default();
                 println!("ns.{ns}={link}");
             }
-            // SAFETY: getpid has no preconditions.
-            println!("pid={}", unsafe { libc::getpid() });
+            println!("pid={}", sys::getpid());
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
             println!("hostname={}", host.trim());
             for f in ["uid_map", "gid_map", "setgroups", "cgroup"] {

@@ -39,6 +39,8 @@
 
 use std::io::Write;
 
+use crate::sys::{self, Region};
+
 const MIB: usize = 1 << 20;
 
 fn arg(args: &[String], i: usize, default: usize) -> usize {
@@ -51,46 +53,18 @@ fn arg(args: &[String], i: usize, default: usize) -> usize {
     }
 }
 
-/// Write one byte in every page of `[base, base + len)`, which must lie inside a writable
-/// mapping (every caller passes a range of a mapping it has just made).
-fn touch(base: *mut u8, len: usize) {
-    let mut off = 0;
-    while off < len {
-        // SAFETY: `base..base+len` lies inside a writable mapping (the callers' contract).
-        unsafe { base.add(off).write_volatile(1) };
-        off += 4096;
-    }
-}
-
-/// Read one byte of every page of `[base, base + len)` (maps the pages into this process),
-/// which must lie inside a readable mapping.
-fn read(base: *const u8, len: usize) -> u64 {
-    let mut sum = 0u64;
-    let mut off = 0;
-    while off < len {
-        // SAFETY: `base..base+len` lies inside a readable mapping (the callers' contract).
-        sum += unsafe { base.add(off).read_volatile() } as u64;
-        off += 4096;
-    }
-    sum
-}
-
 /// Fork a child that touches the first `len` bytes and exits; wait for it.
-fn child_writes(base: *mut u8, len: usize) {
-    // SAFETY: this process is single-threaded; the child only touches memory and _exits.
-    let pid = unsafe { libc::fork() };
+fn child_writes(region: Region, len: usize) {
+    let pid = sys::fork();
     if pid < 0 {
         eprintln!("shm-fixture: fork: {}", std::io::Error::last_os_error());
         std::process::exit(1);
     }
     if pid == 0 {
-        touch(base, len);
-        // SAFETY: _exit ends the child without running the parent's atexit handlers.
-        unsafe { libc::_exit(0) };
+        region.touch(0, len);
+        sys::exit_process(0);
     }
-    let mut status = 0;
-    // SAFETY: waitpid writes the status of our own child into `status`.
-    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    let (r, status) = sys::waitpid(pid);
     if r != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         eprintln!("shm-fixture: child {pid} failed (status {status:#x})");
         std::process::exit(1);
@@ -101,8 +75,7 @@ fn child_writes(base: *mut u8, len: usize) {
 fn wait_for_eof() {
     let mut sink = [0u8; 256];
     loop {
-        // SAFETY: read writes at most `sink.len()` bytes into `sink`.
-        let n = unsafe { libc::read(0, sink.as_mut_ptr().cast(), sink.len()) };
+        let n = sys::read(0, &mut sink);
         if n == 0 || (n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR))
         {
             break;
@@ -137,8 +110,7 @@ fn sysv(args: &[String]) {
             std::process::exit(2);
         }
     };
-    // SAFETY: unshare takes a flag word; only this process's IPC namespace changes.
-    if new_ipc && unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+    if new_ipc && sys::unshare_ipc() != 0 {
         fail("unshare(CLONE_NEWIPC)");
     }
     let (id, _) = sysv_segment(size, write);
@@ -149,56 +121,34 @@ fn sysv(args: &[String]) {
 /// Fork a child that keeps this process's mappings (and SysV attachments), waits for EOF on
 /// stdin and exits; its pid. Only while this process is single-threaded.
 fn fork_waiting_child() -> i32 {
-    // SAFETY: the callers are single-threaded; the child only reads stdin and _exits.
-    let child = unsafe { libc::fork() };
+    let child = sys::fork();
     if child < 0 {
         fail("fork");
     }
     if child == 0 {
         wait_for_eof();
-        // SAFETY: _exit ends the child without running the parent's atexit handlers.
-        unsafe { libc::_exit(0) };
+        sys::exit_process(0);
     }
     child
 }
 
 /// `mmap(MAP_SHARED | MAP_ANONYMOUS)` of `len` bytes, readable and writable (exits on failure).
-fn map_shared_anonymous(len: usize) -> *mut u8 {
-    // SAFETY: a fresh anonymous shared mapping; no existing memory is affected.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        fail("mmap");
-    }
-    base.cast()
+fn map_shared_anonymous(len: usize) -> Region {
+    sys::mmap(len, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1).unwrap_or_else(|| fail("mmap"))
 }
 
 /// shmget IPC_PRIVATE of `size` bytes, attached, marked for removal at once (it goes when
 /// the last process detaches, so it never outlives the fixture), its first `write` bytes
 /// written: (id, address).
-fn sysv_segment(size: usize, write: usize) -> (i32, *mut u8) {
-    // SAFETY: shmget takes integers.
-    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, size, libc::IPC_CREAT | 0o600) };
+fn sysv_segment(size: usize, write: usize) -> (i32, Region) {
+    let id = sys::shmget_private(size);
     if id < 0 {
         fail("shmget");
     }
-    // SAFETY: attaches the segment just created at an address the kernel picks.
-    let p = unsafe { libc::shmat(id, std::ptr::null(), 0) };
-    if p as isize == -1 {
-        fail("shmat");
-    }
-    // SAFETY: IPC_RMID takes no buffer.
-    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
-    touch(p as *mut u8, write.min(size));
-    (id, p as *mut u8)
+    let region = sys::shmat(id, size).unwrap_or_else(|| fail("shmat"));
+    sys::shm_remove(id);
+    region.touch(0, write.min(size));
+    (id, region)
 }
 
 /// `sysv-ns SIZE_A_MIB SIZE_B_MIB`.
@@ -209,19 +159,16 @@ fn sysv_ns(args: &[String]) {
         std::process::exit(2);
     }
     let (id, _) = sysv_segment(size_a, size_a);
-    let mut pipe = [0; 2];
-    // SAFETY: pipe writes two fds into `pipe`.
-    if unsafe { libc::pipe(pipe.as_mut_ptr()) } != 0 {
+    let (pipe, r) = sys::pipe2(0);
+    if r != 0 {
         fail("pipe");
     }
-    // SAFETY: this process is single-threaded; the child runs only this function's code.
-    let child = unsafe { libc::fork() };
+    let child = sys::fork();
     if child < 0 {
         fail("fork");
     }
     if child == 0 {
-        // SAFETY: unshare takes a flag word; only this process's IPC namespace changes.
-        if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+        if sys::unshare_ipc() != 0 {
             fail("unshare(CLONE_NEWIPC)");
         }
         if std::fs::write("/proc/sys/kernel/shm_next_id", id.to_string()).is_err() {
@@ -232,27 +179,19 @@ fn sysv_ns(args: &[String]) {
             eprintln!("shm-fixture sysv-ns: segment B got id {id_b}, not {id}");
             std::process::exit(1);
         }
-        // SAFETY: writes one byte from a local to the pipe's write end.
-        unsafe { libc::write(pipe[1], [1u8].as_ptr().cast(), 1) };
+        sys::write(pipe[1], &[1u8]);
         wait_for_eof();
-        // SAFETY: _exit ends the child without running the parent's atexit handlers.
-        unsafe { libc::_exit(0) };
+        sys::exit_process(0);
     }
-    // SAFETY: closes our copy of the write end, then reads one byte into a local.
-    let got = unsafe {
-        libc::close(pipe[1]);
-        let mut b = 0u8;
-        libc::read(pipe[0], (&mut b as *mut u8).cast(), 1)
-    };
+    sys::close(pipe[1]);
+    let got = sys::read(pipe[0], &mut [0u8]);
     if got != 1 {
         eprintln!("shm-fixture sysv-ns: the child failed");
         std::process::exit(1);
     }
     ready(format_args!("ready {} {child} {id}", std::process::id()));
     wait_for_eof();
-    let mut status = 0;
-    // SAFETY: waitpid writes the status of our own child into `status`.
-    unsafe { libc::waitpid(child, &mut status, 0) };
+    sys::waitpid(child);
 }
 
 /// `leader-exits SIZE_MIB [sysv]`.
@@ -270,8 +209,8 @@ fn leader_exits(args: &[String]) {
         }
     };
     let base = map_shared_anonymous(size);
-    touch(base, size);
-    let start = base as usize;
+    base.touch(0, size);
+    let start = base.start();
     std::thread::spawn(move || {
         // Until the main thread has exited: the leader stays, a zombie (state Z in stat).
         let me = std::process::id();
@@ -291,62 +230,39 @@ fn leader_exits(args: &[String]) {
         }
         wait_for_eof();
         if let Some((child, _)) = sysv {
-            let mut status = 0;
-            // SAFETY: waitpid writes the status of our own child into `status`.
-            unsafe { libc::waitpid(child, &mut status, 0) };
+            sys::waitpid(child);
         }
-        // SAFETY: _exit ends the whole process (exit_group) at once.
-        unsafe { libc::_exit(0) };
+        // _exit ends the whole process (exit_group) at once.
+        sys::exit_process(0);
     });
-    // SAFETY: the raw exit(2) system call ends this thread alone, at once: no unwinding and
-    // no destructors run, so nothing of this thread's is touched again; the spawned thread
-    // uses only what it owns.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    // The spawned thread uses only what it owns.
+    sys::exit_thread();
 }
 
 /// `private-cow`.
 fn private_cow() {
     const PAGE: usize = 4096;
     const PAGES: usize = 64;
-    // SAFETY: memfd_create reads a NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"spawnkit-private-cow".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = sys::memfd_create(c"spawnkit-private-cow", libc::MFD_CLOEXEC);
     if fd < 0 {
         fail("memfd_create");
     }
     let content = vec![5u8; PAGES * PAGE];
     let mut done = 0;
     while done < content.len() {
-        // SAFETY: writes from `content`, which holds `content.len() - done` more bytes.
-        let n = unsafe { libc::write(fd, content[done..].as_ptr().cast(), content.len() - done) };
+        let n = sys::write(fd, &content[done..]);
         if n <= 0 {
             fail("write the memfd");
         }
         done += n as usize;
     }
-    // SAFETY: a fresh private mapping of our own memfd; no existing memory is affected.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            PAGES * PAGE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE,
-            fd,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        fail("mmap");
-    }
-    let base = base as *mut u8;
-    touch(base, 16 * PAGE);
+    let base = sys::mmap(PAGES * PAGE, libc::MAP_PRIVATE, fd).unwrap_or_else(|| fail("mmap"));
+    base.touch(0, 16 * PAGE);
     let child = fork_waiting_child();
-    // SAFETY: `base + 16 pages .. base + 48 pages` lies inside the mapping.
-    let _ = read(unsafe { base.add(16 * PAGE) }, 32 * PAGE);
+    let _ = base.read(16 * PAGE, 32 * PAGE);
     ready(format_args!("ready {} {child}", std::process::id()));
     wait_for_eof();
-    let mut status = 0;
-    // SAFETY: waitpid writes the status of our own child into `status`.
-    unsafe { libc::waitpid(child, &mut status, 0) };
+    sys::waitpid(child);
 }
 
 pub fn main(args: &[String]) {
@@ -368,8 +284,8 @@ pub fn main(args: &[String]) {
     let base = map_shared_anonymous(total);
     child_writes(base, a);
     child_writes(base, b);
-    let _ = read(base, parent);
-    let start = base as usize;
+    let _ = base.read(0, parent);
+    let start = base.start();
     ready(format_args!("ready {} {:x} {:x}", std::process::id(), start, start + total));
     // Wait with read(2) on a stack buffer: nothing allocated or touched after `ready`, so
     // the memory a test reads from now on stays put.

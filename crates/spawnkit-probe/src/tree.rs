@@ -21,21 +21,21 @@
 
 use std::io::{Read, Write};
 
+use crate::sys;
+
 /// One report through the pipe: (pid, depth) of a node that is ready, or (-errno, depth) of a
 /// node whose fork failed. 8 bytes < PIPE_BUF, so writes from many children never interleave.
 type Record = [i32; 2];
 
 fn set_comm(comm: &[u8]) {
-    let mut name = [0u8; 16];
-    let n = comm.len().min(15);
-    name[..n].copy_from_slice(&comm[..n]);
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from `name`.
-    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    sys::set_name(comm);
 }
 
 fn report(fd: i32, rec: Record) {
-    // SAFETY: writes the 8 bytes of `rec` to the report pipe.
-    unsafe { libc::write(fd, rec.as_ptr().cast(), std::mem::size_of::<Record>()) };
+    let mut bytes = [0u8; std::mem::size_of::<Record>()];
+    bytes[..4].copy_from_slice(&rec[0].to_ne_bytes());
+    bytes[4..].copy_from_slice(&rec[1].to_ne_bytes());
+    sys::write(fd, &bytes);
 }
 
 fn errno() -> i32 {
@@ -48,11 +48,9 @@ fn fork_children(depth: u32, max: u32, width: u32, comm: Option<&[u8]>, wfd: i32
     if depth >= max {
         return true;
     }
-    // SAFETY: getpid has no arguments.
-    let parent = unsafe { libc::getpid() };
+    let parent = sys::getpid();
     for _ in 0..width {
-        // SAFETY: the probe is single-threaded, so the child may run any code after fork.
-        let pid = unsafe { libc::fork() };
+        let pid = sys::fork();
         if pid < 0 {
             report(wfd, [-errno(), depth as i32 + 1]);
             return false;
@@ -65,33 +63,21 @@ fn fork_children(depth: u32, max: u32, width: u32, comm: Option<&[u8]>, wfd: i32
 }
 
 fn child(parent: i32, depth: u32, max: u32, width: u32, comm: Option<&[u8]>, wfd: i32) -> ! {
-    // SAFETY: prctl with integer arguments; getppid has none.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-        if libc::getppid() != parent {
-            // The parent died before PR_SET_PDEATHSIG took effect.
-            libc::_exit(1);
-        }
+    sys::set_pdeathsig(libc::SIGKILL);
+    if sys::getppid() != parent {
+        // The parent died before PR_SET_PDEATHSIG took effect.
+        sys::exit_process(1);
     }
-    // SAFETY: open a path literal and dup the result onto 0 and 1.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        if null >= 0 {
-            libc::dup2(null, 0);
-            libc::dup2(null, 1);
-            libc::close(null);
-        }
-    }
+    sys::null_stdin_stdout();
     if let Some(c) = comm {
         set_comm(c);
     }
     if fork_children(depth, max, width, comm, wfd) {
-        // SAFETY: getpid has no arguments.
-        report(wfd, [unsafe { libc::getpid() }, depth as i32]);
+        report(wfd, [sys::getpid(), depth as i32]);
     }
     loop {
-        // SAFETY: pause has no arguments; it returns only after a caught signal (none are).
-        unsafe { libc::pause() };
+        // pause returns only after a caught signal (none are).
+        sys::pause();
     }
 }
 
@@ -118,9 +104,8 @@ pub fn main(args: &[String]) {
     if total > 100_000 {
         fail(&format!("{total} processes is too many"));
     }
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two fds into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    let (fds, r) = sys::pipe2(libc::O_CLOEXEC);
+    if r != 0 {
         fail(&format!("pipe2: {}", std::io::Error::last_os_error()));
     }
     let (rfd, wfd) = (fds[0], fds[1]);
@@ -128,20 +113,17 @@ pub fn main(args: &[String]) {
         set_comm(c);
     }
     fork_children(0, depth, width, comm, wfd);
-    // SAFETY: our copy of the write end is no longer needed.
-    unsafe { libc::close(wfd) };
+    // Our copy of the write end is no longer needed.
+    sys::close(wfd);
 
-    // SAFETY: getpid has no arguments.
-    let root = unsafe { libc::getpid() };
+    let root = sys::getpid();
     let mut nodes: Vec<(i32, i32)> = Vec::with_capacity(total as usize);
     let mut buf = [0u8; 8 * 512];
     let mut have = 0usize;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while (nodes.len() as u64) < total {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut pfd = libc::pollfd { fd: rfd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: poll reads and writes one pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis().max(1) as i32) };
+        let r = sys::poll_in(rfd, left.as_millis().max(1) as i32);
         if r == 0 {
             fail(&format!("timed out: {} of {total} nodes reported", nodes.len()));
         }
@@ -151,8 +133,7 @@ pub fn main(args: &[String]) {
             }
             fail(&format!("poll: {}", std::io::Error::last_os_error()));
         }
-        // SAFETY: reads at most the free tail of `buf`.
-        let n = unsafe { libc::read(rfd, buf[have..].as_mut_ptr().cast(), buf.len() - have) };
+        let n = sys::read(rfd, &mut buf[have..]);
         if n == 0 {
             fail(&format!("every node exited: {} of {total} reported", nodes.len()));
         }
@@ -176,8 +157,8 @@ pub fn main(args: &[String]) {
         buf.copy_within(whole..have, 0);
         have -= whole;
     }
-    // SAFETY: the read end is no longer needed.
-    unsafe { libc::close(rfd) };
+    // The read end is no longer needed.
+    sys::close(rfd);
     nodes.sort_unstable();
     let mut line = format!("ready {root}");
     for (_, pid) in &nodes {

@@ -58,16 +58,10 @@ impl Child {
                 }
             };
             let pidfd = self.pidfd;
-            let r = py.detach(move || {
-                let mut pfd = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
-                // SAFETY: poll(2) on one pollfd that lives on this stack; the pidfd is owned
-                // by `self.inner` and open while `self` lives.
-                let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-                if n < 0 {
-                    Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
-                } else {
-                    Ok(n > 0)
-                }
+            // The pidfd is owned by `self.inner` and open while `self` lives.
+            let r = py.detach(move || match spawnkit::process::poll_readable([pidfd], ms) {
+                Ok([ready]) => Ok(ready),
+                Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
             });
             match r {
                 Ok(ready) => return Ok(ready),
@@ -156,21 +150,11 @@ impl Child {
     /// Send signal `sig` through the pidfd (pidfd_send_signal(2)): it can never reach a
     /// recycled pid. A child that has exited (ESRCH) is not an error. `sig` 0 only checks.
     fn send_signal(&self, sig: i32) -> PyResult<()> {
-        // SAFETY: pidfd_send_signal(2) on the pidfd owned by `self.inner`, which is open for as
-        // long as `self` lives; no siginfo is passed (NULL) and flags are 0.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd,
-                sig,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        if r == 0 {
+        // The pidfd is owned by `self.inner`, which keeps it open for as long as `self` lives.
+        let Err(e) = spawnkit::process::pidfd_send_signal(self.pidfd, sig) else {
             return Ok(());
-        }
-        match std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) {
+        };
+        match e.raw_os_error().unwrap_or(libc::EIO) {
             libc::ESRCH => Ok(()),
             errno => Err(PyOSError::new_err((errno, strerror(errno)))),
         }

@@ -65,13 +65,9 @@ fn inheritable_fds() -> Vec<i32> {
             .filter(|&fd| fd > 2)
             .collect(),
         Err(_) => {
-            // SAFETY: rlimit is plain old data; getrlimit only writes it.
-            let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-            // SAFETY: a valid pointer to a local.
-            let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-                lim.rlim_cur.min(65536) as i32
-            } else {
-                1024
+            let max = match spawnkit::process::nofile_limit() {
+                Ok((soft, _)) => soft.min(65536) as i32,
+                Err(_) => 1024,
             };
             (3..max).collect()
         }
@@ -79,17 +75,14 @@ fn inheritable_fds() -> Vec<i32> {
     candidates
         .into_iter()
         .filter(|&fd| {
-            // SAFETY: fcntl(F_GETFD) on an fd number only reads its flags (EBADF if it is not
-            // open, as the directory's own fd, closed by now).
-            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+            // EBADF if it is not open, as the directory's own fd, closed by now.
+            matches!(spawnkit::process::fd_flags(fd), Ok(flags) if flags & libc::FD_CLOEXEC == 0)
         })
         .collect()
 }
 
 /// close_range(first, last, CLOSE_RANGE_CLOEXEC) over the gaps between 0-2 and `keep`.
 fn cloexec_all_but(keep: &[i32]) {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
     let mut first: u32 = 3;
     let mut ranges = Vec::new();
     for &k in keep {
@@ -103,10 +96,7 @@ fn cloexec_all_but(keep: &[i32]) {
     }
     ranges.push((first, u32::MAX));
     for (lo, hi) in ranges {
-        // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC only sets flags on fds of this
-        // (forked, single-threaded) process.
-        let r = unsafe { libc::syscall(libc::SYS_close_range, lo, hi, CLOSE_RANGE_CLOEXEC) };
-        if r != 0 {
+        if spawnkit::process::cloexec_range(lo, hi).is_err() {
             cloexec_slow(lo, hi);
         }
     }
@@ -120,8 +110,7 @@ fn cloexec_slow(lo: u32, hi: u32) {
         .filter(|&fd| (lo..=hi).contains(&(fd as u32)))
         .collect();
     for fd in fds {
-        // SAFETY: fcntl(F_SETFD) on an fd number only changes its flags (EBADF if it was the
-        // directory's own fd, already closed).
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        // EBADF if it was the directory's own fd, already closed.
+        let _ = spawnkit::process::set_cloexec(fd);
     }
 }

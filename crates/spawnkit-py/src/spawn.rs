@@ -54,25 +54,6 @@ fn stdio(code: Option<i32>) -> Option<Stdio> {
     }
 }
 
-/// The calling thread's signal mask: CPython's child inherits it, so ours does too.
-fn current_sigmask() -> SigSet {
-    // SAFETY: sigset_t is plain old data; an all-zero value is a valid (empty) set.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: with a NULL new set pthread_sigmask only writes the current mask into `set`.
-    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) };
-    if r != 0 {
-        return SigSet::empty();
-    }
-    let mut bits = 0u64;
-    for sig in 1..=64 {
-        // SAFETY: `set` is initialized above; sigismember only reads it.
-        if unsafe { libc::sigismember(&set, sig) } == 1 {
-            bits |= 1u64 << (sig - 1);
-        }
-    }
-    SigSet::from_bits(bits)
-}
-
 fn signal(n: i32) -> PyResult<Signal> {
     Signal::new(n).map_err(|e| PyValueError::new_err(e.to_string()))
 }
@@ -445,7 +426,8 @@ fn build(spec: &Spec<'_, '_>) -> PyResult<(Command, Option<Lock>)> {
         Some(opts) => apply_options(&mut cmd, opts)?,
         None => Extras::default(),
     };
-    let sigmask = extras.signal_mask.unwrap_or_else(current_sigmask);
+    // The calling thread's signal mask: CPython's child inherits it, so ours does too.
+    let sigmask = extras.signal_mask.unwrap_or_else(SigSet::current_thread_mask);
     cmd.signal_mask(sigmask);
     if let Some(f) = spec.preexec_fn {
         let close_fds_except = spec.close_fds.then(|| {
@@ -528,15 +510,19 @@ pub(crate) fn spawn<'py>(
             // fork and recover from it in the parent.
             // SAFETY: the GIL is held; PyGC_Disable/Enable and PyOS_BeforeFork/AfterFork_Parent
             // are called in the pairs CPython itself uses around fork().
-            let gc_was_enabled = unsafe { ffi::PyGC_Disable() };
-            // SAFETY: see above.
-            unsafe { ffi::PyOS_BeforeFork() };
+            let gc_was_enabled = unsafe {
+                let enabled = ffi::PyGC_Disable();
+                ffi::PyOS_BeforeFork();
+                enabled
+            };
             let r = cmd.spawn();
-            // SAFETY: see above; the parent side after the fork, whether or not it succeeded.
-            unsafe { ffi::PyOS_AfterFork_Parent() };
-            if gc_was_enabled != 0 {
-                // SAFETY: see above.
-                unsafe { ffi::PyGC_Enable() };
+            // SAFETY: as above, the parent side after the fork, whether or not it succeeded;
+            // the GC is enabled again only if it was before.
+            unsafe {
+                ffi::PyOS_AfterFork_Parent();
+                if gc_was_enabled != 0 {
+                    ffi::PyGC_Enable();
+                }
             }
             r
         } else {
@@ -592,44 +578,15 @@ fn spawn_waiting(
             Err(e) if is_lock_conflict(&e) => {}
             other => return Ok(other.map_err(Failed::Engine)),
         }
-        if !wait_until_free(py, lock, deadline)? {
+        // The library's wait; the GIL is released for each nap and the signal handlers run
+        // after it (so Ctrl-C interrupts the wait).
+        let free = lock.wait_until_free(deadline, |pause| {
+            py.detach(|| std::thread::sleep(pause));
+            py.check_signals()
+        })?;
+        if !free {
             return Ok(Err(Failed::LockTimeout(lock.timeout.unwrap_or_default())));
         }
-    }
-}
-
-/// Wait until `lock` could be taken, probing with a lock of our own on a descriptor of our own
-/// (released at once by closing it); false once `deadline` has passed. Naps grow from 1 ms to
-/// 50 ms, as the engine's own timed wait.
-fn wait_until_free(py: Python<'_>, lock: &Lock, deadline: Option<Instant>) -> PyResult<bool> {
-    let op = if lock.shared { libc::LOCK_SH } else { libc::LOCK_EX } | libc::LOCK_NB;
-    let mut nap = Duration::from_millis(1);
-    loop {
-        // A file that cannot be opened is left to the engine to report (or create).
-        let free = match std::fs::File::open(&lock.path) {
-            Ok(file) => {
-                use std::os::fd::AsRawFd;
-                // SAFETY: flock(2) on a descriptor this function owns; closing it (the only
-                // descriptor of this open file) drops the probe's lock.
-                let r = unsafe { libc::flock(file.as_raw_fd(), op) };
-                r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK)
-            }
-            Err(_) => true,
-        };
-        if free {
-            return Ok(true);
-        }
-        let left = match deadline {
-            Some(d) => match d.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => left,
-                _ => return Ok(false),
-            },
-            None => nap,
-        };
-        let pause = nap.min(left);
-        py.detach(|| std::thread::sleep(pause));
-        py.check_signals()?;
-        nap = (nap * 2).min(Duration::from_millis(50));
     }
 }
 

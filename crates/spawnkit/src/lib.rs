@@ -23,17 +23,23 @@
 
 mod error;
 mod isolate;
+mod lock_wait;
 mod orphans;
+pub mod process;
+mod signals;
 mod spawn;
 #[allow(unsafe_code)]
 mod sys;
+mod users;
 
 pub use error::{quoted, Error, ErrorKind, Result};
 pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
+pub use signals::{ReceivedSignal, SignalFd};
 pub use spawn::child::{Child, ExitStatus, Output};
 pub use spawn::command::Command;
 pub use spawn::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};
 pub use spawn::plan::{FdRef, Plan, Step, DEFAULT_PATH};
+pub use users::{Group, LookupError, ParseIdError, User};
 
 /// Reap children whose [`Child`] was dropped while they ran and that have exited since.
 /// Returns how many such children still run. Every spawn does this too.

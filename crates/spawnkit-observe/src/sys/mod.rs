@@ -28,6 +28,7 @@
 
 pub(crate) mod bpf;
 pub(crate) mod creds;
+pub(crate) mod localtime;
 pub(crate) mod procfs;
 pub(crate) mod procmap;
 pub(crate) mod raw;

@@ -41,11 +41,14 @@
 pub(crate) mod child;
 pub(crate) mod clone;
 pub(crate) mod fork;
+pub(crate) mod nss;
 pub(crate) mod parent;
 pub(crate) mod pidfd;
 pub(crate) mod posix;
 pub(crate) mod raw;
+pub(crate) mod sigmask;
 pub(crate) mod stack;
+pub(crate) mod this_process;
 
 /// `errno` of the calling thread after a failed libc call (parent side only).
 pub(crate) fn last_errno() -> i32 {

@@ -1,5 +1,17 @@
-//! The few system calls the benchmark itself makes (parent side only): the monotonic clock,
-//! pipes, reads, waits, CPU usage, and the memory a "large parent" holds.
+//! The benchmark's system-call room: the few system calls the benchmark itself makes (parent
+//! side only: the monotonic clock, pipes, reads, waits, CPU usage, the memory a "large
+//! parent" holds, glibc's version) and the C baselines of bench/baselines.c. Every `unsafe`
+//! block of spawnkit-bench is in this file (the crate root denies `unsafe_code` elsewhere).
+//!
+//! # Safety
+//!
+//! Each function is safe to call: it hands the C function only pointers it made itself from
+//! Rust values that live across the call (a local struct, a slice with its length, a
+//! `CStr`, the `Argv` arrays), checks the return value, and turns a new fd into an `OwnedFd`
+//! at once. Two things are owned here beyond a call: a [`Ballast`] mapping (only its own
+//! pages are touched, and it is unmapped exactly once, on drop) and a `Popen` handle (closed
+//! exactly once, by `close` or on drop). The baselines fork or vfork in C and return the
+//! child's pid; the Rust side only waits for it.
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::io;
@@ -327,4 +339,10 @@ pub fn waited(status: i32) -> Result<(), String> {
     } else {
         Err(format!("the child ended with {}", describe_status(status)))
     }
+}
+
+/// glibc's version (gnu_get_libc_version(3)), e.g. "2.36".
+pub fn glibc_version() -> String {
+    // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }.to_string_lossy().into_owned()
 }

@@ -1,0 +1,62 @@
+//! The calling process's own facts and fds, for the faces (the `spawnkit` command, the
+//! Python glue, the benchmarks) so that none of them needs `unsafe` for them: effective uid,
+//! process group, fd flags, close-on-exec ranges, RLIMIT_NOFILE, poll(2) for readability and
+//! pidfd_send_signal(2).
+//!
+//! These are plain libc calls: fine in the parent and in a `fork()`ed child (a `pre_exec`
+//! hook), never between clone and execve of the default strategy.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use crate::sys;
+
+fn os(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
+}
+
+/// geteuid(2): the effective user id.
+pub fn geteuid() -> u32 {
+    sys::this_process::geteuid()
+}
+
+/// getpgrp(2): the process group of the calling process.
+pub fn getpgrp() -> i32 {
+    sys::this_process::getpgrp()
+}
+
+/// fcntl(2) `F_GETFD`: the fd flags of `fd` (`FD_CLOEXEC`), or why not (EBADF: not open).
+pub fn fd_flags(fd: RawFd) -> io::Result<i32> {
+    sys::this_process::fd_flags(fd).map_err(os)
+}
+
+/// fcntl(2) `F_SETFD, FD_CLOEXEC`: mark `fd` close-on-exec.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    sys::this_process::set_cloexec(fd).map_err(os)
+}
+
+/// close_range(2) with `CLOSE_RANGE_CLOEXEC`: mark every open fd in `first..=last`
+/// close-on-exec (Linux 5.11+; an error on older kernels).
+pub fn cloexec_range(first: u32, last: u32) -> io::Result<()> {
+    sys::this_process::cloexec_range(first, last).map_err(os)
+}
+
+/// getrlimit(2) `RLIMIT_NOFILE`: (soft, hard).
+pub fn nofile_limit() -> io::Result<(u64, u64)> {
+    sys::this_process::getrlimit(libc::RLIMIT_NOFILE).map_err(os)
+}
+
+/// poll(2) `POLLIN` on each of `fds` for up to `timeout_ms` (negative: forever). Returns
+/// which ones are ready (any revents: readable, hung up or in error), all false on timeout.
+/// EINTR is returned as an error, for the caller to handle its signals and retry.
+pub fn poll_readable<const N: usize>(fds: [RawFd; N], timeout_ms: i32) -> io::Result<[bool; N]> {
+    let mut pfds = fds.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    sys::pidfd::poll(&mut pfds, timeout_ms).map_err(os)?;
+    Ok(pfds.map(|p| p.revents != 0))
+}
+
+/// pidfd_send_signal(2) of signal number `sig` (0 only checks) through `pidfd`, which the
+/// caller keeps open for the call. ESRCH (the process has exited) is returned as it is.
+pub fn pidfd_send_signal(pidfd: RawFd, sig: i32) -> io::Result<()> {
+    sys::this_process::pidfd_send_signal(pidfd, sig).map_err(os)
+}

@@ -1,0 +1,70 @@
+//! Small facts and knobs of the calling process (parent side, or a fork()ed child that may
+//! call libc): ids, the process group, fd flags, close_range(2), getrlimit(2).
+
+use super::last_errno;
+
+pub(crate) use super::parent::geteuid;
+
+/// getpgrp(2).
+pub(crate) fn getpgrp() -> i32 {
+    // SAFETY: getpgrp has no arguments and cannot fail.
+    unsafe { libc::getpgrp() }
+}
+
+/// fcntl(fd, F_GETFD): the fd flags.
+pub(crate) fn fd_flags(fd: i32) -> Result<i32, i32> {
+    // SAFETY: F_GETFD takes an integer fd and no memory argument.
+    let r = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if r < 0 {
+        Err(last_errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// fcntl(fd, F_SETFD, FD_CLOEXEC).
+pub(crate) fn set_cloexec(fd: i32) -> Result<(), i32> {
+    // SAFETY: F_SETFD on an fd number only changes its flags.
+    let r = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    if r < 0 {
+        Err(last_errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// close_range(first, last, CLOSE_RANGE_CLOEXEC): mark the range close-on-exec.
+pub(crate) fn cloexec_range(first: u32, last: u32) -> Result<(), i32> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC only sets flags on this process's fds.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
+    if r != 0 {
+        Err(last_errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// getrlimit(2): (soft, hard).
+pub(crate) fn getrlimit(resource: libc::__rlimit_resource_t) -> Result<(u64, u64), i32> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes `lim`, a local.
+    if unsafe { libc::getrlimit(resource, &mut lim) } == 0 {
+        Ok((lim.rlim_cur, lim.rlim_max))
+    } else {
+        Err(last_errno())
+    }
+}
+
+/// pidfd_send_signal(pidfd, sig, NULL, 0) on a raw fd number the caller keeps open.
+pub(crate) fn pidfd_send_signal(pidfd: i32, sig: i32) -> Result<(), i32> {
+    // SAFETY: integer arguments and a NULL siginfo (allowed); a wrong fd number gives EBADF.
+    let r = unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd, sig, std::ptr::null::<u8>(), 0)
+    };
+    if r < 0 {
+        Err(last_errno())
+    } else {
+        Ok(())
+    }
+}
