@@ -605,8 +605,13 @@ proptest! {
         let (bytes, fds) = original.to_wire().expect("encode");
         prop_assert!(fds.is_empty());
         let decoded = Command::from_wire(&bytes, Vec::new()).expect("decode");
-        let want = plan_text(&original);
-        let got = plan_text(&decoded);
+        let (mut want, mut got) = (plan_text(&original), plan_text(&decoded));
+        if got != want {
+            // Plans show the fd numbers they open (/dev/null, the lock): a test thread that
+            // holds no fd lock (proptest reading its regressions file as another property
+            // starts) can shift one of them between the two plans. A real difference stays.
+            (want, got) = (plan_text(&original), plan_text(&decoded));
+        }
         if std::env::var_os("WIRE_DEBUG").is_some() {
             eprintln!("PLAN {}", want.lines().next().unwrap_or(""));
         }
