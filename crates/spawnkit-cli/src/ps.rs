@@ -98,17 +98,17 @@ pub struct PsArgs {
     #[arg(short = 'p', long = "pid", value_name = "PID,...", value_delimiter = ',',
           value_parser = Selection::parse_pid, allow_negative_numbers = true,
           help_heading = "Selection")]
-    pub pid: Vec<i32>,
+    pub pid: Option<Vec<i32>>,
 
     /// Show the direct children of these processes.
     #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = Selection::parse_ppid,
           allow_negative_numbers = true, help_heading = "Selection")]
-    pub ppid: Vec<i32>,
+    pub ppid: Option<Vec<i32>>,
 
     /// Show these processes and all their descendants.
     #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = Selection::parse_pid,
           allow_negative_numbers = true, help_heading = "Selection")]
-    pub tree_of: Vec<i32>,
+    pub tree_of: Option<Vec<i32>>,
 
     /// Sort by these fields, the first one first; '-FIELD' sorts in descending order
     /// (--sort=-rss,pid). Default: by pid.
@@ -149,10 +149,17 @@ impl PsArgs {
     /// The processes to show: `-p`, `--ppid` and `--tree-of` as one [`Selection`] (procps'
     /// union; none of them: every process).
     fn selection(&self) -> spawnkit::Result<Selection> {
-        Selection::all()
-            .pids(self.pid.iter().copied())?
-            .ppids(self.ppid.iter().copied())?
-            .tree_of(self.tree_of.iter().copied())
+        let mut s = Selection::all();
+        if let Some(pids) = &self.pid {
+            s = s.pids(pids.iter().copied())?;
+        }
+        if let Some(parents) = &self.ppid {
+            s = s.ppids(parents.iter().copied())?;
+        }
+        if let Some(roots) = &self.tree_of {
+            s = s.tree_of(roots.iter().copied())?;
+        }
+        Ok(s)
     }
 }
 

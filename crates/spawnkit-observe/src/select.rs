@@ -21,6 +21,10 @@ use crate::table::{tree_pids, ProcessTable};
 ///   keeps that parent);
 /// - `uids`: the processes of these effective uids (procps `-u`).
 ///
+/// A selector given with no items selects nothing, and is still a selector:
+/// `Selection::all().pids([])` selects no process (a list of pids computed to be empty
+/// does not mean "every process").
+///
 /// ```
 /// use spawnkit_observe::Selection;
 /// let s = Selection::all().pids([1])?.ppids([1])?; // pid 1 and its children (union)
@@ -33,6 +37,8 @@ pub struct Selection {
     ppids: Vec<i32>,
     trees: Vec<i32>,
     uids: Vec<u32>,
+    /// Whether any selector was given (even an empty one).
+    given: bool,
 }
 
 /// A process id: a number above 0, or also 0 when `zero_ok` (`what` names the selector in
@@ -47,7 +53,8 @@ fn check_pid(what: &'static str, pid: i32, zero_ok: bool) -> Result<i32> {
     Err(Error::invalid("select", format!("{what} {pid}"), why))
 }
 
-fn add<T: Ord + Copy>(set: &mut Vec<T>, items: impl IntoIterator<Item = T>) {
+fn add<T: Ord + Copy>(given: &mut bool, set: &mut Vec<T>, items: impl IntoIterator<Item = T>) {
+    *given = true;
     set.extend(items);
     set.sort_unstable();
     set.dedup();
@@ -63,7 +70,7 @@ impl Selection {
     pub fn pids(mut self, pids: impl IntoIterator<Item = i32>) -> Result<Selection> {
         let pids: Vec<i32> =
             pids.into_iter().map(|p| check_pid("pid", p, false)).collect::<Result<_>>()?;
-        add(&mut self.pids, pids);
+        add(&mut self.given, &mut self.pids, pids);
         Ok(self)
     }
 
@@ -72,7 +79,7 @@ impl Selection {
     pub fn ppids(mut self, parents: impl IntoIterator<Item = i32>) -> Result<Selection> {
         let parents: Vec<i32> =
             parents.into_iter().map(|p| check_pid("ppid", p, true)).collect::<Result<_>>()?;
-        add(&mut self.ppids, parents);
+        add(&mut self.given, &mut self.ppids, parents);
         Ok(self)
     }
 
@@ -80,18 +87,27 @@ impl Selection {
     pub fn tree_of(mut self, roots: impl IntoIterator<Item = i32>) -> Result<Selection> {
         let roots: Vec<i32> =
             roots.into_iter().map(|p| check_pid("tree-of", p, false)).collect::<Result<_>>()?;
-        add(&mut self.trees, roots);
+        add(&mut self.given, &mut self.trees, roots);
         Ok(self)
     }
 
     /// Also select the processes whose effective uid is one of these.
     pub fn uids(mut self, uids: impl IntoIterator<Item = u32>) -> Selection {
-        add(&mut self.uids, uids);
+        add(&mut self.given, &mut self.uids, uids);
         self
     }
 
     /// Whether this selects every process (no selector given).
     pub fn is_all(&self) -> bool {
+        !self.given
+    }
+
+    fn only_pids(&self) -> bool {
+        self.given && self.ppids.is_empty() && self.trees.is_empty() && self.uids.is_empty()
+    }
+
+    #[cfg(test)]
+    fn is_empty_sets(&self) -> bool {
         self.pids.is_empty()
             && self.ppids.is_empty()
             && self.trees.is_empty()
@@ -131,11 +147,7 @@ impl Selection {
     /// pids alone (the procfs backend reads no directory), else the whole table, filtered.
     pub fn list(&self, table: &mut ProcessTable, fields: Fields) -> Result<Vec<Process>> {
         let fields = self.fields(fields);
-        let only_pids = !self.pids.is_empty()
-            && self.ppids.is_empty()
-            && self.trees.is_empty()
-            && self.uids.is_empty();
-        if only_pids {
+        if self.only_pids() {
             return table.list_pids(&self.pids, fields);
         }
         Ok(self.filter(table.list(fields)?))
@@ -226,6 +238,17 @@ mod tests {
         let listing = vec![p(10, 9, 0), p(11, 10, 0)];
         let s = Selection::all().tree_of([9]).unwrap();
         assert_eq!(s.filter(listing).iter().map(|p| p.pid).collect::<Vec<_>>(), [10, 11]);
+    }
+
+    #[test]
+    fn an_empty_selector_selects_nothing() {
+        let s = Selection::all().pids([]).unwrap();
+        assert!(!s.is_all() && s.is_empty_sets());
+        assert_eq!(pids(&s), Vec::<i32>::new());
+        assert_eq!(pids(&Selection::all().uids([])), Vec::<i32>::new());
+        // ... and adds nothing to the others.
+        let s = Selection::all().tree_of([]).unwrap().ppids([7]).unwrap();
+        assert_eq!(pids(&s), [8]);
     }
 
     #[test]
