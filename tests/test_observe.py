@@ -124,19 +124,66 @@ def test_tree_fixture_both_backends_agree_with_proc():
             for b, listing in listings.items():
                 assert listing[pid] == want, (b, pid)
             assert comm == ODD[:15]
-        # Filters: direct children of the root; an explicit pid set; all three combined.
+        # Selectors: direct children of the root; an explicit pid set.
         kids = spawnkit.ps(ppid=pids[0])
         assert sorted(p.pid for p in kids) == sorted(pids[1:4])
         assert [p.pid for p in spawnkit.ps(pids=[pids[5], pids[2]])] == sorted([pids[2], pids[5]])
-        both = spawnkit.ps(pids=pids[:5], ppid=pids[0], tree_of=pids[0])
-        assert sorted(p.pid for p in both) == sorted(pids[1:4])
-        # A grandchild is in the root's tree even when a filter leaves its parent out.
+        # Several selectors add up, as procps' and `spawnkit ps`'s do (issue 12). This test
+        # used to assert the intersection (the bug the issue names: Python and the CLI
+        # disagreed); it now asserts the union.
         grand = next(p for p in pids[1:] if proc_stat(p)[2] != pids[0])
         parent = proc_stat(grand)[2]
-        assert [p.pid for p in spawnkit.ps(pids=[grand], tree_of=pids[0])] == [grand]
+        either = spawnkit.ps(pids=[grand], ppid=pids[0])
+        assert sorted(p.pid for p in either) == sorted(pids[1:4] + [grand])
+        everything = spawnkit.ps(pids=pids[:5], ppid=pids[0], tree_of=pids[0])
+        assert sorted(p.pid for p in everything) == sorted(pids)
+        me = os.getpid()
+        assert [p.pid for p in spawnkit.ps(pids=[me], tree_of=parent)] == sorted(
+            [me, parent] + [q for q in pids if proc_stat(q)[2] == parent])
         siblings = sorted(q for q in pids if proc_stat(q)[2] == parent)
         assert len(siblings) == 3
-        assert [p.pid for p in spawnkit.ps(ppid=parent, tree_of=pids[0])] == siblings
+        assert [p.pid for p in spawnkit.ps(ppid=parent, tree_of=grand)] == siblings
+        # An empty selector selects nothing (not every process), and adds nothing.
+        assert spawnkit.ps(pids=[]) == []
+        assert sorted(p.pid for p in spawnkit.ps(pids=[], ppid=pids[0])) == sorted(pids[1:4])
+        # A pid that does not exist adds nothing.
+        assert [p.pid for p in spawnkit.ps(pids=[grand, 2**22 + 1])] == [grand]
+
+
+def spawnkit_path():
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    p = target / "debug" / "spawnkit"
+    assert p.is_file(), f"{p} is missing: build it first (cargo build --workspace --bins)"
+    return str(p)
+
+
+def test_cli_and_python_select_the_same_processes():
+    # Issue 12: one library Selection behind both faces. With a sleeping child of this
+    # process, `spawnkit ps -p ME --ppid ME` and ps(pids=[ME], ppid=ME) list ME and the child.
+    me = os.getpid()
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        for args, kwargs in [
+            (["-p", str(me), "--ppid", str(me)], dict(pids=[me], ppid=me)),
+            (["--tree-of", str(me), "-p", "1"], dict(tree_of=me, pids=1)),
+            (["--ppid", "0", "-p", str(child.pid)], dict(ppid=0, pids=child.pid)),
+        ]:
+            for b in backends():
+                cli = subprocess.Popen([spawnkit_path(), "ps", "--backend", b, "-o", "pid",
+                                        "--json", *args], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+                out, err = cli.communicate(timeout=60)
+                assert cli.returncode == 0, err
+                # The command is itself a child of this process while it lists (procps' ps
+                # shows itself too); Python's listing runs after it has gone.
+                shown = [row["pid"] for row in json.loads(out) if row["pid"] != cli.pid]
+                listed = [p.pid for p in spawnkit.ps(backend=b, **kwargs)]
+                assert shown == listed, (args, b)
+                if args[:2] == ["-p", str(me)]:
+                    assert listed == sorted([me, child.pid]), b
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_listing_agrees_with_psutil():

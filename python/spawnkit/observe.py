@@ -43,7 +43,10 @@ __all__ = [
 ]
 
 
-def _pids(value, what, zero_ok=False):
+def _pids(value, what, zero_ok=False, check=True):
+    """``value`` (a pid or an iterable of pids) as a list of ints; with ``check``, each a
+    process id (0 too when ``zero_ok``). ``ps()`` leaves the values to the native
+    ``Selection``, which says which of them is no process id."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, Iterable)):
@@ -52,7 +55,7 @@ def _pids(value, what, zero_ok=False):
     for p in pids:
         if isinstance(p, bool) or not isinstance(p, int):
             raise TypeError(f"{what} must hold ints, not {type(p).__name__}")
-        if p < 0 or (p == 0 and not zero_ok):
+        if check and (p < 0 or (p == 0 and not zero_ok)):
             raise ValueError(f"{what}: {p} is not a process id")
     return pids
 
@@ -60,16 +63,20 @@ def _pids(value, what, zero_ok=False):
 def ps(*, pids=None, ppid=None, tree_of=None, uid=False, cmdline=False, backend="auto"):
     """The process table: one :class:`ProcessInfo` per process, by increasing pid.
 
-    pids: only these processes (a pid or an iterable of pids).
-    ppid: only the direct children of this process (or these processes); 0 gives the
+    pids: these processes (a pid or an iterable of pids).
+    ppid: the direct children of this process (or these processes); 0 gives the
     processes without a parent (init, kthreadd).
-    tree_of: this process (or these) and all its descendants.
+    tree_of: this process (or these) and all its descendants (followed through the whole
+    table, whatever the other selectors keep).
     uid: fill ``uid`` (free with the BPF backend; one more read per process with procfs).
     cmdline: fill ``cmdline`` (one more read per process).
     backend: "auto" (BPF when it may serve this caller, else procfs), "bpf" (OSError when it
     may not) or "procfs".
 
-    Processes that exit while the table is read are left out; filters combine (all must hold).
+    Selectors add up, as in procps and ``spawnkit ps``: a process is listed when any of
+    ``pids``, ``ppid`` and ``tree_of`` selects it (``ps(pids=[a], ppid=a)`` is ``a`` and its
+    children); with none of them, every process. Processes that exit while the table is read
+    are left out.
 
     The backend changes how fast the table is read, not what it shows. BPF serves a caller
     only while it could load the program itself (CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON,
@@ -80,9 +87,9 @@ def ps(*, pids=None, ppid=None, tree_of=None, uid=False, cmdline=False, backend=
     next call lists what /proc shows the caller now (and the BPF program is unloaded).
     """
     return _native.ps(
-        pids=_pids(pids, "pids"),
-        ppid=_pids(ppid, "ppid", zero_ok=True),
-        tree_of=_pids(tree_of, "tree_of"),
+        pids=_pids(pids, "pids", check=False),
+        ppid=_pids(ppid, "ppid", check=False),
+        tree_of=_pids(tree_of, "tree_of", check=False),
         uid=bool(uid),
         cmdline=bool(cmdline),
         backend=backend,

@@ -12,10 +12,10 @@ use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use spawnkit_observe::{
-    self as observe, Backend, Fields, Process, ProcessTable, SortKey, State, TreeRow,
+    self as observe, Backend, Fields, Process, ProcessTable, Selection, SortKey, State, TreeRow,
 };
 
-use crate::out::{note, parse_pid, stdout_writer, Failure};
+use crate::out::{note, stdout_writer, Failure};
 
 /// The table could not be read, or no process matched.
 const FAILED: i32 = 1;
@@ -96,18 +96,19 @@ pub struct PsArgs {
 
     /// Show these processes (comma-separated pids; repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID,...", value_delimiter = ',',
-          value_parser = parse_pid, allow_negative_numbers = true, help_heading = "Selection")]
-    pub pid: Vec<i32>,
+          value_parser = Selection::parse_pid, allow_negative_numbers = true,
+          help_heading = "Selection")]
+    pub pid: Option<Vec<i32>>,
 
     /// Show the direct children of these processes.
-    #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = parse_ppid,
+    #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = Selection::parse_ppid,
           allow_negative_numbers = true, help_heading = "Selection")]
-    pub ppid: Vec<i32>,
+    pub ppid: Option<Vec<i32>>,
 
     /// Show these processes and all their descendants.
-    #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = parse_pid,
+    #[arg(long, value_name = "PID,...", value_delimiter = ',', value_parser = Selection::parse_pid,
           allow_negative_numbers = true, help_heading = "Selection")]
-    pub tree_of: Vec<i32>,
+    pub tree_of: Option<Vec<i32>>,
 
     /// Sort by these fields, the first one first; '-FIELD' sorts in descending order
     /// (--sort=-rss,pid). Default: by pid.
@@ -142,6 +143,24 @@ pub struct PsArgs {
     /// Say on stderr which backend read the table, and why BPF was not used when it was not.
     #[arg(short = 'v', long)]
     pub verbose: bool,
+}
+
+impl PsArgs {
+    /// The processes to show: `-p`, `--ppid` and `--tree-of` as one [`Selection`] (procps'
+    /// union; none of them: every process).
+    fn selection(&self) -> spawnkit::Result<Selection> {
+        let mut s = Selection::all();
+        if let Some(pids) = &self.pid {
+            s = s.pids(pids.iter().copied())?;
+        }
+        if let Some(parents) = &self.ppid {
+            s = s.ppids(parents.iter().copied())?;
+        }
+        if let Some(roots) = &self.tree_of {
+            s = s.tree_of(roots.iter().copied())?;
+        }
+        Ok(s)
+    }
 }
 
 /// A field of the output.
@@ -288,14 +307,6 @@ fn parse_column(s: &str) -> Result<Column, String> {
     Ok(column)
 }
 
-/// Like [`parse_pid`], but 0 is allowed: the parent of init and kthreadd.
-fn parse_ppid(s: &str) -> Result<i32, String> {
-    match s.trim().parse::<i32>() {
-        Ok(pid) if pid >= 0 => Ok(pid),
-        _ => Err(format!("'{s}' is not a pid (a number, 0 or above)")),
-    }
-}
-
 fn parse_sort_key(s: &str) -> Result<(Field, bool), String> {
     let s = s.trim();
     let (name, descending) = match (s.strip_prefix('-'), s.strip_prefix('+')) {
@@ -356,20 +367,7 @@ fn run(args: &PsArgs) -> Result<i32, Failure> {
         note!("{msg}");
     }
 
-    let selecting = !(args.pid.is_empty() && args.ppid.is_empty() && args.tree_of.is_empty());
-    let mut procs = if !args.pid.is_empty() && args.ppid.is_empty() && args.tree_of.is_empty() {
-        table.list_pids(&args.pid, fields)?
-    } else {
-        table.list(fields)?
-    };
-    if selecting {
-        let mut keep: Vec<i32> = args.pid.clone();
-        keep.extend(procs.iter().filter(|p| args.ppid.contains(&p.ppid)).map(|p| p.pid));
-        if !args.tree_of.is_empty() {
-            keep.extend(observe::tree_pids(&procs, &args.tree_of));
-        }
-        observe::retain_pids(&mut procs, &keep);
-    }
+    let mut procs = args.selection()?.list(&mut table, fields)?;
 
     let ctx = Context::new(&columns, &args.sort)?;
     observe::sort_processes(&mut procs, SortKey::Pid, false);
@@ -747,8 +745,6 @@ mod tests {
         assert_eq!(parse_column("euid").unwrap().header, "EUID");
         assert_eq!(parse_sort_key("-rss").unwrap(), (Field::Rss, true));
         assert_eq!(parse_sort_key("+pid").unwrap(), (Field::Pid, false));
-        assert!(parse_pid("0").is_err() && parse_pid("x").is_err() && parse_pid("-3").is_err());
-        assert_eq!(parse_ppid("0"), Ok(0));
     }
 
     #[test]

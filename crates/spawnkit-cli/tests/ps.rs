@@ -152,6 +152,29 @@ fn selections() {
     let mut want = vec![1];
     want.extend(&kids);
     assert_eq!(pid_column(&out), want);
+
+    // A tree is followed through the whole table, whatever else is selected: a grandchild's
+    // tree and the root, with nothing between them selected.
+    let grand = tree.pids[3];
+    assert_eq!(ppid(ppid(grand)), tree.root());
+    let out = ok(&["-o", "pid", "--no-headers", "--tree-of", &grand.to_string(), "-p", &root]);
+    let mut want: Vec<i32> =
+        tree.pids.iter().copied().filter(|&p| p == grand || ppid(p) == grand).collect();
+    want.push(tree.root());
+    want.sort_unstable();
+    assert_eq!(pid_column(&out), want);
+
+    // --ppid 0: the processes without a parent; a pid that does not exist adds nothing.
+    let out = ok(&["-o", "pid", "--no-headers", "--ppid", "0", "-p", &format!("{root},4194305")]);
+    let shown = pid_column(&out);
+    assert!(shown.contains(&1) && shown.contains(&tree.root()), "{out}");
+    assert!(shown.iter().all(|&p| p == tree.root() || ppid(p) == 0), "{out}");
+    let r = ps(&["--backend", "procfs", "-o", "pid", "--no-headers", "-p", "4194305"]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(1), ""), "{r:?}");
+
+    // As procps: the same table for the same selection.
+    same_as_procps("pid,ppid", &["-p", "1", "--ppid", &root]);
+    same_as_procps("pid,ppid", &["--ppid", &root, "-p", &grand.to_string()]);
 }
 
 #[test]

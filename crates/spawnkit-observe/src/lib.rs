@@ -23,6 +23,7 @@ mod parse;
 mod process;
 mod procfs;
 mod reader;
+mod select;
 mod shared;
 #[allow(unsafe_code)]
 mod sys;
@@ -30,6 +31,7 @@ mod table;
 
 pub use memory::*;
 pub use process::{Backend, Comm, Fields, Process, State};
+pub use select::Selection;
 pub use shared::*;
 pub use sys::localtime::local_time;
 pub use table::*;

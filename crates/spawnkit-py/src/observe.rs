@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use spawnkit_observe::{
-    self as observe, Backend, Comm, Fields, Memory, MemoryStatus, Process, ProcessTable,
+    self as observe, Backend, Comm, Fields, Memory, MemoryStatus, Process, ProcessTable, Selection,
     SharedRegion as Region, SharedReport as Report,
 };
 
@@ -201,24 +201,24 @@ pub fn ps(
 ) -> PyResult<Vec<ProcessInfo>> {
     let backend = backend_of(backend)?;
     let fields = Fields { uid, cmdline };
+    // The one selection `spawnkit ps` builds too: procps' union of the selectors.
+    let selection = (|| {
+        let mut s = Selection::all();
+        if let Some(pids) = pids {
+            s = s.pids(pids)?;
+        }
+        if let Some(parents) = ppid {
+            s = s.ppids(parents)?;
+        }
+        if let Some(roots) = tree_of {
+            s = s.tree_of(roots)?;
+        }
+        Ok(s)
+    })()
+    .map_err(error)?;
     let (procs, boot) = py
         .detach(|| -> spawnkit::Result<(Vec<Process>, u64)> {
-            let mut procs = with_table(backend, |t| match &pids {
-                Some(pids) if ppid.is_none() && tree_of.is_none() => t.list_pids(pids, fields),
-                _ => t.list(fields),
-            })?;
-            // The trees are followed through the whole listing, before the other filters
-            // take out a descendant's parent.
-            let trees = tree_of.as_ref().map(|roots| observe::tree_pids(&procs, roots));
-            if let Some(pids) = &pids {
-                observe::retain_pids(&mut procs, pids);
-            }
-            if let Some(parents) = &ppid {
-                observe::retain_children(&mut procs, parents);
-            }
-            if let Some(in_trees) = &trees {
-                observe::retain_pids(&mut procs, in_trees);
-            }
+            let procs = with_table(backend, |t| selection.list(t, fields))?;
             Ok((procs, observe::boot_time()?))
         })
         .map_err(error)?;
