@@ -851,11 +851,17 @@ fn extreme_values_from_the_wire_are_errors_or_work() {
     for strategy in spawnkit::Strategy::ALL {
         for target in [i32::MAX, (1 << 30) + 1] {
             let mut c = Command::new("/bin/true");
-            c.strategy(strategy).fd(target, 1);
+            c.strategy(strategy).fd(target, 1).keep_fd(target - 1);
             let e = c.spawn().expect_err("an fd past any fd table");
             assert_eq!(e.kind(), ErrorKind::InvalidInput, "{strategy} {target}: {e}");
             assert!(e.to_string().contains("above 2^30"), "{e}");
         }
+        // Keeping an fd under its own number writes nothing there: any number plans, and one
+        // that is not open is the child's EBADF, not a panic.
+        let mut c = Command::new("/bin/true");
+        c.strategy(strategy).keep_fd(i32::MAX);
+        let e = c.status().expect_err("fd i32::MAX is not open");
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{strategy}: {e}");
     }
     let mut c = Command::new("x");
     c.env("AAAA", "1").env("AAAB", "2");

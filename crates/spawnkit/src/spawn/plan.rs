@@ -555,9 +555,10 @@ impl Plan {
             if target < 0 || src < 0 {
                 return Err(Error::invalid("dup2", format!("fd {src} -> {target}"), "negative fd"));
             }
-            if target > MAX_FD {
+            if target > MAX_FD && target != src {
                 // The engine works above the highest target (moved copies, the lock): keep
                 // that arithmetic far from i32::MAX. No fd table reaches 2^30 (fs.nr_open).
+                // Keeping an fd under its own number (keep_fd, pass_fds) writes nothing there.
                 return Err(Error::invalid(
                     "dup2",
                     format!("fd {src} -> {target}"),
@@ -574,7 +575,10 @@ impl Plan {
         }
         // A handful of fds: a vector beats hashing.
         let targets: Vec<RawFd> = maps.iter().map(|(t, _)| *t).collect();
-        self.max_target = targets.iter().copied().max().unwrap_or(2).max(2);
+        // A kept fd (a map onto itself) may have any number the caller has open: it is no
+        // target the engine writes, and its own fds (F_DUPFD above this) skip open ones.
+        self.max_target =
+            targets.iter().copied().filter(|&t| t <= MAX_FD).max().unwrap_or(2).max(2);
         let above = self.max_target.saturating_add(1);
         // A source that is also some map's target would be overwritten before it is read:
         // move it out of the way first.

@@ -119,6 +119,10 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
             _ => None,
         })
         .chain([plan.max_target])
+        // A kept or source fd past any fd table's reach (the plan refuses such targets) cannot
+        // meet a temporary placed just above the highest map target: leave it out, so the
+        // arithmetic stays far from i32::MAX.
+        .filter(|&fd| fd <= 1 << 30)
         .max()
         .unwrap_or(2)
         + 1;
