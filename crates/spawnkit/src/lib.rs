@@ -30,8 +30,8 @@ mod sys;
 
 pub use error::{quoted, Error, ErrorKind, Result};
 pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
-pub use spawn::child::{Child, ExitStatus, Output};
 pub use spawn::command::Command;
+pub use spawn::handle::{Child, ExitStatus, Output};
 pub use spawn::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};
 pub use spawn::plan::{FdRef, Plan, Step, DEFAULT_PATH};
 

@@ -356,7 +356,7 @@ impl Command {
     /// `f` runs in a `fork()`ed copy of a possibly multi-threaded process: it may only call
     /// async-signal-safe functions. It must not allocate, lock, or touch state another thread
     /// may have held at the fork (see `std::os::unix::process::CommandExt::pre_exec`).
-    #[allow(unsafe_code)] // declares the contract; the hook itself runs in sys/child.rs
+    #[allow(unsafe_code)] // declares the contract; the hook itself runs in sys/in_child.rs
     pub unsafe fn pre_exec<F>(&mut self, f: F) -> &mut Command
     where
         F: FnMut() -> io::Result<()> + Send + Sync + 'static,

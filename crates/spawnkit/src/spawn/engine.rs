@@ -8,8 +8,8 @@ use super::command::Command;
 use super::options::{Stdio, Strategy};
 use super::plan::Plan;
 use crate::error::{quoted, Error, ErrorKind, Result};
-use crate::sys::child::{Report, STEP_EXEC, STEP_PRE_EXEC, STEP_SIGNALS};
 use crate::sys::fork::ForkFailure;
+use crate::sys::in_child::{Report, STEP_EXEC, STEP_PRE_EXEC, STEP_SIGNALS};
 use crate::sys::{self, pidfd};
 use crate::{orphans, Child};
 
@@ -17,7 +17,7 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
     orphans::reap();
     let mut plan = Plan::build(cmd)?;
     if let Some((fd, lock)) = &plan.lock {
-        crate::isolate::plan::acquire(*fd, lock)?;
+        crate::isolate::compile::acquire(*fd, lock)?;
     }
     let (pid, pidfd) = match plan.strategy {
         Strategy::PosixSpawn => sys::posix::spawn_posix(&plan)?,

@@ -2,7 +2,7 @@
 //!
 //! Everything the child needs is allocated here, in the parent, before any clone: C strings
 //! and pointer arrays for argv/envp, the joined PATH candidates, the fd table moves, the
-//! pipes. The child only walks [`Plan::steps`] (see `sys/child.rs`).
+//! pipes. The child only walks [`Plan::steps`] (see `sys/in_child.rs`).
 
 use std::cell::RefCell;
 use std::ffi::{CString, OsStr, OsString};
@@ -263,7 +263,7 @@ pub struct Plan {
     /// The lock the child holds: taken by the parent just before the clone.
     pub(crate) lock: Option<(RawFd, crate::isolate::Lock)>,
     /// Id maps written from outside by the spawning thread, between the clone and the exec.
-    pub(crate) id_maps: Option<crate::isolate::plan::IdMapJob>,
+    pub(crate) id_maps: Option<crate::isolate::compile::IdMapJob>,
 }
 
 impl fmt::Debug for Plan {
@@ -366,7 +366,7 @@ impl Plan {
             ));
         }
 
-        let iso = crate::isolate::plan::prepare(&cmd.isolation, cmd.strategy)?;
+        let iso = crate::isolate::compile::prepare(&cmd.isolation, cmd.strategy)?;
         plan.clone_flags = iso.clone_flags;
         plan.cgroup = iso.cgroup;
         plan.child_ends.extend(iso.child_ends);

@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::child::{child_main, Report, STEP_NONE};
+use super::in_child::{child_main, Report, STEP_NONE};
 use super::{context, last_errno, pidfd, Outcome, SignalsBlocked};
 use crate::spawn::command::Hook;
 use crate::spawn::plan::Plan;

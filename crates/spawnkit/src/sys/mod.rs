@@ -1,11 +1,11 @@
 //! Everything `unsafe` in spawnkit lives in this module tree.
 //!
-//! # The rules of the child (read this before touching `child.rs`)
+//! # The rules of the child (read this before touching `in_child.rs`)
 //!
 //! The default strategy starts the child with `clone(CLONE_VM | CLONE_VFORK)`: the child runs
 //! in the parent's address space, on a stack of its own, while the calling thread sleeps until
 //! the child calls `execve` or exits. Every other thread of the parent keeps running. The code
-//! between clone and execve therefore obeys these rules, and nothing outside [`child`] runs
+//! between clone and execve therefore obeys these rules, and nothing outside [`in_child`] runs
 //! there:
 //!
 //! 1. **Raw system calls only** ([`raw`]): no libc function. libc wrappers write `errno` (a
@@ -14,7 +14,7 @@
 //!    broadcasts to the parent's threads.
 //! 2. **No allocation and no freeing.** Everything the child reads was allocated before the
 //!    clone by [`crate::spawn::Plan`]; the child only borrows it. It writes to exactly two
-//!    places: the [`child::Report`] and the scratch slots of the same context, both owned by the
+//!    places: the [`in_child::Report`] and the scratch slots of the same context, both owned by the
 //!    parent's frame.
 //! 3. **No panics, no unwinding, no Rust std.** The child's code uses no indexing that can
 //!    panic, only `get` and iterators, and wrapping arithmetic.
@@ -26,7 +26,7 @@
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
 //!
 //! One exception to "the calling thread sleeps": when id maps must be written from outside the
-//! new user namespace (arbitrary maps, or a privileged caller, see `isolate/plan.rs`), the
+//! new user namespace (arbitrary maps, or a privileged caller, see `isolate/compile.rs`), the
 //! clone omits `CLONE_VFORK`. The calling thread then writes the maps while the child waits
 //! for them in its `AwaitIdMaps` step, and sleeps until EOF on a close-on-exec pipe says the
 //! child has exec'd or exited, as the fork-exec strategy does. Until that EOF it touches
@@ -38,9 +38,9 @@
 //!
 //! Every `unsafe` block below carries a `// SAFETY:` comment pointing back to these rules.
 
-pub(crate) mod child;
 pub(crate) mod clone;
 pub(crate) mod fork;
+pub(crate) mod in_child;
 pub(crate) mod parent;
 pub(crate) mod pidfd;
 pub(crate) mod posix;
@@ -56,7 +56,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use crate::spawn::command::Hook;
 use crate::spawn::plan::Plan;
-use child::{ChildCtx, Report, STEP_NONE};
+use in_child::{ChildCtx, Report, STEP_NONE};
 
 /// A started child and what it left in its [`Report`]: success when
 /// `report.step == STEP_EXEC && report.errno == 0`.
@@ -159,7 +159,7 @@ pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
             // Only the child holds the write end now: EOF comes when it execs or exits.
             drop(wr);
-            crate::isolate::plan::write_id_maps(job, cloned.pid);
+            crate::isolate::compile::write_id_maps(job, cloned.pid);
             parent::wait_eof(std::os::fd::AsRawFd::as_raw_fd(&rd));
         }
         Ok(cloned)
