@@ -25,6 +25,7 @@ mod error;
 mod isolate;
 mod orphans;
 mod spawn;
+mod steps;
 #[allow(unsafe_code)]
 mod sys;
 
@@ -33,7 +34,8 @@ pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 pub use spawn::command::Command;
 pub use spawn::handle::{Child, ExitStatus, Output};
 pub use spawn::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};
-pub use spawn::plan::{FdRef, Plan, Step, DEFAULT_PATH};
+pub use spawn::plan::{Plan, DEFAULT_PATH};
+pub use steps::{FdRef, Step};
 
 /// Reap children whose [`Child`] was dropped while they ran and that have exited since.
 /// Returns how many such children still run. Every spawn does this too.

@@ -11,8 +11,7 @@ use crate::error::Result;
 use crate::isolate::{Isolation, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 use crate::{Child, ExitStatus, Output};
 
-/// A hook run in a fork()ed child just before execve (see [`Command::pre_exec`]).
-pub(crate) type Hook = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;
+pub(crate) use crate::steps::Hook;
 
 /// A process to start, built like `std::process::Command`, with everything `posix_spawn`
 /// lacks. Building a `Command` does nothing; [`spawn`](Command::spawn) compiles it to a

@@ -20,12 +20,13 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
         crate::isolate::compile::acquire(*fd, lock)?;
     }
     let (pid, pidfd) = match plan.strategy {
-        Strategy::PosixSpawn => sys::posix::spawn_posix(&plan)?,
+        Strategy::PosixSpawn => sys::posix::spawn_posix(&plan.view())?,
         Strategy::CloneVfork | Strategy::ForkExec => {
             let out = if plan.strategy == Strategy::CloneVfork {
-                sys::spawn_clone_vfork(&plan).map_err(|(step, e)| clone_error(&plan, step, e))?
+                sys::spawn_clone_vfork(&plan.view())
+                    .map_err(|(step, e)| clone_error(&plan, step, e))?
             } else {
-                match sys::fork::spawn_fork_exec(&plan, &mut cmd.pre_exec) {
+                match sys::fork::spawn_fork_exec(&plan.view(), &mut cmd.pre_exec) {
                     Ok(out) => out,
                     Err(ForkFailure::Syscall(step, e)) => return Err(Error::os(step, "", e)),
                     Err(ForkFailure::Gone(report)) if report.errno != 0 => {
