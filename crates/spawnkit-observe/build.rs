@@ -1,5 +1,5 @@
 //! Builds the BPF task iterator (bpf/task_iter.bpf.c) into OUT_DIR/task_iter.bpf.o with clang,
-//! for src/bpf.rs to embed.
+//! for src/task_iter.rs to embed.
 //!
 //! clang: `$CLANG` when set (and only that), else the first of `clang`, `clang-21` ...
 //! `clang-14` on PATH that runs. Without a working clang the build still succeeds: it warns,

@@ -2,7 +2,7 @@
  *
  * Only the fields the program touches are listed, in any order and at any offset: every struct
  * carries preserve_access_index, so clang records each field access as a CO-RE relocation
- * (by name and type) and the loader (src/observe/bpf/core.rs) rewrites the offsets against the running kernel's BTF
+ * (by name and type) and the loader (src/task_iter/core.rs) rewrites the offsets against the running kernel's BTF
  * (/sys/kernel/btf/vmlinux). No generated vmlinux.h, no libbpf headers.
  *
  * Types whose name ends in ___something are "flavours": the relocation matches the kernel type

@@ -3,16 +3,16 @@
  * Reading the iterator's fd runs this program once per task (every thread) and once more with
  * task == NULL at the end. It writes, with bpf_seq_write, one fixed-size binary record per
  * thread-group leader; the first call of each read session writes a header first. The layout
- * is mirrored by crates/spawnkit/src/observe/bpf.rs (check_header, process): change both
+ * is mirrored by crates/spawnkit-observe/src/task_iter.rs (check_header, process): change both
  * together and bump SPAWNKIT_LAYOUT_VERSION.
  *
  * Every field is the kernel's own, read the way fs/proc/array.c (do_task_stat) reads it, so
  * the records agree with /proc/PID/stat: the state is left raw (state, exit_state) for the
  * reader to map to a letter; start_boottime stays in nanoseconds; rss is in pages.
  *
- * Built by crates/spawnkit/build.rs with `clang -target bpf -O2 -g -c`; kernel.h declares the
+ * Built by this crate's build.rs with `clang -target bpf -O2 -g -c`; kernel.h declares the
  * kernel structs with preserve_access_index, so every field offset is a CO-RE relocation that
- * the loader (src/observe/bpf/core.rs) resolves against /sys/kernel/btf/vmlinux. The program
+ * the loader (src/task_iter/core.rs) resolves against /sys/kernel/btf/vmlinux. The program
  * must stay self-contained: no maps, no global data, no calls to other functions (the loader
  * knows only CO-RE relocations and the one kfunc below); helpers are called by number.
  */

@@ -17,17 +17,17 @@
 
 #![deny(unsafe_code)]
 
-mod bpf;
 mod memory;
 mod parse;
+mod proc_walk;
 mod process;
-mod procfs;
 mod reader;
 mod select;
 mod shared;
 #[allow(unsafe_code)]
 mod sys;
 mod table;
+mod task_iter;
 
 pub use memory::*;
 pub use process::{Backend, Comm, Fields, Process, State};

@@ -14,7 +14,7 @@
 //!    namespace since the load fails this.
 //! 2. **Its /proc is the initial pid namespace's**: `/proc/self` names this process by its
 //!    global pid, the one the records carry. (The caller's own pid namespace is checked in
-//!    every read's header, in `bpf.rs`.)
+//!    every read's header, in `task_iter.rs`.)
 //! 3. **Its /proc hides no process from it**: the procfs mounted on its `/proc` has no
 //!    `hidepid=` option, or the caller holds CAP_SYS_PTRACE, to which hidepid yields, or
 //!    (`hidepid=noaccess` and `invisible`) it is a member of the mount's `gid=` group, which

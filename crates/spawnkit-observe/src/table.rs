@@ -21,11 +21,11 @@
 //! Which backend may serve which caller is decided before every listing: see
 //! [`ProcessTable`].
 
-use super::bpf::TaskIter;
 use super::parse;
+use super::proc_walk::Walker;
 use super::process::{Backend, Fields, Process};
-use super::procfs::Walker;
 use super::reader;
+use super::task_iter::TaskIter;
 use crate::sys::procfs as sys;
 use spawnkit::{Error, Result};
 
@@ -347,7 +347,7 @@ impl Process {
 /// [`Process::args`]), `Some(empty)` for a kernel thread or a zombie, `None` when the process
 /// is gone (or /proc cannot be read). For a listing, ask [`Fields::cmdline`] instead.
 pub fn read_cmdline(pid: i32) -> Option<Vec<u8>> {
-    super::procfs::read_cmdline(pid)
+    super::proc_walk::read_cmdline(pid)
 }
 
 /// The clock tick of `/proc/PID/stat` times (`sysconf(_SC_CLK_TCK)`, USER_HZ: 100 on Linux).

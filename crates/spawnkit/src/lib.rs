@@ -28,6 +28,7 @@ mod orphans;
 pub mod process;
 mod signals;
 mod spawn;
+mod steps;
 #[allow(unsafe_code)]
 mod sys;
 mod users;
@@ -35,10 +36,11 @@ mod users;
 pub use error::{quoted, Error, ErrorKind, Result};
 pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 pub use signals::{ReceivedSignal, SignalFd};
-pub use spawn::child::{Child, ExitStatus, Output};
 pub use spawn::command::Command;
+pub use spawn::handle::{Child, ExitStatus, Output};
 pub use spawn::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};
-pub use spawn::plan::{FdRef, Plan, Step, DEFAULT_PATH};
+pub use spawn::plan::{Plan, DEFAULT_PATH};
+pub use steps::{FdRef, Step};
 pub use users::{Group, LookupError, ParseIdError, User};
 
 /// Reap children whose [`Child`] was dropped while they ran and that have exited since.

@@ -2,7 +2,7 @@
 //! chroot, a lock held for the child's life, cgroup placement.
 //!
 //! All of it compiles to steps of the same [`Plan`](crate::Plan) the child replays with raw
-//! system calls (see `sys/child.rs`), plus clone flags: a namespace is created by the clone
+//! system calls (see `sys/in_child.rs`), plus clone flags: a namespace is created by the clone
 //! itself (clone3 with `CLONE_NEW*`) where the strategy allows, so the child starts inside it.
 //!
 //! Kernel facts this is built on, checked on 6.18 (see the tests):
@@ -18,7 +18,7 @@
 //!   E2BIG for it (systemd#33613): spawnkit reports the step rather than silently spawning
 //!   outside the cgroup.
 
-pub(crate) mod plan;
+pub(crate) mod compile;
 
 use std::ffi::OsString;
 use std::fmt;

@@ -11,8 +11,7 @@ use crate::error::Result;
 use crate::isolate::{Isolation, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 use crate::{Child, ExitStatus, Output};
 
-/// A hook run in a fork()ed child just before execve (see [`Command::pre_exec`]).
-pub(crate) type Hook = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;
+pub(crate) use crate::steps::Hook;
 
 /// A process to start, built like `std::process::Command`, with everything `posix_spawn`
 /// lacks. Building a `Command` does nothing; [`spawn`](Command::spawn) compiles it to a
@@ -356,7 +355,7 @@ impl Command {
     /// `f` runs in a `fork()`ed copy of a possibly multi-threaded process: it may only call
     /// async-signal-safe functions. It must not allocate, lock, or touch state another thread
     /// may have held at the fork (see `std::os::unix::process::CommandExt::pre_exec`).
-    #[allow(unsafe_code)] // declares the contract; the hook itself runs in sys/child.rs
+    #[allow(unsafe_code)] // declares the contract; the hook itself runs in sys/in_child.rs
     pub unsafe fn pre_exec<F>(&mut self, f: F) -> &mut Command
     where
         F: FnMut() -> io::Result<()> + Send + Sync + 'static,

@@ -8,8 +8,8 @@ use super::command::Command;
 use super::options::{Stdio, Strategy};
 use super::plan::Plan;
 use crate::error::{quoted, Error, ErrorKind, Result};
-use crate::sys::child::{Report, STEP_EXEC, STEP_PRE_EXEC, STEP_SIGNALS};
 use crate::sys::fork::ForkFailure;
+use crate::sys::in_child::{Report, STEP_EXEC, STEP_PRE_EXEC, STEP_SIGNALS};
 use crate::sys::{self, pidfd};
 use crate::{orphans, Child};
 
@@ -17,15 +17,16 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
     orphans::reap();
     let mut plan = Plan::build(cmd)?;
     if let Some((fd, lock)) = &plan.lock {
-        crate::isolate::plan::acquire(*fd, lock)?;
+        crate::isolate::compile::acquire(*fd, lock)?;
     }
     let (pid, pidfd) = match plan.strategy {
-        Strategy::PosixSpawn => sys::posix::spawn_posix(&plan)?,
+        Strategy::PosixSpawn => sys::posix::spawn_posix(&plan.view())?,
         Strategy::CloneVfork | Strategy::ForkExec => {
             let out = if plan.strategy == Strategy::CloneVfork {
-                sys::spawn_clone_vfork(&plan).map_err(|(step, e)| clone_error(&plan, step, e))?
+                sys::spawn_clone_vfork(&plan.view())
+                    .map_err(|(step, e)| clone_error(&plan, step, e))?
             } else {
-                match sys::fork::spawn_fork_exec(&plan, &mut cmd.pre_exec) {
+                match sys::fork::spawn_fork_exec(&plan.view(), &mut cmd.pre_exec) {
                     Ok(out) => out,
                     Err(ForkFailure::Syscall(step, e)) => return Err(Error::os(step, "", e)),
                     Err(ForkFailure::Gone(report)) if report.errno != 0 => {

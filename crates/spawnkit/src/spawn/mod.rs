@@ -1,8 +1,8 @@
 //! Command (pure data) -> Plan (everything allocated in the parent) -> Child.
 
-pub(crate) mod child;
 pub(crate) mod command;
 pub(crate) mod engine;
+pub(crate) mod handle;
 pub(crate) mod options;
 pub(crate) mod plan;
 pub(crate) mod wire;

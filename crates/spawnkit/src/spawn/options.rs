@@ -8,6 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
+pub use crate::steps::Resource;
 
 /// How the child is started. All strategies run the same [`Plan`](crate::Plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, Serialize, Deserialize)]
@@ -68,49 +69,6 @@ pub enum PathSearch {
     /// CPython's rules: try every entry; report the first error that is not ENOENT or
     /// ENOTDIR, else the last.
     TryAll,
-}
-
-macro_rules! resources {
-    ($($variant:ident = $raw:ident, $name:literal;)*) => {
-        /// A resource limit (`RLIMIT_*`, see getrlimit(2)). Serialized (the wire form of a
-        /// [`Command`](crate::Command)) as its index in this list: append new ones at the end.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum Resource { $($variant,)* }
-
-        impl Resource {
-            /// Every resource, in the order of the kernel's numbering.
-            pub const ALL: &'static [Resource] = &[$(Resource::$variant,)*];
-
-            /// The kernel's number for this resource.
-            pub fn raw(self) -> u32 {
-                match self { $(Resource::$variant => libc::$raw as u32,)* }
-            }
-
-            /// The name as prlimit(1) and error messages spell it: `NOFILE`.
-            pub fn name(self) -> &'static str {
-                match self { $(Resource::$variant => $name,)* }
-            }
-        }
-    };
-}
-
-resources! {
-    Cpu = RLIMIT_CPU, "CPU";
-    Fsize = RLIMIT_FSIZE, "FSIZE";
-    Data = RLIMIT_DATA, "DATA";
-    Stack = RLIMIT_STACK, "STACK";
-    Core = RLIMIT_CORE, "CORE";
-    Rss = RLIMIT_RSS, "RSS";
-    Nproc = RLIMIT_NPROC, "NPROC";
-    Nofile = RLIMIT_NOFILE, "NOFILE";
-    Memlock = RLIMIT_MEMLOCK, "MEMLOCK";
-    As = RLIMIT_AS, "AS";
-    Locks = RLIMIT_LOCKS, "LOCKS";
-    Sigpending = RLIMIT_SIGPENDING, "SIGPENDING";
-    Msgqueue = RLIMIT_MSGQUEUE, "MSGQUEUE";
-    Nice = RLIMIT_NICE, "NICE";
-    Rtprio = RLIMIT_RTPRIO, "RTPRIO";
-    Rttime = RLIMIT_RTTIME, "RTTIME";
 }
 
 impl Resource {

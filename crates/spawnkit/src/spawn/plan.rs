@@ -2,7 +2,7 @@
 //!
 //! Everything the child needs is allocated here, in the parent, before any clone: C strings
 //! and pointer arrays for argv/envp, the joined PATH candidates, the fd table moves, the
-//! pipes. The child only walks [`Plan::steps`] (see `sys/child.rs`).
+//! pipes. The child only walks [`Plan::steps`] (see `sys/in_child.rs`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,97 +13,11 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 
 use super::command::Command;
-use super::options::{PathSearch, Resource, Signal, Stdio, Strategy};
+use super::options::{PathSearch, Signal, Stdio, Strategy};
 use crate::error::{escaped, quoted, Error, Result};
+use crate::steps::{FdRef, Step};
 use crate::sys::parent::{self, CStrArray};
-
-/// Where a [`Step::Dup2`] takes its fd from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FdRef {
-    /// A parent fd number, untouched so far.
-    Fd(RawFd),
-    /// A temporary copy made by [`Step::DupAway`] (`fd` is the original number).
-    Slot { index: usize, fd: RawFd },
-}
-
-/// One thing the child does before execve, in order. Each is one raw system call or a few.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Step {
-    /// unshare(flags): the namespaces fork-exec cannot get from the clone.
-    Unshare { flags: u64 },
-    /// open(path, O_WRONLY), one write(data), close: uid_map, gid_map, setgroups,
-    /// cgroup.procs.
-    WriteFile { path: CString, data: Vec<u8> },
-    /// mount(source, target, fstype, flags, data).
-    Mount {
-        source: Option<CString>,
-        target: CString,
-        fstype: Option<CString>,
-        flags: u64,
-        data: Option<CString>,
-    },
-    /// sethostname(name).
-    Sethostname { name: Vec<u8> },
-    /// Tell the parent (a byte on `ready_fd`) that the new user namespace exists, and wait
-    /// (4 bytes on `go_fd`: 0 or an errno) while it writes the uid and gid maps, which only a
-    /// process outside the namespace may do for arbitrary maps.
-    /// The child first closes its copies of the parent's ends (`parent_fds`), so a dead parent
-    /// means EOF rather than a wait for ever.
-    AwaitIdMaps { ready_fd: RawFd, go_fd: RawFd, parent_fds: [RawFd; 2] },
-    /// mount_setattr(target, AT_RECURSIVE, set) (5.12+), or on older kernels
-    /// mount(target, MS_BIND|MS_REMOUNT|remount): read-only binds and /tmp options that reach
-    /// every mount below `target`.
-    MountSetattr { target: CString, set: u64, remount: u64 },
-    /// Bring the loopback interface up (SIOCGIFFLAGS / SIOCSIFFLAGS on "lo").
-    LoopbackUp,
-    /// mount a fresh sysfs on `target`, read-only, nosuid, nodev, noexec. EPERM is no error:
-    /// in a user namespace the kernel refuses a new sysfs when the host's /sys is partly
-    /// covered (a container's masks), and that host /sys is then read-only to the child.
-    FreshSysfs { target: CString },
-    /// chroot(path).
-    Chroot { path: CString },
-    /// Reset these ignored signals to SIG_DFL (bit N-1 = signal N).
-    SignalDefault { set: u64 },
-    /// setsid().
-    Setsid,
-    /// setpgid(0, pgid).
-    Setpgid { pgid: i32 },
-    /// Copy `fd` to a close-on-exec fd above every target, before a map overwrites it.
-    DupAway { fd: RawFd, above: RawFd, slot: usize, target: RawFd },
-    /// dup3(from, to, 0).
-    Dup2 { from: FdRef, to: RawFd },
-    /// Clear FD_CLOEXEC on an fd the child keeps under its own number.
-    ClearCloexec { fd: RawFd },
-    /// close_range(first, last).
-    CloseRange { first: u32, last: u32 },
-    /// umask(mask).
-    Umask { mask: u32 },
-    /// prlimit64(0, resource, {soft, hard}).
-    Setrlimit { resource: Resource, soft: u64, hard: u64 },
-    /// setpriority(PRIO_PROCESS, 0, value).
-    Nice { value: i32 },
-    /// sched_setaffinity(0, mask); `cpus` is the list it came from, for messages.
-    Affinity { mask: Vec<u64>, cpus: Vec<usize> },
-    /// chdir(path).
-    Chdir { path: CString },
-    /// setgroups(groups); EPERM ignored when groups are only dropped implicitly.
-    Setgroups { groups: Vec<u32>, ignore_eperm: bool },
-    /// setresgid(gid, gid, gid).
-    Setgid { gid: u32 },
-    /// setresuid(uid, uid, uid).
-    Setuid { uid: u32 },
-    /// prctl(PR_SET_PDEATHSIG) and a getppid() check against `parent`.
-    ParentDeathSignal { signal: i32, parent: i32 },
-    /// prctl(PR_SET_NO_NEW_PRIVS, 1).
-    NoNewPrivs,
-    /// prctl(PR_CAPBSET_DROP) of every capability in the bounding set, so that no execve
-    /// (of a setuid-root or file-capability program, or by uid 0) can gain one back.
-    DropBoundingCaps,
-    /// Clear the ambient set (PR_CAP_AMBIENT_CLEAR_ALL), capset the effective, permitted
-    /// and inheritable sets to empty, and join a new session keyring.
-    ClearCaps,
-}
+use crate::sys::{IdMaps, PlanView};
 
 impl Step {
     /// The step's name in error messages, and what it worked on.
@@ -264,7 +178,7 @@ pub struct Plan {
     /// The lock the child holds: taken by the parent just before the clone.
     pub(crate) lock: Option<(RawFd, crate::isolate::Lock)>,
     /// Id maps written from outside by the spawning thread, between the clone and the exec.
-    pub(crate) id_maps: Option<crate::isolate::plan::IdMapJob>,
+    pub(crate) id_maps: Option<crate::isolate::compile::IdMapJob>,
 }
 
 impl fmt::Debug for Plan {
@@ -323,6 +237,29 @@ fn os_err(step: &'static str, subject: &str, errno: i32) -> Error {
 }
 
 impl Plan {
+    /// What sys/ reads of this plan to spawn it (sys imports nothing from spawn/ or isolate/).
+    pub(crate) fn view(&self) -> PlanView<'_> {
+        PlanView {
+            steps: &self.steps,
+            candidates: &self.exec.candidates,
+            argv: &self.exec.argv,
+            envp: &self.exec.envp,
+            program: &self.exec.program,
+            searched: self.exec.searched.as_deref(),
+            try_all: self.exec.search == PathSearch::TryAll,
+            sigmask: self.sigmask,
+            scratch: self.scratch,
+            max_target: self.max_target,
+            clone_flags: self.clone_flags,
+            cgroup: self.cgroup.as_ref().map(|(fd, _)| fd.as_raw_fd()),
+            id_maps: self.id_maps.as_ref().map(|job| IdMaps {
+                uid_map: &job.uid_map,
+                gid_map: &job.gid_map,
+                go_write: job.go_write.as_raw_fd(),
+            }),
+        }
+    }
+
     /// The steps, in the order the child runs them.
     pub fn steps(&self) -> &[Step] {
         &self.steps
@@ -371,7 +308,7 @@ impl Plan {
             ));
         }
 
-        let iso = crate::isolate::plan::prepare(&cmd.isolation, cmd.strategy)?;
+        let iso = crate::isolate::compile::prepare(&cmd.isolation, cmd.strategy)?;
         plan.clone_flags = iso.clone_flags;
         plan.cgroup = iso.cgroup;
         plan.child_ends.extend(iso.child_ends);

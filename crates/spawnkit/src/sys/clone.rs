@@ -10,7 +10,7 @@
 use core::arch::asm;
 use core::sync::atomic::{AtomicU8, Ordering};
 
-use super::child::{child_main, ChildCtx};
+use super::in_child::{child_main, ChildCtx};
 use super::raw::check;
 use super::stack::Stack;
 

@@ -4,10 +4,10 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::child::{child_main, Report, STEP_NONE};
+use super::in_child::{child_main, Report, STEP_NONE};
+use super::PlanView;
 use super::{context, last_errno, pidfd, Outcome, SignalsBlocked};
-use crate::spawn::command::Hook;
-use crate::spawn::plan::Plan;
+use crate::steps::Hook;
 
 /// A close-on-exec pipe whose write end is at least `min` (above every fd a dup2 step
 /// writes): EOF on the read end says the child holding the write end has exec'd or exited.
@@ -79,7 +79,7 @@ pub(crate) enum ForkFailure {
 }
 
 /// Spawn with fork().
-pub(crate) fn spawn_fork_exec(plan: &Plan, hooks: &mut [Hook]) -> Result<Outcome, ForkFailure> {
+pub(crate) fn spawn_fork_exec(plan: &PlanView, hooks: &mut [Hook]) -> Result<Outcome, ForkFailure> {
     let (rd, wr) =
         cloexec_pipe_above(plan.max_target + 1).map_err(|e| ForkFailure::Syscall("pipe2", e))?;
     let shared = SharedReport::new().map_err(|e| ForkFailure::Syscall("mmap", e))?;

@@ -1,11 +1,19 @@
 //! Everything `unsafe` in spawnkit lives in this module tree.
 //!
-//! # The rules of the child (read this before touching `child.rs`)
+//! # Imports go downward only
+//!
+//! sys imports nothing from spawn/ or isolate/. What it replays, the [`Step`]s and their
+//! kin, comes from the leaf module `steps.rs`; what it reads of a [`Plan`](crate::Plan) comes
+//! as a [`PlanView`] of borrowed slices and fds that `Plan::view` builds in spawn/; the id
+//! maps written from outside come as bytes ([`IdMaps`]). spawn/ and isolate/ call into sys,
+//! never the other way round.
+//!
+//! # The rules of the child (read this before touching `in_child.rs`)
 //!
 //! The default strategy starts the child with `clone(CLONE_VM | CLONE_VFORK)`: the child runs
 //! in the parent's address space, on a stack of its own, while the calling thread sleeps until
 //! the child calls `execve` or exits. Every other thread of the parent keeps running. The code
-//! between clone and execve therefore obeys these rules, and nothing outside [`child`] runs
+//! between clone and execve therefore obeys these rules, and nothing outside [`in_child`] runs
 //! there:
 //!
 //! 1. **Raw system calls only** ([`raw`]): no libc function. libc wrappers write `errno` (a
@@ -13,8 +21,8 @@
 //!    thread holds (malloc, stdio, the dynamic loader), and glibc's `setuid` family even
 //!    broadcasts to the parent's threads.
 //! 2. **No allocation and no freeing.** Everything the child reads was allocated before the
-//!    clone by [`crate::spawn::Plan`]; the child only borrows it. It writes to exactly two
-//!    places: the [`child::Report`] and the scratch slots of the same context, both owned by the
+//!    clone by [`Plan`](crate::Plan); the child only borrows it. It writes to exactly two
+//!    places: the [`in_child::Report`] and the scratch slots of the same context, both owned by the
 //!    parent's frame.
 //! 3. **No panics, no unwinding, no Rust std.** The child's code uses no indexing that can
 //!    panic, only `get` and iterators, and wrapping arithmetic.
@@ -26,7 +34,7 @@
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
 //!
 //! One exception to "the calling thread sleeps": when id maps must be written from outside the
-//! new user namespace (arbitrary maps, or a privileged caller, see `isolate/plan.rs`), the
+//! new user namespace (arbitrary maps, or a privileged caller, see `isolate/compile.rs`), the
 //! clone omits `CLONE_VFORK`. The calling thread then writes the maps while the child waits
 //! for them in its `AwaitIdMaps` step, and sleeps until EOF on a close-on-exec pipe says the
 //! child has exec'd or exited, as the fork-exec strategy does. Until that EOF it touches
@@ -38,9 +46,9 @@
 //!
 //! Every `unsafe` block below carries a `// SAFETY:` comment pointing back to these rules.
 
-pub(crate) mod child;
 pub(crate) mod clone;
 pub(crate) mod fork;
+pub(crate) mod in_child;
 pub(crate) mod nss;
 pub(crate) mod parent;
 pub(crate) mod pidfd;
@@ -57,9 +65,12 @@ pub(crate) fn last_errno() -> i32 {
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
-use crate::spawn::command::Hook;
-use crate::spawn::plan::Plan;
-use child::{ChildCtx, Report, STEP_NONE};
+use std::ffi::OsStr;
+use std::os::fd::RawFd;
+
+use crate::steps::{Hook, Step};
+use in_child::{ChildCtx, Report, STEP_NONE};
+use parent::CStrArray;
 
 /// A started child and what it left in its [`Report`]: success when
 /// `report.step == STEP_EXEC && report.errno == 0`.
@@ -100,21 +111,75 @@ impl Drop for SignalsBlocked {
     }
 }
 
+/// What the spawn functions read of a [`Plan`](crate::Plan): borrowed from it by
+/// `Plan::view` (in spawn/), so that sys/ needs nothing from spawn/ or isolate/.
+pub(crate) struct PlanView<'a> {
+    pub steps: &'a [Step],
+    /// The execve candidates in PATH order, argv and envp: NULL-terminated pointer arrays.
+    pub candidates: &'a CStrArray,
+    pub argv: &'a CStrArray,
+    pub envp: &'a CStrArray,
+    /// The program as given, and the PATH searched for it (error messages of posix_spawn).
+    pub program: &'a OsStr,
+    pub searched: Option<&'a OsStr>,
+    /// CPython's PATH search (try every candidate) rather than execvp's.
+    pub try_all: bool,
+    pub sigmask: u64,
+    /// How many scratch slots the [`Step::DupAway`] steps use.
+    pub scratch: usize,
+    /// The highest fd number the child's map writes.
+    pub max_target: RawFd,
+    /// `CLONE_NEW*` flags for the clone.
+    pub clone_flags: u64,
+    /// A cgroup v2 directory fd for CLONE_INTO_CGROUP.
+    pub cgroup: Option<RawFd>,
+    /// Id maps this thread writes from outside the new user namespace.
+    pub id_maps: Option<IdMaps<'a>>,
+}
+
+/// Uid and gid maps the spawning thread writes to /proc/PID/{uid,gid}_map between the clone
+/// and the child's exec, answering the child's `AwaitIdMaps` step on `go_write`.
+pub(crate) struct IdMaps<'a> {
+    /// The contents of uid_map and gid_map (an empty one is not written).
+    pub uid_map: &'a [u8],
+    pub gid_map: &'a [u8],
+    /// Where the answer goes: 4 bytes, 0 or `(file << 16) | errno` of the failed write.
+    pub go_write: RawFd,
+}
+
+/// Write the child's maps from outside, right after the clone (the user namespace exists from
+/// then on; the child waits for the answer in its AwaitIdMaps step), and answer with 0 or
+/// (file << 16 | errno), file 1 = uid_map, 2 = gid_map. Always answers: the child waits for
+/// it. If the child died before reading, the answer stays in the pipe, harmlessly.
+fn write_id_maps(maps: &IdMaps<'_>, pid: i32) {
+    let mut answer = 0i32;
+    for (file, name, data) in [(1, "uid_map", maps.uid_map), (2, "gid_map", maps.gid_map)] {
+        if data.is_empty() {
+            continue;
+        }
+        if let Err(e) = parent::write_file(&format!("/proc/{pid}/{name}"), data) {
+            answer = (file << 16) | e;
+            break;
+        }
+    }
+    parent::write_all(maps.go_write, &answer.to_ne_bytes());
+}
+
 /// The context the child reads, pointing into `plan`, `report` and `scratch`.
 fn context<'a>(
-    plan: &'a Plan,
+    plan: &'a PlanView<'a>,
     report: &'a mut Report,
     scratch: &'a mut [i32],
     pre_exec: Option<*mut [Hook]>,
 ) -> ChildCtx<'a> {
-    let envp = plan.exec.envp.as_ptr();
-    let cands = plan.exec.candidates.as_ptr();
-    let n = plan.exec.candidates.len();
+    let envp = plan.envp.as_ptr();
+    let cands = plan.candidates.as_ptr();
+    let n = plan.candidates.len();
     ChildCtx {
-        steps: &plan.steps,
+        steps: plan.steps,
         // SAFETY: the pointer array has `n` string pointers followed by a NULL.
         candidates: unsafe { std::slice::from_raw_parts(cands, n) },
-        argv: plan.exec.argv.as_ptr(),
+        argv: plan.argv.as_ptr(),
         envp,
         sigmask: plan.sigmask,
         reset_handlers: true,
@@ -122,7 +187,7 @@ fn context<'a>(
         scratch: scratch.as_mut_ptr(),
         scratch_len: scratch.len(),
         notify_fd: -1,
-        try_all: plan.exec.search == crate::PathSearch::TryAll,
+        try_all: plan.try_all,
         pre_exec,
     }
 }
@@ -139,11 +204,11 @@ fn context<'a>(
 /// parent slept: creating and joining it cost ~35 µs.) As with fork-exec's pipe, a process
 /// forked by another thread during the clone inherits the write end until it execs or
 /// exits, which delays this spawn's return until then.
-pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i32)> {
+pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static str, i32)> {
     let mut report = Report { step: STEP_NONE, errno: 0, detail: 0 };
     let mut scratch = vec![-1i32; plan.scratch];
     let mut ctx = context(plan, &mut report, &mut scratch, None);
-    let cgroup = plan.cgroup.as_ref().map(|(fd, _)| std::os::fd::AsRawFd::as_raw_fd(fd));
+    let cgroup = plan.cgroup;
     let mut notify = match plan.id_maps {
         None => None,
         Some(_) => Some(fork::cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?),
@@ -162,7 +227,7 @@ pub(crate) fn spawn_clone_vfork(plan: &Plan) -> Result<Outcome, (&'static str, i
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
             // Only the child holds the write end now: EOF comes when it execs or exits.
             drop(wr);
-            crate::isolate::plan::write_id_maps(job, cloned.pid);
+            write_id_maps(job, cloned.pid);
             parent::wait_eof(std::os::fd::AsRawFd::as_raw_fd(&rd));
         }
         Ok(cloned)

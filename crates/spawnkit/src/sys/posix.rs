@@ -6,8 +6,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 
 use super::pidfd;
+use super::PlanView;
 use crate::error::{quoted, Error, ErrorKind, Result};
-use crate::spawn::plan::{FdRef, Plan, Step};
+use crate::steps::{FdRef, Step};
 
 /// glibc's POSIX_SPAWN_SETSID (2.26).
 const POSIX_SPAWN_SETSID: libc::c_short = 0x80;
@@ -71,7 +72,7 @@ fn unsupported(step: &Step) -> Error {
     )
 }
 
-fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
+fn prepare(plan: &PlanView) -> Result<Box<Attrs>> {
     // SAFETY: zeroed storage is initialised right below by the *_init calls.
     let mut a: Box<Attrs> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
     // SAFETY: initialising owned storage.
@@ -137,7 +138,7 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
     });
     let open = if needs_open { super::parent::open_fds() } else { Default::default() };
     let mut temporaries: Vec<i32> = Vec::new();
-    for step in &plan.steps {
+    for step in plan.steps {
         // SAFETY: (all calls below) `a` is initialised; paths are NUL-terminated strings owned
         // by the plan, which outlives the spawn.
         unsafe {
@@ -224,10 +225,10 @@ fn prepare(plan: &Plan) -> Result<Box<Attrs>> {
 
 /// Spawn with posix_spawn(p). glibc reaps a child that failed to exec, so a failure here
 /// leaves no child behind.
-pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
+pub(crate) fn spawn_posix(plan: &PlanView) -> Result<(i32, OwnedFd)> {
     let a = prepare(plan)?;
-    let envp = plan.exec.envp.as_ptr();
-    let argv = plan.exec.argv.as_ptr() as *const *mut c_char;
+    let envp = plan.envp.as_ptr();
+    let argv = plan.argv.as_ptr() as *const *mut c_char;
     let envp = envp as *const *mut c_char;
     let mut pid: libc::pid_t = 0;
     // Never posix_spawnp: glibc's search reads PATH with getenv in the child, which shares
@@ -239,8 +240,8 @@ pub(crate) fn spawn_posix(plan: &Plan) -> Result<(i32, OwnedFd)> {
         let mut last = libc::ENOENT;
         let mut eacces = false;
         let mut result = libc::ENOENT;
-        for i in 0..plan.exec.candidates.len() {
-            let Some(cand) = plan.exec.candidates.get(i) else { break };
+        for i in 0..plan.candidates.len() {
+            let Some(cand) = plan.candidates.get(i) else { break };
             let r = match missing(cand) {
                 Some(e) => e,
                 // SAFETY: all pointers are valid, NUL/NULL-terminated, and outlive the call.
@@ -304,7 +305,7 @@ fn missing(cand: &std::ffi::CStr) -> Option<i32> {
 
 /// posix_spawn returns one errno for the whole launch. Name the likeliest step: a chdir whose
 /// directory fails in the parent too, else the program.
-fn posix_error(plan: &Plan, errno: i32) -> Error {
+fn posix_error(plan: &PlanView, errno: i32) -> Error {
     let chdir = plan.steps.iter().find_map(|s| match s {
         Step::Chdir { path } => Some(path),
         _ => None,
@@ -320,8 +321,8 @@ fn posix_error(plan: &Plan, errno: i32) -> Error {
             }
         }
     }
-    let err = Error::os("posix_spawn", quoted(&plan.exec.program), errno);
-    match (&plan.exec.searched, errno) {
+    let err = Error::os("posix_spawn", quoted(plan.program), errno);
+    match (plan.searched, errno) {
         (Some(path), libc::ENOENT) => err
             .with_kind(ErrorKind::NotFound)
             .with_reason(format!("not found in PATH ({})", path.to_string_lossy())),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::{Isolation, Lock, Namespaces, UserMap};
 use crate::error::{escaped, quoted, Error, ErrorKind, Result};
 use crate::spawn::options::Strategy;
-use crate::spawn::plan::Step;
+use crate::steps::Step;
 use crate::sys::parent;
 
 /// What isolation adds to a plan.
@@ -471,22 +471,4 @@ pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
             }
         }
     }
-}
-
-/// Write the child's maps from outside, right after the clone (the user namespace exists from
-/// then on; the child waits for the answer in its AwaitIdMaps step), and answer with 0 or
-/// (file << 16 | errno), file 1 = uid_map, 2 = gid_map. Always answers: the child waits for
-/// it. If the child died before reading, the answer stays in the pipe, harmlessly.
-pub(crate) fn write_id_maps(job: &IdMapJob, pid: i32) {
-    let mut answer = 0i32;
-    for (file, name, data) in [(1, "uid_map", &job.uid_map), (2, "gid_map", &job.gid_map)] {
-        if data.is_empty() {
-            continue;
-        }
-        if let Err(e) = parent::write_file(&format!("/proc/{pid}/{name}"), data) {
-            answer = (file << 16) | e;
-            break;
-        }
-    }
-    parent::write_all(job.go_write.as_raw_fd(), &answer.to_ne_bytes());
 }

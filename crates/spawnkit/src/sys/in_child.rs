@@ -1,8 +1,9 @@
-//! The child: replays a [`Plan`]'s steps with raw system calls, then `execve`s.
+//! Code that runs in the child, between clone and execve: replays a [`Plan`](crate::Plan)'s steps with raw
+//! system calls, then `execve`s.
 //!
-//! Runs between clone and execve, so everything here obeys the rules in `sys/mod.rs`: raw
-//! syscalls, no allocation, no panics, only memory prepared by the parent. The lints below
-//! keep panic paths (indexing, overflow checks of debug builds, unwrap) out of this file.
+//! Everything here therefore obeys the rules in `sys/mod.rs`: raw syscalls, no allocation, no
+//! panics, only memory prepared by the parent. The lints below keep panic paths (indexing,
+//! overflow checks of debug builds, unwrap) out of this file.
 #![deny(
     clippy::arithmetic_side_effects,
     clippy::indexing_slicing,
@@ -16,8 +17,7 @@ use core::ptr;
 use core::sync::atomic::{compiler_fence, Ordering};
 
 use super::raw::{check, sc};
-use crate::spawn::command::Hook;
-use crate::spawn::plan::{FdRef, Step};
+use crate::steps::{FdRef, Hook, Step};
 
 /// What the child leaves for the parent. Written only by the child, read by the parent once
 /// the child has exec'd or exited (vfork: the parent thread sleeps until then; fork: in a
