@@ -27,22 +27,33 @@ impl Lock {
     pub fn wait_until_free<E>(
         &self,
         deadline: Option<Instant>,
-        mut nap: impl FnMut(Duration) -> Result<(), E>,
+        nap: impl FnMut(Duration) -> Result<(), E>,
     ) -> Result<bool, E> {
-        let mut next = Duration::from_millis(1);
-        loop {
-            if self.is_free() {
-                return Ok(true);
-            }
-            let left = match deadline {
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => left,
-                    _ => return Ok(false),
-                },
-                None => next,
-            };
-            nap(next.min(left))?;
-            next = (next * 2).min(Duration::from_millis(50));
+        retry_with_naps(deadline, || Ok(self.is_free()), nap)
+    }
+}
+
+/// The one wait loop: `attempt` until it says done (`Ok(true)`), napping between attempts
+/// (1 ms growing to 50 ms, clipped to `deadline`), `Ok(false)` once the deadline has passed.
+/// The faces' wait for a free lock and the engine's timed flock both run it.
+pub(crate) fn retry_with_naps<E>(
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut() -> Result<bool, E>,
+    mut nap: impl FnMut(Duration) -> Result<(), E>,
+) -> Result<bool, E> {
+    let mut next = Duration::from_millis(1);
+    loop {
+        if attempt()? {
+            return Ok(true);
         }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return Ok(false),
+            },
+            None => next,
+        };
+        nap(next.min(left))?;
+        next = (next * 2).min(Duration::from_millis(50));
     }
 }

@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Isolation, Lock, Namespaces, UserMap};
 use crate::error::{escaped, quoted, Error, ErrorKind, Result};
@@ -453,22 +453,21 @@ pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
             let Some(deadline) = Instant::now().checked_add(t) else {
                 return parent::flock(fd, op).map_err(|e| Error::os("flock", subject.clone(), e));
             };
-            let mut nap = Duration::from_millis(1);
-            loop {
-                match parent::flock(fd, op | libc::LOCK_NB) {
-                    Ok(()) => return Ok(()),
-                    Err(libc::EWOULDBLOCK) => {}
-                    Err(e) => return Err(Error::os("flock", subject.clone(), e)),
-                }
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(would_block()
-                        .with_kind(ErrorKind::Timeout)
-                        .with_reason(format!("still locked after {:.3} s", t.as_secs_f64())));
-                }
-                std::thread::sleep(nap.min(deadline - now));
-                nap = (nap * 2).min(Duration::from_millis(50));
+            let attempt = || match parent::flock(fd, op | libc::LOCK_NB) {
+                Ok(()) => Ok(true),
+                Err(libc::EWOULDBLOCK) => Ok(false),
+                Err(e) => Err(Error::os("flock", subject.clone(), e)),
+            };
+            let nap = |pause| {
+                std::thread::sleep(pause);
+                Ok(())
+            };
+            if crate::lock_wait::retry_with_naps(Some(deadline), attempt, nap)? {
+                return Ok(());
             }
+            Err(would_block()
+                .with_kind(ErrorKind::Timeout)
+                .with_reason(format!("still locked after {:.3} s", t.as_secs_f64())))
         }
     }
 }
