@@ -49,7 +49,7 @@ fn spawn_from_many_threads_while_fds_churn() {
                 // Edition 2021: set_var/remove_var take std's environment lock, as does the
                 // copy spawnkit makes of the environment.
                 let name = format!("SPAWNKIT_STRESS_{}", i % 200);
-                if (i / 200) % 2 == 0 {
+                if (i / 200).is_multiple_of(2) {
                     std::env::set_var(&name, "x".repeat((i % 50) as usize));
                 } else {
                     std::env::remove_var(&name);

@@ -347,7 +347,7 @@ fn patch(insns: &mut [u8], at: usize, old: u64, new: u64) -> Result<(), String> 
     const ALU64: u8 = 0x07;
     const SRC_X: u8 = 0x08;
     const LD_IMM64: u8 = 0x18;
-    if at % 8 != 0 || at + 8 > insns.len() {
+    if !at.is_multiple_of(8) || at + 8 > insns.len() {
         return Err("instruction out of range".into());
     }
     let code = insns[at];
@@ -386,7 +386,7 @@ fn patch(insns: &mut [u8], at: usize, old: u64, new: u64) -> Result<(), String> 
 /// Make the instruction at byte `at` a call to a helper that does not exist.
 fn poison(insns: &mut [u8], at: usize) -> Result<(), String> {
     let insn =
-        insns.get_mut(at..at + 8).filter(|_| at % 8 == 0).ok_or("instruction out of range")?;
+        insns.get_mut(at..at + 8).filter(|_| at.is_multiple_of(8)).ok_or("instruction out of range")?;
     if insn[0] == 0x18 {
         return Err("cannot poison a 64-bit immediate load".into());
     }

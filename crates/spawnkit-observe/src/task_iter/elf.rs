@@ -111,7 +111,7 @@ pub(super) fn parse<'a>(obj: &'a [u8], program: &str) -> Result<Object<'a>, Stri
     }
     let missing = |what: &str| bad(&format!("no {what} section"));
     let insns: &[u8] = insns.ok_or_else(|| missing(program))?;
-    if insns.is_empty() || insns.len() % 8 != 0 {
+    if insns.is_empty() || !insns.len().is_multiple_of(8) {
         return Err(bad("the program section is not whole instructions"));
     }
     // Each relocated place must be a call instruction (BPF_JMP | BPF_CALL) the loader can
