@@ -385,8 +385,10 @@ fn patch(insns: &mut [u8], at: usize, old: u64, new: u64) -> Result<(), String> 
 
 /// Make the instruction at byte `at` a call to a helper that does not exist.
 fn poison(insns: &mut [u8], at: usize) -> Result<(), String> {
-    let insn =
-        insns.get_mut(at..at + 8).filter(|_| at.is_multiple_of(8)).ok_or("instruction out of range")?;
+    let insn = insns
+        .get_mut(at..at + 8)
+        .filter(|_| at.is_multiple_of(8))
+        .ok_or("instruction out of range")?;
     if insn[0] == 0x18 {
         return Err("cannot poison a 64-bit immediate load".into());
     }
