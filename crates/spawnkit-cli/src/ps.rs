@@ -32,6 +32,9 @@ Examples:
   spawnkit ps --json -o pid,ppid,comm,rss       (a JSON array: [{\"pid\": 1, ...}, ...])
   spawnkit ps --backend procfs -v               (force the /proc walker; say what ran)
 
+spawnkit ps never lists its own process (as pgrep), so `--ppid $$` shows only what the
+shell started, and the command agrees with Python's spawnkit.ps() on every selection.
+
 Fields (for -o and --sort; procps names, aliases in parentheses, then the header):
   pid                  PID      process id
   ppid                 PPID     parent's process id (0 for init and kthreadd)
@@ -368,6 +371,11 @@ fn run(args: &PsArgs) -> Result<i32, Failure> {
     }
 
     let mut procs = args.selection()?.list(&mut table, fields)?;
+    // Never itself, as pgrep: this process is an artefact of asking (a child of the shell
+    // that asks, so `--ppid $$` would catch it), and without it the command and Python's
+    // `spawnkit.ps()` with the same selection list the same processes.
+    let me = std::process::id() as i32;
+    procs.retain(|p| p.pid != me);
 
     let ctx = Context::new(&columns, &args.sort)?;
     observe::sort_processes(&mut procs, SortKey::Pid, false);

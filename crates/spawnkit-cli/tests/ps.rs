@@ -531,3 +531,27 @@ fn start_times_need_no_proc_stat() {
         other => eprintln!("no private /proc mount here (not root?): not compared: {other:?}"),
     }
 }
+
+/// `spawnkit ps` never lists itself (as pgrep): asked for the children of the process that
+/// runs it, it shows what that process started and not its own row; asked for every
+/// process, likewise.
+#[test]
+fn never_lists_itself() {
+    for args in [
+        vec!["--json".to_string(), "--ppid".into(), std::process::id().to_string()],
+        vec!["--json".to_string()],
+    ] {
+        let mut cmd = spawnkit_cmd(std::iter::once("ps".to_string()).chain(args.clone()));
+        let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let me = child.id() as u64;
+        let out = child.wait_with_output().unwrap();
+        let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        assert!(
+            rows.iter().all(|r| r["pid"].as_u64() != Some(me)),
+            "{args:?}: spawnkit ps ({me}) listed itself"
+        );
+        if args.len() == 1 {
+            assert!(rows.len() > 1, "every process but itself: {}", rows.len());
+        }
+    }
+}
