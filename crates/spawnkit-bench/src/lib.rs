@@ -4,16 +4,16 @@
 //!
 //! The `spawnkit` binary parses the flags into [`Options`] and calls [`run`].
 //!
-//! 1. **latency** ([`latency`], Josh Triplett, LPC 2022): spawn → the child's own
+//! 1. **latency** (module `latency`, Josh Triplett, LPC 2022): spawn → the child's own
 //!    CLOCK_MONOTONIC, from a small parent, 1 GiB allocated, and 1 GiB touched;
-//! 2. **throughput** ([`throughput`], Gregory P. Smith, CPython PR #99309): processes per
+//! 2. **throughput** (module `throughput`, Gregory P. Smith, CPython PR #99309): processes per
 //!    second with at most N alive;
-//! 3. **cpu** ([`cpu`], the popen_noshell benchmarks): user + system CPU per spawn, without and
+//! 3. **cpu** (module `cpu`, the popen_noshell benchmarks): user + system CPU per spawn, without and
 //!    with stdout captured, relative to vfork+exec;
-//! 4. **fence** ([`fence`]): the latency method for a launch inside a user namespace with a
+//! 4. **fence** (module `fence`): the latency method for a launch inside a user namespace with a
 //!    private /tmp and a private network, built by spawnkit in one spawn, by `unshare -Urmn` +
 //!    mount + ip in a shell, and by bubblewrap, against the same launches without a fence;
-//! 5. **ps** ([`ps`]): N sleeping processes, then `spawnkit ps` (BPF and /proc backends)
+//! 5. **ps** (module `ps`): N sleeping processes, then `spawnkit ps` (BPF and /proc backends)
 //!    beside `ps ax`, `spawnkit.ps()` beside psutil, `spawnkit mem` beside smem.
 //!
 //! Every row starts the same tiny static child (bench/tinychild.c, embedded) by the same bare

@@ -87,7 +87,7 @@ impl Row {
     }
 
     /// Start `prog` (a bare name, found along PATH) with stdout on `out_fd`. popen() ignores
-    /// `out_fd`: its child writes to popen's own pipe ([`Started::own_fd`]).
+    /// `out_fd`: its child writes to popen's own pipe (`Started::own_fd`).
     pub fn spawn(self, prog: &CStr, out_fd: RawFd) -> Result<Started, String> {
         match self {
             Row::ForkExec => Baseline::ForkExec.call(prog, out_fd).map(Started::Pid),

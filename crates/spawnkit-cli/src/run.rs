@@ -120,7 +120,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", help_heading = "Environment")]
     pub unset: Vec<OsString>,
 
-    /// argv[0] as the program sees it (default: PROGRAM as given).
+    /// `argv[0]` as the program sees it (default: PROGRAM as given).
     #[arg(long, value_name = "NAME", help_heading = "Environment")]
     pub arg0: Option<OsString>,
 

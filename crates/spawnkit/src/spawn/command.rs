@@ -453,7 +453,7 @@ impl Command {
         &self.program
     }
 
-    /// The arguments after argv[0].
+    /// The arguments after `argv[0]`.
     pub fn get_args(&self) -> &[OsString] {
         &self.args
     }

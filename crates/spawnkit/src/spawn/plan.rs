@@ -195,7 +195,7 @@ impl fmt::Debug for Plan {
 impl fmt::Display for Plan {
     /// One line per step, as `spawnkit run --dry-run` prints it. Paths, arguments and names
     /// are exact: quoted with C escapes (`"/tmp/\377"`), or escaped as `ls -b` where they
-    /// stand bare (`mount bind /a\ b on /a\ b`); see [`quoted`](crate::quoted).
+    /// stand bare (`mount bind /a\ b on /a\ b`); see [`quoted`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "strategy {}", self.strategy)?;
         if self.clone_flags != 0 {

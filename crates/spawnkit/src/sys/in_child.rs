@@ -421,7 +421,7 @@ fn await_id_maps(ready_fd: i32, go_fd: i32) -> Result<isize, i32> {
     }
 }
 
-/// `struct ifreq` with the flags member: name[16], short flags, padding to 40 bytes.
+/// `struct ifreq` with the flags member: `name[16]`, short flags, padding to 40 bytes.
 #[repr(C)]
 struct IfreqFlags {
     name: [u8; 16],
