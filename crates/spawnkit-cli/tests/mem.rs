@@ -102,7 +102,7 @@ fn mem_json_gives_objects_with_byte_values() {
     assert_eq!(n("shmem"), rollup(fx.pid, "Pss_Shmem"));
     assert_eq!(n("rss"), rollup(fx.pid, "Rss"));
     assert_eq!(n("swap"), rollup(fx.pid, "Swap"));
-    assert!((100 * MIB..101 * MIB).contains(&n("shmem")));
+    assert!((100 * MIB..101 * MIB).contains(&n("shmem")), "shmem {}: {o:?}", n("shmem"));
     assert!(n("shmem_private") >= 100 * MIB);
     assert!(n("uss") < 20 * MIB);
     assert_eq!(n("uss") + n("shmem_private"), n("private_clean") + n("private_dirty"));
