@@ -1289,10 +1289,11 @@ fn other_signals_are_forwarded() {
 fn forward_to_sleep(sig: i32) -> Option<i32> {
     let mut cmd = spawnkit_cmd(["run", "--rlimit", "core=0", "--", "sleep", "30"]);
     cmd.stdin(Stdio::null());
+    // This test process ignores signal 32 (glibc's), which spawnkit and then sleep would
+    // inherit: every signal starts at its default action, as from a shell. (sigaction(3)
+    // refuses 32 and 33, hence raw rt_sigaction.)
     // SAFETY: the hook runs in the forked child before exec and only makes raw rt_sigaction
-    // calls on a zeroed struct that outlives them (async-signal-safe). This test process
-    // ignores signal 32 (glibc's), which spawnkit and then sleep would inherit: every
-    // signal starts at its default action, as from a shell. (sigaction(3) refuses 32 and 33.)
+    // calls on a zeroed struct that outlives them (async-signal-safe).
     unsafe {
         cmd.pre_exec(|| {
             let dfl = [0usize; 4]; // handler SIG_DFL, no flags, no restorer, empty mask

@@ -13,6 +13,10 @@ use std::os::fd::RawFd;
 
 use serde::{Deserialize, Serialize};
 
+/// The highest fd number a map may target: no fd table reaches 2^30 (fs.nr_open's ceiling
+/// is about 2^31 only in theory), and the engine's own fds go above the highest target.
+pub(crate) const MAX_FD: RawFd = 1 << 30;
+
 /// A hook run in a fork()ed child just before execve (see
 /// [`Command::pre_exec`](crate::Command::pre_exec)).
 pub(crate) type Hook = Box<dyn FnMut() -> io::Result<()> + Send + Sync>;

@@ -8,7 +8,7 @@
 //!
 //! 1. **One file per system-call family**, named for it, whose first lines name the man pages
 //!    and uapi headers it follows: [`bpf`] (bpf(2) for the task iterator and the kernel's BTF),
-//!    [`procfs`] (the /proc walker's openat/getdents64/read, made with [`raw`] system calls),
+//!    [`procfs`] (the /proc walker's openat/getdents64/read),
 //!    [`procmap`] (the `PROCMAP_QUERY` ioctl, memfd, statfs, name_to_handle_at) and [`creds`]
 //!    (capget(2)).
 //! 2. **Structures the kernel reads are fully initialised**: every byte of an attr or query
@@ -31,7 +31,6 @@ pub(crate) mod creds;
 pub(crate) mod localtime;
 pub(crate) mod procfs;
 pub(crate) mod procmap;
-pub(crate) mod raw;
 
 /// `errno` of the calling thread after a failed libc call.
 pub(crate) fn last_errno() -> i32 {

@@ -1,6 +1,6 @@
 //! The system calls of the /proc walker: openat(2), getdents64(2), read(2), lseek(2),
-//! close(2), made with [`raw::sc!`](super::raw) (no libc, no `errno`, nothing but the
-//! `syscall` instruction in the hot loop), sysconf(3) for the clock tick and page size, and
+//! close(2) through libc (parent side: no child rule applies), sysconf(3) for the clock tick
+//! and page size, and
 //! clock_gettime(2) for the clocks that process start times are measured against.
 //!
 //! Parent side only. Every function returns the errno on failure; the caller decides which
@@ -9,14 +9,19 @@
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-use super::raw::{check, sc};
+use super::last_errno;
+
+/// A libc return value: the value, or the errno it left.
+fn check(ret: isize) -> Result<usize, i32> {
+    usize::try_from(ret).map_err(|_| last_errno())
+}
 
 /// openat(2) with `O_RDONLY | O_CLOEXEC | extra`, relative to `dir` (`None`: the cwd).
 fn open_at(dir: Option<BorrowedFd<'_>>, path: &CStr, extra: i32) -> Result<OwnedFd, i32> {
     let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | extra;
     // SAFETY: `path` is NUL-terminated and outlives the call; openat only reads it.
-    let ret = unsafe { sc!(libc::SYS_openat, dirfd, path.as_ptr(), flags, 0) };
+    let ret = unsafe { libc::openat(dirfd, path.as_ptr(), flags) } as isize;
     let fd = check(ret)?;
     // SAFETY: the kernel just returned this fd, and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
@@ -36,7 +41,7 @@ pub(crate) fn open_in(dir: BorrowedFd<'_>, path: &CStr) -> Result<OwnedFd, i32> 
 pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
     loop {
         // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-        let ret = unsafe { sc!(libc::SYS_read, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+        let ret = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         match check(ret) {
             Err(libc::EINTR) => continue,
             other => return other,
@@ -49,8 +54,9 @@ pub(crate) fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
 pub(crate) fn getdents64(dir: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
     loop {
         // SAFETY: the kernel writes at most `buf.len()` bytes of records into `buf`.
-        let ret =
-            unsafe { sc!(libc::SYS_getdents64, dir.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+        let ret = unsafe {
+            libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.as_mut_ptr(), buf.len())
+        } as isize;
         match check(ret) {
             Err(libc::EINTR) => continue,
             other => return other,
@@ -61,7 +67,7 @@ pub(crate) fn getdents64(dir: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i
 /// lseek(2) to offset 0: the next getdents64 starts the directory over.
 pub(crate) fn rewind(dir: BorrowedFd<'_>) -> Result<(), i32> {
     // SAFETY: lseek takes integers only.
-    let ret = unsafe { sc!(libc::SYS_lseek, dir.as_raw_fd(), 0, libc::SEEK_SET) };
+    let ret = unsafe { libc::lseek(dir.as_raw_fd(), 0, libc::SEEK_SET) } as isize;
     check(ret).map(drop)
 }
 

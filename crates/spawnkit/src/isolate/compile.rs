@@ -5,6 +5,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use super::{Isolation, Lock, Namespaces, UserMap};
@@ -381,21 +382,37 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
 /// read-only) and, with `sys`, every mount at and below /sys (sysfs, and the cgroup file
 /// systems under it). Paths this kernel lacks are skipped.
 fn cover_kernel_files(steps: &mut Vec<Step>, sys: bool) -> Result<()> {
-    for path in ["/proc/sys", "/proc/sysrq-trigger"] {
-        if !Path::new(path).exists() {
-            continue;
-        }
-        steps.push(Step::Mount {
-            source: Some(cstr(path)),
-            target: cstr(path),
-            fstype: None,
-            flags: libc::MS_BIND | libc::MS_REC,
-            data: None,
-        });
-        steps.push(restrict(Path::new(path), cstr(path), MOUNT_ATTR_RDONLY)?);
-    }
-    if sys && Path::new("/sys/kernel").is_dir() {
-        steps.push(restrict(Path::new("/sys"), cstr("/sys"), MOUNT_ATTR_RDONLY)?);
+    // Which of these this kernel has, and the flags a pre-5.12 remount must keep, do not
+    // change while the process runs: found once, not on every fenced spawn.
+    static COVERS: OnceLock<Result<(Vec<Step>, Option<Step>)>> = OnceLock::new();
+    let (proc_steps, sys_step) = COVERS
+        .get_or_init(|| {
+            let mut proc_steps = Vec::new();
+            for path in ["/proc/sys", "/proc/sysrq-trigger"] {
+                if !Path::new(path).exists() {
+                    continue;
+                }
+                proc_steps.push(Step::Mount {
+                    source: Some(cstr(path)),
+                    target: cstr(path),
+                    fstype: None,
+                    flags: libc::MS_BIND | libc::MS_REC,
+                    data: None,
+                });
+                proc_steps.push(restrict(Path::new(path), cstr(path), MOUNT_ATTR_RDONLY)?);
+            }
+            let sys_step = if Path::new("/sys/kernel").is_dir() {
+                Some(restrict(Path::new("/sys"), cstr("/sys"), MOUNT_ATTR_RDONLY)?)
+            } else {
+                None
+            };
+            Ok((proc_steps, sys_step))
+        })
+        .as_ref()
+        .map_err(Clone::clone)?;
+    steps.extend(proc_steps.iter().cloned());
+    if sys {
+        steps.extend(sys_step.iter().cloned());
     }
     Ok(())
 }

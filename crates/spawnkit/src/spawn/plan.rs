@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::command::Command;
 use super::options::{PathSearch, Signal, Stdio, Strategy};
 use crate::error::{escaped, quoted, Error, Result};
-use crate::steps::{FdRef, Step};
+use crate::steps::{FdRef, Step, MAX_FD};
 use crate::sys::parent::{self, CStrArray};
 use crate::sys::{IdMaps, PlanView};
 
@@ -224,10 +224,6 @@ impl fmt::Display for Plan {
         write!(f, "execve {} argv [{}]", cands.join(" | "), argv.join(", "))
     }
 }
-
-/// The highest fd number a map may target: no fd table reaches 2^30 (fs.nr_open's ceiling
-/// is about 2^31 only in theory), and the engine's own fds go above the highest target.
-pub(crate) const MAX_FD: RawFd = 1 << 30;
 
 /// The PATH used when the child's environment has none (glibc's and CPython's default).
 pub const DEFAULT_PATH: &str = "/bin:/usr/bin";

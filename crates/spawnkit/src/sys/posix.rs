@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use super::pidfd;
 use super::PlanView;
 use crate::error::{quoted, Error, ErrorKind, Result};
-use crate::steps::{FdRef, Step};
+use crate::steps::{FdRef, Step, MAX_FD};
 
 /// glibc's POSIX_SPAWN_SETSID (2.26).
 const POSIX_SPAWN_SETSID: libc::c_short = 0x80;
@@ -123,7 +123,7 @@ fn prepare(plan: &PlanView) -> Result<Box<Attrs>> {
         // A kept or source fd past any fd table's reach (the plan refuses such targets) cannot
         // meet a temporary placed just above the highest map target: leave it out, so the
         // arithmetic stays far from i32::MAX.
-        .filter(|&fd| fd <= 1 << 30)
+        .filter(|&fd| fd <= MAX_FD)
         .max()
         .unwrap_or(2)
         + 1;
