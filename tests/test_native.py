@@ -51,6 +51,41 @@ def test_output_status_and_spawn():
         assert p.communicate("text") == ("text", None)
 
 
+def test_command_is_the_native_class_and_spawns_again():
+    # spawnkit.Command is the engine's Command (a PyO3 class); spawning copies it, so one
+    # command is a template: spawned again, and from several threads at once.
+    import threading
+
+    from spawnkit import _native
+
+    assert issubclass(Command, _native.Command)
+    cmd = child("import os, sys; print(sys.argv[1], os.environ['K'])").arg("a").env("K", "1")
+    assert out(cmd) == "a 1\n" and out(cmd) == "a 1\n"
+    assert out(cmd.env("K", "2")) == "a 2\n"
+    seen, errors = [], []
+
+    def spawn_some():
+        try:
+            for _ in range(20):
+                seen.append(out(cmd))
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=spawn_some) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and seen == ["a 2\n"] * 80
+
+
+def test_spawn_takes_only_stream_arguments():
+    # Everything else is an option of the Command: Popen's cwd= would be silently ignored.
+    with pytest.raises(TypeError, match="cwd"):
+        Command("true").spawn(cwd="/")
+    assert Command("true").spawn(stdout=DEVNULL, text=True).wait() == 0
+
+
 def test_arg0_and_env():
     assert out(Command("sh").arg0("my-name").args(["-c", 'echo "$0"'])) == "my-name\n"
     cmd = child("import os; print(sorted(k for k in os.environ if k.startswith('SK_')))")

@@ -44,7 +44,7 @@ from subprocess import (  # noqa: E402
 )
 
 _mswindows = False
-_spawn = _native.spawn
+_Command = _native.Command
 
 
 class Popen(_std.Popen):
@@ -57,8 +57,9 @@ class Popen(_std.Popen):
 
     # The engine's handle (a pidfd); None before the spawn and once the child is reaped.
     _child = None
-    # Extras of the native API (spawnkit.Command); None for plain subprocess use.
-    _sk_options = None
+    # The spawnkit.Command that Command.spawn() starts; None for plain subprocess use (the
+    # command is then built from Popen's arguments).
+    _sk_command = None
 
     @property
     def pidfd(self):
@@ -105,20 +106,44 @@ class Popen(_std.Popen):
             # A negative fd (not PIPE's -1) fails dup2 in CPython's child: EBADF, reported
             # with the cwd like every failure before exec.
             raise OSError(_errno.EBADF, _os.strerror(_errno.EBADF), cwd)
-        options = self._sk_options
-        if options is None and uid is not None and gids is None and _os.geteuid() == 0:
-            # CPython leaves the supplementary groups alone when only `user` is given; the
-            # engine drops them with the uid unless told which to keep.
-            gids = _os.getgroups()
         try:
-            self._child = child = _spawn(
-                executable, args, env, cwd,
+            cmd = self._sk_command
+            if cmd is None:
+                # The engine's command for what CPython hands _posixsubprocess.fork_exec.
+                cmd = _Command(executable, subprocess_rules=True)
+                cmd.arg0(args[0]).args(args[1:])
+                if env is not None:
+                    cmd.env_clear().envs(env)
+                if cwd is not None:
+                    cmd.current_dir(cwd)
+                cmd.close_other_fds(close_fds)
+                streams = (p2cread, c2pwrite, errwrite)
+                for fd in pass_fds:
+                    # CPython maps int() over pass_fds and refuses negative values.
+                    fd = int(fd)
+                    if not 0 <= fd <= 0x7FFFFFFF:
+                        raise ValueError("bad value(s) in fds_to_keep")
+                    # A redirected standard stream stays redirected.
+                    if fd > 2 or streams[fd] == -1:
+                        cmd.keep_fd(fd)
+                if not restore_signals:
+                    cmd.restore_signals(False)
+                if start_new_session:
+                    cmd.setsid()
+                cmd.process_group(process_group)
+                if uid is not None and gids is None and _os.geteuid() == 0:
+                    # CPython leaves the supplementary groups alone when only `user` is
+                    # given; the engine drops them with the uid unless told which to keep.
+                    gids = _os.getgroups()
+                if gids is not None:
+                    cmd.groups(gids)
+                cmd.gid(gid).uid(uid).umask(umask)
+                if preexec_fn is not None:
+                    cmd.pre_exec(preexec_fn)
+            self._child = child = cmd.spawn_child(
                 None if p2cread == -1 else p2cread,
                 None if c2pwrite == -1 else c2pwrite,
-                None if errwrite == -1 else errwrite,
-                close_fds, pass_fds, restore_signals, start_new_session,
-                process_group, uid, gid, gids, umask, preexec_fn,
-                options, options is None)
+                None if errwrite == -1 else errwrite)
             self.pid = child.pid
             self._child_created = True
         finally:
@@ -143,8 +168,8 @@ class Popen(_std.Popen):
         Called by ``__del__`` and the standard module's ``_cleanup`` (with ``_deadstate``):
         it may use nothing outside its local scope. There a child spawned with
         ``Command.kill_on_drop()`` is killed and reaped."""
-        if (_deadstate is not None and self.returncode is None and self._sk_options is not None
-                and self._sk_options.kill_on_drop and self._child is not None):
+        if (_deadstate is not None and self.returncode is None and self._child is not None
+                and self._child.kill_on_drop):
             try:
                 self._child.send_signal(9)
             except OSError:
@@ -161,8 +186,7 @@ class Popen(_std.Popen):
                     # Reaped already but returncode was reset by hand: what waitpid's
                     # ECHILD gives in CPython.
                     raise ChildProcessError(_ECHILD, "No child processes")
-                if _deadstate is not None and self._sk_options is not None \
-                        and self._sk_options.kill_on_drop:
+                if _deadstate is not None and child.kill_on_drop:
                     rc = child.wait()  # SIGKILLed above: ends at once
                 else:
                     rc = child.try_wait()

@@ -14,11 +14,12 @@ use pyo3::prelude::*;
 
 use crate::errors::{os_error, strerror};
 
-/// A started child process, held by its pidfd. Made by `spawnkit._native.spawn`.
+/// A started child process, held by its pidfd. Made by `spawnkit._native.Command.spawn_child`.
 #[pyclass(frozen, module = "spawnkit._native")]
 pub(crate) struct Child {
     pid: i32,
     pidfd: RawFd,
+    kill_on_drop: bool,
     inner: Mutex<spawnkit::Child>,
 }
 
@@ -38,7 +39,12 @@ fn wait_error(e: spawnkit::Error) -> PyErr {
 
 impl Child {
     pub(crate) fn new(child: spawnkit::Child) -> Child {
-        Child { pid: child.id() as i32, pidfd: child.pidfd().as_raw_fd(), inner: Mutex::new(child) }
+        Child {
+            pid: child.id() as i32,
+            pidfd: child.pidfd().as_raw_fd(),
+            kill_on_drop: child.kills_on_drop(),
+            inner: Mutex::new(child),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, spawnkit::Child> {
@@ -91,6 +97,13 @@ impl Child {
     #[getter]
     fn pidfd(&self) -> RawFd {
         self.pidfd
+    }
+
+    /// Whether the command asked for `kill_on_drop`: `Popen` kills and reaps the child when
+    /// it is collected unwaited.
+    #[getter]
+    fn kill_on_drop(&self) -> bool {
+        self.kill_on_drop
     }
 
     /// The pidfd, so a `Child` can be passed to `select`/`selectors`/`poll`.

@@ -21,11 +21,20 @@ use spawnkit::{Error, ErrorKind};
 
 /// The file names CPython puts on a spawn error: the executable as given and the cwd as given
 /// (either may be `None`); and, for the native API, the lock path and chroot as given.
-pub(crate) struct Names<'a, 'py> {
-    pub executable: &'a Bound<'py, PyAny>,
-    pub cwd: &'a Bound<'py, PyAny>,
-    pub lock: Option<&'a Bound<'py, PyAny>>,
-    pub chroot: Option<&'a Bound<'py, PyAny>>,
+pub(crate) struct Names<'py> {
+    pub executable: Bound<'py, PyAny>,
+    pub cwd: Option<Bound<'py, PyAny>>,
+    pub lock: Option<Bound<'py, PyAny>>,
+    pub chroot: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> Names<'py> {
+    /// The cwd as given, `None` when unset (CPython's filename then).
+    fn cwd(&self) -> Bound<'py, PyAny> {
+        self.cwd
+            .clone()
+            .unwrap_or_else(|| self.executable.py().None().into_bound(self.executable.py()))
+    }
 }
 
 static SUBPROCESS_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -75,16 +84,17 @@ fn with_step(py: Python<'_>, err: PyErr, step: &str, in_child: bool) -> PyErr {
 /// held elsewhere when the timeout the caller gave ran out.
 pub(crate) fn lock_timeout_error(
     py: Python<'_>,
-    names: &Names<'_, '_>,
+    names: &Names<'_>,
     waited: std::time::Duration,
 ) -> PyErr {
     let shown = names
         .lock
+        .as_ref()
         .and_then(|p| py.import("os").ok()?.call_method1("fsdecode", (p,)).ok())
         .and_then(|p| p.extract::<String>().ok())
         .unwrap_or_default();
     let msg = format!("flock {shown}: still locked after {:.3} s", waited.as_secs_f64());
-    let err = match names.lock {
+    let err = match &names.lock {
         Some(p) => PyOSError::new_err((libc::ETIMEDOUT, msg, p.clone().unbind())),
         None => PyOSError::new_err((libc::ETIMEDOUT, msg)),
     };
@@ -94,16 +104,16 @@ pub(crate) fn lock_timeout_error(
 /// The exception for a failed spawn. `compat`: CPython's `subprocess` rules; otherwise the
 /// native API's: the engine's message as `strerror`, `filename` for exec, chdir, chroot and
 /// lock failures, and `step` / `in_child` attributes saying which step failed where.
-pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, compat: bool) -> PyErr {
+pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_>, compat: bool) -> PyErr {
     if e.step() == "pre_exec" && e.is_in_child() {
         // preexec_fn raised (crate::preexec::RAISED), or the hook panicked.
         return subprocess_error(py, "Exception occurred in preexec_fn.".into());
     }
     let filename = match e.step() {
-        "execve" => Some(names.executable),
-        "chdir" => Some(names.cwd),
-        "flock" => names.lock,
-        "chroot" => names.chroot,
+        "execve" => Some(names.executable.clone()),
+        "chdir" => Some(names.cwd()),
+        "flock" => names.lock.clone(),
+        "chroot" => names.chroot.clone(),
         _ => None,
     };
     let err = match (e.kind(), e.raw_os_error()) {
@@ -129,8 +139,8 @@ pub(crate) fn spawn_error(py: Python<'_>, e: &Error, names: &Names<'_, '_>, comp
             // CPython: errors up to and including the credential changes are reported with
             // the cwd ("noexec"), errors from the exec step on with the executable.
             let filename = match e.step() {
-                "execve" | "sigprocmask" => names.executable,
-                _ => names.cwd,
+                "execve" | "sigprocmask" => names.executable.clone(),
+                _ => names.cwd(),
             };
             PyOSError::new_err((errno, strerror(errno), filename.clone().unbind()))
         }

@@ -1,16 +1,17 @@
 //! `spawnkit._native`: the PyO3 glue between the spawn engine and the Python package.
 //!
-//! Glue only: it turns Python values into a [`spawnkit::Command`], releases the GIL around the
-//! spawn and every blocking wait, and maps engine errors to the exceptions CPython's
-//! `subprocess` raises in the same situation. Everything a user sees (the `subprocess`-compatible
-//! `Popen`, the `Command` builder) is Python, in `python/spawnkit/`.
+//! Glue only: `Command` is the engine's [`spawnkit::Command`] with one method per option
+//! taking Python values; the glue releases the GIL around the spawn and every blocking wait,
+//! and maps engine errors to the exceptions CPython's `subprocess` raises in the same
+//! situation. `spawnkit.Command` subclasses the native `Command` (adding `spawn`, `output` and
+//! `status`, which return the `subprocess`-compatible `Popen`), in `python/spawnkit/`.
 
 mod child;
+mod command;
 mod convert;
 mod errors;
 mod observe;
 mod preexec;
-mod spawn;
 
 use pyo3::prelude::*;
 
@@ -21,9 +22,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<child::Child>()?;
     observe::register(m)?;
-    m.add_function(wrap_pyfunction!(spawn::spawn, m)?)?;
-    m.add_function(wrap_pyfunction!(spawn::plan, m)?)?;
-    m.add_function(wrap_pyfunction!(spawn::namespaces, m)?)?;
+    m.add_class::<command::Command>()?;
     m.add_function(wrap_pyfunction!(reap_orphans, m)?)?;
     m.add_function(wrap_pyfunction!(uses_clone3, m)?)?;
     m.add("STRATEGIES", spawnkit::Strategy::ALL.map(|s| s.name()).to_vec())?;

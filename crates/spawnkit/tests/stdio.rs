@@ -513,3 +513,27 @@ fn writes_reach_the_parent_through_a_mapped_pipe() {
         assert_eq!(out, "via-fd-7\n", "{s}");
     }
 }
+
+#[test]
+fn a_copied_command_gets_its_own_fds_and_every_option() {
+    let dir = TempDir::new("copy");
+    let (file, path) = named_file(&dir, "copied");
+    let mut original = probe_cmd(Strategy::CloneVfork, [] as [&str; 0]);
+    original.stdin(Stdio::File(file)).env("SK_COPY", "yes").current_dir("/").kill_on_drop(true);
+    let mut copy = original.try_clone().unwrap();
+    // The original hands its file over at its spawn; the copy still has its own duplicate.
+    for cmd in [&mut original, &mut copy] {
+        let st = run_state(cmd);
+        assert_eq!(fd(&st, 0).target, path);
+        assert_eq!(st.env.get("SK_COPY").map(String::as_str), Some("yes"));
+        assert_eq!(st.get("cwd"), "/");
+    }
+    let child = copy.try_clone().unwrap().stdout(Stdio::Null).spawn().unwrap();
+    assert!(child.kills_on_drop());
+    drop(child);
+    // A hook is code: it cannot be copied.
+    let mut hooked = Command::new("true");
+    // SAFETY: the hook does nothing.
+    unsafe { hooked.pre_exec(|| Ok(())) };
+    assert_eq!(hooked.try_clone().unwrap_err().kind(), ErrorKind::InvalidInput);
+}

@@ -393,6 +393,13 @@ impl Command {
         self
     }
 
+    /// No private /tmp after all (undoes [`private_tmp`](Command::private_tmp); the other
+    /// fences stay).
+    pub fn no_private_tmp(&mut self) -> &mut Command {
+        self.isolation.private_tmp = None;
+        self
+    }
+
     /// Bind `src` read-only on `dst` (which must exist) in a new mount namespace.
     pub fn ro_bind(&mut self, src: impl AsRef<Path>, dst: impl AsRef<Path>) -> &mut Command {
         self.isolation.ro_binds.push((src.as_ref().to_owned(), dst.as_ref().to_owned()));
@@ -448,9 +455,77 @@ impl Command {
         self
     }
 
+    /// A copy of every option, for spawning the same command again elsewhere (a template
+    /// that several threads spawn from). Fds the command owns (`Stdio::File`, `Stdio::Owned`,
+    /// the fds a decoded command holds) are duplicated. A `pre_exec` hook is code and cannot
+    /// be copied: a command with one is an `InvalidInput` error.
+    pub fn try_clone(&self) -> Result<Command> {
+        if !self.pre_exec.is_empty() {
+            return Err(crate::Error::invalid("copy", "", "a pre_exec hook cannot be copied"));
+        }
+        let os_err = |e: io::Error| crate::Error::os("dup", "", e.raw_os_error().unwrap_or(0));
+        let dup = |fd: &OwnedFd| fd.try_clone().map_err(os_err);
+        let mut stdio: [Option<Stdio>; 3] = [None, None, None];
+        for (slot, s) in stdio.iter_mut().zip(&self.stdio) {
+            *slot = match s {
+                None => None,
+                Some(Stdio::Inherit) => Some(Stdio::Inherit),
+                Some(Stdio::Null) => Some(Stdio::Null),
+                Some(Stdio::Pipe) => Some(Stdio::Pipe),
+                Some(Stdio::Stdout) => Some(Stdio::Stdout),
+                Some(Stdio::Fd(fd)) => Some(Stdio::Fd(*fd)),
+                Some(Stdio::File(f)) => Some(Stdio::File(f.try_clone().map_err(os_err)?)),
+                Some(Stdio::Owned(fd)) => Some(Stdio::Owned(dup(fd)?)),
+            };
+        }
+        let held_fds = self.held_fds.iter().map(dup).collect::<Result<Vec<_>>>()?;
+        Ok(Command {
+            program: self.program.clone(),
+            args: self.args.clone(),
+            arg0: self.arg0.clone(),
+            env_clear: self.env_clear,
+            env: self.env.clone(),
+            base_env: self.base_env.clone(),
+            cwd: self.cwd.clone(),
+            stdio,
+            fds: self.fds.clone(),
+            held_fds,
+            close_other_fds: self.close_other_fds,
+            sigmask: self.sigmask,
+            restore_signals: self.restore_signals,
+            sig_default: self.sig_default,
+            setsid: self.setsid,
+            pgid: self.pgid,
+            rlimits: self.rlimits.clone(),
+            nice: self.nice,
+            cpus: self.cpus.clone(),
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+            umask: self.umask,
+            pdeathsig: self.pdeathsig,
+            no_new_privs: self.no_new_privs,
+            strategy: self.strategy,
+            pre_exec: Vec::new(),
+            kill_on_drop: self.kill_on_drop,
+            isolation: self.isolation.clone(),
+            path_search: self.path_search,
+        })
+    }
+
     /// The program as given.
     pub fn get_program(&self) -> &OsStr {
         &self.program
+    }
+
+    /// `argv[0]` when set apart from the program ([`arg0`](Command::arg0)).
+    pub fn get_arg0(&self) -> Option<&OsStr> {
+        self.arg0.as_deref()
+    }
+
+    /// Whether the child closes the fds it is not given ([`close_other_fds`](Command::close_other_fds)).
+    pub fn get_close_other_fds(&self) -> bool {
+        self.close_other_fds
     }
 
     /// The arguments after `argv[0]`.

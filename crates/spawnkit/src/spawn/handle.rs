@@ -158,6 +158,12 @@ fn remaining_ms(deadline: Option<Instant>) -> Option<i32> {
 }
 
 impl Child {
+    /// Whether dropping this handle unwaited kills and reaps the child
+    /// ([`Command::kill_on_drop`](crate::Command::kill_on_drop)).
+    pub fn kills_on_drop(&self) -> bool {
+        self.kill_on_drop
+    }
+
     pub(crate) fn new(
         pid: i32,
         pidfd: OwnedFd,
