@@ -116,7 +116,8 @@ class Popen(_std.Popen):
                     cmd.env_clear().envs(env)
                 if cwd is not None:
                     cmd.current_dir(cwd)
-                cmd.close_other_fds(close_fds)
+                if not close_fds:
+                    cmd.close_other_fds(False)
                 streams = (p2cread, c2pwrite, errwrite)
                 for fd in pass_fds:
                     # CPython maps int() over pass_fds and refuses negative values.
@@ -130,14 +131,20 @@ class Popen(_std.Popen):
                     cmd.restore_signals(False)
                 if start_new_session:
                     cmd.setsid()
-                cmd.process_group(process_group)
+                if process_group is not None and process_group != -1:
+                    cmd.process_group(process_group)
                 if uid is not None and gids is None and _os.geteuid() == 0:
                     # CPython leaves the supplementary groups alone when only `user` is
                     # given; the engine drops them with the uid unless told which to keep.
                     gids = _os.getgroups()
                 if gids is not None:
                     cmd.groups(gids)
-                cmd.gid(gid).uid(uid).umask(umask)
+                if gid is not None:
+                    cmd.gid(gid)
+                if uid is not None:
+                    cmd.uid(uid)
+                if umask != -1:
+                    cmd.umask(umask)
                 if preexec_fn is not None:
                     cmd.pre_exec(preexec_fn)
             self._child = child = cmd.spawn_child(
