@@ -39,6 +39,19 @@ USAGE = textwrap.dedent('''
               .cgroup("/sys/fs/cgroup/job").path_search("try-all"))
     mapped = spawnkit.Command("id").uid_map([(0, 1000, 1)]).gid_map([(0, 1000, 1)])
     names: tuple[str, ...] = spawnkit.NAMESPACES
+
+    import asyncio
+    import spawnkit.asyncio
+
+    async def use_asyncio() -> bytes:
+        proc: asyncio.subprocess.Process = await spawnkit.asyncio.create_subprocess_exec(
+            "cat", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate(b"x")
+        sh = await spawnkit.asyncio.create_subprocess_shell("true")
+        code: int = await sh.wait()
+        return out
+
+    got: bytes = spawnkit.asyncio.run(use_asyncio())
 ''')
 
 
