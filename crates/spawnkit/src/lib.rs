@@ -31,6 +31,8 @@ mod spawn;
 mod steps;
 #[allow(unsafe_code)]
 mod sys;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 mod users;
 
 pub use error::{quoted, Error, ErrorKind, Result};

@@ -352,6 +352,19 @@ impl Child {
         Ok((self.pid as u32, fd))
     }
 
+    /// Leave the child to the orphan list (reaped by a later spawn or `reap_orphans`)
+    /// without waiting here: for async handles, whose drop must not block.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn orphan(&mut self) {
+        if self.status.is_some() || self.detached {
+            return;
+        }
+        if let Ok(fd) = self.pidfd.try_clone() {
+            crate::orphans::adopt(fd);
+        }
+        self.detached = true;
+    }
+
     fn write_input(&mut self) -> Result<()> {
         let Some(stdin) = self.stdin.as_mut() else { return Ok(()) };
         let rest = &self.comm.input[self.comm.written..];

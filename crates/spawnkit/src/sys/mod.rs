@@ -54,6 +54,8 @@ pub(crate) mod parent;
 pub(crate) mod pidfd;
 pub(crate) mod posix;
 pub(crate) mod raw;
+#[cfg(feature = "tokio")]
+pub(crate) mod reactor;
 pub(crate) mod sigmask;
 pub(crate) mod stack;
 pub(crate) mod this_process;

@@ -1,0 +1,176 @@
+//! The tokio face (feature `tokio`): what tokio's own tokio/tests/process_*.rs assert of
+//! `tokio::process`, written for `spawnkit::tokio`, plus what is ours: no SIGCHLD handler and
+//! no thread for waiting.
+#![cfg(feature = "tokio")]
+
+use std::time::{Duration, Instant};
+
+use spawnkit::tokio::{spawn_many, CommandExt};
+use spawnkit::{Command, ExitStatus, Signal, Stdio};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn sh(script: &str) -> Command {
+    let mut c = Command::new("sh");
+    c.args(["-c", script]);
+    c
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+// process_smoke.rs: the exit status, and id() gone once waited for.
+#[tokio::test]
+async fn smoke_exit_status_and_id() {
+    let mut child = sh("exit 2").spawn_async().unwrap();
+    assert!(child.id().is_some());
+    let status = child.wait().await.unwrap();
+    assert_eq!(status.code(), Some(2));
+    assert_eq!(child.id(), None);
+    assert_eq!(child.wait().await.unwrap(), status, "a second wait gives the same status");
+}
+
+// process_arg0.rs: argv[0] as set.
+#[tokio::test]
+async fn arg0() {
+    let out = sh("echo $0").arg0("test_string").output_async().await.unwrap();
+    assert_eq!(out.stdout, b"test_string\n");
+}
+
+// process_issue_42.rs: many children spawned from many tasks at once all complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_spawns_all_complete() {
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut cmd = sh(&format!("echo {i}"));
+                cmd.stdout(Stdio::Pipe);
+                let out = cmd.spawn_async().unwrap().wait_with_output().await.unwrap();
+                assert_eq!(out.stdout, format!("{i}\n").into_bytes());
+                out.status
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert!(t.await.unwrap().success());
+    }
+}
+
+// process_issue_2174.rs: writing to the stdin of a child that has exited fails (EPIPE)
+// instead of hanging.
+#[tokio::test]
+async fn writing_to_a_dead_childs_stdin_fails_instead_of_hanging() {
+    let mut child = Command::new("true").stdin(Stdio::Pipe).spawn_async().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    child.wait().await.unwrap();
+    let data = vec![0u8; 1 << 20];
+    let r = tokio::time::timeout(Duration::from_secs(10), stdin.write_all(&data)).await;
+    let err = r.expect("the write hung").unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::BrokenPipe);
+}
+
+// process_kill_after_wait.rs: kill after the child was waited for is fine.
+#[tokio::test]
+async fn kill_after_wait_is_ok() {
+    let mut child = Command::new("true").spawn_async().unwrap();
+    child.wait().await.unwrap();
+    child.kill().await.unwrap();
+    child.start_kill().unwrap();
+}
+
+// process_kill_on_drop.rs: dropping the handle kills the child (not what it started).
+#[tokio::test]
+async fn kill_on_drop_kills_the_child_only() {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "sh -c 'sleep 1; echo child ran' & sleep 5; echo hello from beyond the grave"])
+        .kill_on_drop(true)
+        .stdout(Stdio::Pipe);
+    let mut child = cmd.spawn_async().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut out = child.stdout.take().unwrap();
+    let started = Instant::now();
+    drop(child);
+    assert!(started.elapsed() < Duration::from_millis(200), "drop must not block");
+    let mut msg = String::new();
+    out.read_to_string(&mut msg).await.unwrap();
+    assert_eq!(msg, "child ran\n");
+}
+
+// process_change_of_runtime.rs: spawned in one runtime, waited for in another.
+#[test]
+fn spawned_and_waited_in_different_runtimes() {
+    let mut child = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        Command::new("true").stdin(Stdio::Pipe).stdout(Stdio::Null).spawn_async().unwrap()
+    });
+    let status = tokio::runtime::Runtime::new().unwrap().block_on(child.wait()).unwrap();
+    assert!(status.success());
+}
+
+// process_raw_handle.rs (Windows there): the handle's pid is the child's own.
+#[tokio::test]
+async fn the_id_is_the_childs_pid() {
+    let mut child = sh("echo $$").stdout(Stdio::Pipe).spawn_async().unwrap();
+    let pid = child.id().unwrap();
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+    assert_eq!(out.trim(), pid.to_string());
+    child.wait().await.unwrap();
+}
+
+// A signal death, and kill() on a running child.
+#[tokio::test]
+async fn kill_and_signals() {
+    let mut child = Command::new("sleep").arg("30").spawn_async().unwrap();
+    child.send_signal(Signal::new(libc::SIGTERM).unwrap()).unwrap();
+    assert_eq!(
+        child.wait().await.unwrap(),
+        ExitStatus::Signaled { signal: libc::SIGTERM, core_dumped: false }
+    );
+    let mut child = Command::new("sleep").arg("30").spawn_async().unwrap();
+    assert_eq!(child.try_wait().unwrap(), None);
+    child.kill().await.unwrap();
+    assert_eq!(child.try_wait().unwrap().and_then(ExitStatus::signal), Some(libc::SIGKILL));
+}
+
+// Waiting costs a readiness event: no thread, no SIGCHLD handler, on a current-thread runtime.
+#[test]
+fn waiting_starts_no_thread_and_installs_no_sigchld_handler() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let before = threads();
+    let statuses = rt.block_on(async {
+        let mut cmds: Vec<Command> = (0..50).map(|i| sh(&format!("exit {}", i % 5))).collect();
+        let children = spawn_many(cmds.iter_mut());
+        let mut out = Vec::new();
+        for c in children {
+            out.push(c.unwrap().wait().await.unwrap().code().unwrap());
+        }
+        out
+    });
+    assert_eq!(statuses, (0..50).map(|i| i % 5).collect::<Vec<_>>());
+    assert_eq!(threads(), before);
+    // SAFETY-free check of the SIGCHLD disposition through /proc: not caught.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let sigcgt = status.lines().find(|l| l.starts_with("SigCgt:")).unwrap();
+    let mask = u64::from_str_radix(sigcgt.split_whitespace().nth(1).unwrap(), 16).unwrap();
+    assert_eq!(mask & (1 << (libc::SIGCHLD - 1)), 0, "SIGCHLD is caught: {sigcgt}");
+}
+
+// spawn_many: in order, a failure as its own item.
+#[tokio::test]
+async fn spawn_many_keeps_order_and_per_item_errors() {
+    let mut cmds = [sh("exit 3"), Command::new("/no/such/program"), sh("exit 4")];
+    let mut children = spawn_many(cmds.iter_mut());
+    assert_eq!(children.len(), 3);
+    assert_eq!(children[1].as_ref().err().map(|e| e.step().to_string()), Some("execve".into()));
+    let last = children.pop().unwrap().unwrap().wait().await.unwrap();
+    let first = children.remove(0).unwrap().wait().await.unwrap();
+    assert_eq!((first.code(), last.code()), (Some(3), Some(4)));
+}
+
+// A timeout around wait is cancel-safe: the child can be waited for afterwards.
+#[tokio::test]
+async fn a_cancelled_wait_leaves_the_child_waitable() {
+    let mut child = Command::new("sleep").arg("0.3").spawn_async().unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(20), child.wait()).await.is_err());
+    assert!(child.wait().await.unwrap().success());
+}
