@@ -79,6 +79,15 @@ def test_command_is_the_native_class_and_spawns_again():
     assert not errors and seen == ["a 2\n"] * 80
 
 
+def test_spawn_many_keeps_order_and_returns_failures_per_item():
+    cmds = [Command("sh").args(["-c", "exit 3"]), Command("/no/such/program"),
+            Command("sh").args(["-c", "echo $0"]).arg0("third")]
+    got = spawnkit.spawn_many(cmds, stdout=PIPE)
+    assert isinstance(got[1], FileNotFoundError) and got[1].filename == "/no/such/program"
+    assert got[0].wait() == 3
+    assert got[2].communicate()[0] == b"third\n" and got[2].returncode == 0
+
+
 def test_spawn_takes_only_stream_arguments():
     # Everything else is an option of the Command: Popen's cwd= would be silently ignored.
     with pytest.raises(TypeError, match="cwd"):

@@ -45,6 +45,7 @@ __all__ = [
     "NAMESPACES",
     "PATH_SEARCHES",
     "reap_orphans",
+    "spawn_many",
     "uses_clone3",
     "subprocess",
     "observe",
@@ -135,3 +136,17 @@ class Command(_native.Command):
             except BaseException:
                 p.kill()
                 raise
+
+
+def spawn_many(commands, **popen_kwargs):
+    """Start every :class:`Command` in ``commands``, in order, from this thread: a list with a
+    :class:`spawnkit.subprocess.Popen` for each child started and the exception (an
+    ``OSError``, ``ValueError``...) for each that failed, so one failure does not hide the
+    others. Keyword arguments go to each :meth:`Command.spawn`."""
+    out = []
+    for cmd in commands:
+        try:
+            out.append(cmd.spawn(**popen_kwargs))
+        except Exception as e:  # noqa: BLE001 - returned per item, by design
+            out.append(e)
+    return out

@@ -1,5 +1,6 @@
 """spawnkit: launch Linux processes fast and safely."""
 
+from collections.abc import Iterable
 from typing import Any
 
 from . import _native
@@ -32,6 +33,7 @@ __all__ = [
     "NAMESPACES",
     "PATH_SEARCHES",
     "reap_orphans",
+    "spawn_many",
     "uses_clone3",
     "subprocess",
     "observe",
@@ -53,6 +55,7 @@ NAMESPACES: tuple[str, ...]
 PATH_SEARCHES: tuple[str, ...]
 
 def reap_orphans() -> int: ...
+def spawn_many(commands: Iterable[Command], **popen_kwargs: Any) -> list[Popen[Any] | Exception]: ...
 def uses_clone3() -> bool: ...
 
 class Command(_native.Command):
