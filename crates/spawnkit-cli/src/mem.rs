@@ -125,7 +125,7 @@ pub struct MemArgs {
 
     /// How --shared enumerates mappings: auto (PROCMAP_QUERY when the kernel has it, else
     /// maps-text), procmap-query, maps-text.
-    #[arg(long, value_name = "METHOD", default_value = "auto", value_parser = parse_method,
+    #[arg(long, value_name = "METHOD", default_value = "auto", value_parser = str::parse::<MapsMethod>,
           requires = "shared")]
     pub method: MapsMethod,
 
@@ -160,15 +160,6 @@ pub enum SortKey {
     Swap,
     Pid,
     Comm,
-}
-
-fn parse_method(s: &str) -> Result<MapsMethod, String> {
-    match s {
-        "auto" => Ok(MapsMethod::Auto),
-        "procmap-query" | "ioctl" => Ok(MapsMethod::ProcmapQuery),
-        "maps-text" | "maps" => Ok(MapsMethod::MapsText),
-        _ => Err(format!("'{s}' is not a method: auto, procmap-query or maps-text")),
-    }
 }
 
 pub fn main(args: &MemArgs) -> i32 {
