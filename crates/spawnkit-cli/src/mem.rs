@@ -12,10 +12,10 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 use spawnkit_observe::{
-    self as observe, MapsMethod, Memory, MemoryStatus, SharedRegion, SharedReport,
+    self as observe, MapsMethod, Memory, MemoryStatus, Selection, SharedRegion, SharedReport,
 };
 
-use crate::out::{note, parse_pid, stdout_writer, Failure};
+use crate::out::{note, stdout_writer, Failure};
 
 /// A PID given does not exist, or the report could not be made.
 const FAILED: i32 = 1;
@@ -103,7 +103,7 @@ Exit status:
 #[command(after_help = AFTER_HELP)]
 pub struct MemArgs {
     /// Processes to show, in this order (default: the --top 20 by RSS).
-    #[arg(value_name = "PID", value_parser = parse_pid)]
+    #[arg(value_name = "PID", value_parser = Selection::parse_pid)]
     pub pids: Vec<i32>,
 
     /// Show the N processes with the largest RSS (with --shared: the N largest regions).
