@@ -1,7 +1,8 @@
-//! Writing that never panics, for the `spawnkit` binary and its benchmark lab alike: a line on
-//! stderr ([`note!`]), a report on stdout ([`print_stdout`], or a [`stdout_writer`] whose errors
-//! become a [`Failure`]), and how a report stops early ([`Failure`]: a closed stdout is no
-//! error).
+//! Writing that never panics, for the `spawnkit` binary and its benchmark lab alike.
+//!
+//! A line on stderr ([`note!`]), a report on stdout ([`print_stdout`], or a [`stdout_writer`]
+//! whose errors become a [`Failure`]), and how a report stops early ([`Failure`]: a closed
+//! stdout is no error).
 //!
 //! `println!` and `eprintln!` panic (exit 101) when the stream cannot be written: a closed
 //! pipe (EPIPE: spawnkit, a Rust program, ignores SIGPIPE) or a full device. Neither the

@@ -1,6 +1,8 @@
-//! The option values with a syntax and a range of their own — CPU lists, the umask, resource
-//! limits — each with one parser ([`FromStr`]) and one printer ([`Display`]) for every face,
-//! and the range check that the parser and the plan both call.
+//! Option values with a syntax and a range of their own: CPU lists, the umask, rlimits.
+//!
+//! Each has one parser ([`FromStr`]) and one printer ([`Display`]) for every face (the
+//! command line, Python, the plan's listing), and one range check that the parser and the
+//! plan both call.
 
 use std::fmt::{self, Display};
 use std::str::FromStr;
