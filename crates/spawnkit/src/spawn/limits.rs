@@ -395,6 +395,44 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_plan_checks_with_the_same_functions() {
+        let plan_err = |set: &dyn Fn(&mut crate::Command)| {
+            let mut cmd = crate::Command::new("true");
+            set(&mut cmd);
+            cmd.plan().unwrap_err().to_string()
+        };
+        assert_eq!(
+            plan_err(&|c| {
+                c.cpu_affinity([1, CpuList::MAX_CPU + 1]);
+            }),
+            "sched_setaffinity cpus: CPU 8192 is out of range (0..=8191)"
+        );
+        assert_eq!(
+            plan_err(&|c| {
+                c.cpu_affinity([]);
+            }),
+            "sched_setaffinity cpus: empty CPU list"
+        );
+        assert_eq!(
+            plan_err(&|c| {
+                c.umask(Umask::MAX + 1);
+            }),
+            "umask 1000: not a mode (0..=0777)"
+        );
+        let mut cmd = crate::Command::new("true");
+        cmd.cpu_affinity([CpuList::MAX_CPU, 0, 0]).umask(Umask::MAX).rlimit(
+            Resource::Nofile,
+            64,
+            RLIM_INFINITY,
+        );
+        let listing = cmd.plan().unwrap().to_string();
+        for line in ["sched_setaffinity cpus 0,8191", "umask 0777", "setrlimit NOFILE 64:unlimited"]
+        {
+            assert!(listing.lines().any(|l| l == line), "{line:?} not in\n{listing}");
+        }
+    }
+
     fn resource() -> impl Strategy<Value = Resource> {
         proptest::sample::select(Resource::ALL.to_vec())
     }
