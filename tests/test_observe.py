@@ -228,7 +228,7 @@ def test_dead_and_bad_pids():
     assert 1 in orphans and all(p.ppid == 0 for p in spawnkit.ps(ppid=[0]))
     with pytest.raises(TypeError):
         spawnkit.ps(pids="1")
-    with pytest.raises(ValueError, match="unknown backend"):
+    with pytest.raises(ValueError, match="'nope' is not a backend"):
         spawnkit.ps(backend="nope")
     with pytest.raises(ValueError):
         spawnkit.memory(top=-1)

@@ -26,7 +26,7 @@
 mod cpu;
 mod fence;
 mod latency;
-mod out;
+pub mod out;
 mod plot;
 mod ps;
 mod python;
@@ -52,8 +52,10 @@ const TINYCHILD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tinychild"));
 /// Its file name in the temporary directory put first in PATH.
 const TINY_NAME: &str = "spawnkit-tinychild";
 
-/// Which method(s) to run.
+/// Which method(s) to run. The variants' doc comments are also the help of
+/// `spawnkit bench METHOD` (with the `clap` feature, as the binary builds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Method {
     /// Spawn-to-running time (min and median), three parent sizes.
     Latency,

@@ -3,26 +3,7 @@
 
 use std::path::PathBuf;
 
-use spawnkit_bench::{Row, Size};
-
-/// Which method(s) to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Method {
-    /// Spawn-to-running time (min and median), three parent sizes.
-    Latency,
-    /// Processes per second with at most N alive.
-    Throughput,
-    /// User + system CPU per spawn, without and with stdout captured.
-    Cpu,
-    /// Spawn-to-running with a private /tmp, private network and user namespace: spawnkit,
-    /// unshare + mount + ip in a shell, bubblewrap; the fence's cost in µs.
-    Fence,
-    /// N sleeping processes, then `spawnkit ps` (BPF, /proc) beside `ps ax`, `spawnkit.ps()`
-    /// beside psutil's process_iter, `spawnkit mem` beside smem.
-    Ps,
-    /// All five.
-    All,
-}
+use spawnkit_bench::{Method, Row, Size};
 
 /// Options of `spawnkit bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -90,25 +71,12 @@ pub struct BenchArgs {
     pub steps: bool,
 }
 
-impl From<Method> for spawnkit_bench::Method {
-    fn from(m: Method) -> spawnkit_bench::Method {
-        match m {
-            Method::Latency => spawnkit_bench::Method::Latency,
-            Method::Throughput => spawnkit_bench::Method::Throughput,
-            Method::Cpu => spawnkit_bench::Method::Cpu,
-            Method::Fence => spawnkit_bench::Method::Fence,
-            Method::Ps => spawnkit_bench::Method::Ps,
-            Method::All => spawnkit_bench::Method::All,
-        }
-    }
-}
-
 impl BenchArgs {
     /// The options, field for field.
     fn options(&self) -> spawnkit_bench::Options {
         let a = self.clone();
         spawnkit_bench::Options {
-            method: a.method.into(),
+            method: a.method,
             runs: a.runs,
             quick: a.quick,
             full: a.full,

@@ -12,10 +12,10 @@ use std::io::{self, Write};
 
 use serde_json::{json, Value};
 use spawnkit_observe::{
-    self as observe, MapsMethod, Memory, MemoryStatus, SharedRegion, SharedReport,
+    self as observe, MapsMethod, Memory, MemoryStatus, Selection, SharedRegion, SharedReport,
 };
 
-use crate::out::{note, parse_pid, stdout_writer, Failure};
+use crate::out::{note, stdout_writer, Failure};
 
 /// A PID given does not exist, or the report could not be made.
 const FAILED: i32 = 1;
@@ -103,7 +103,7 @@ Exit status:
 #[command(after_help = AFTER_HELP)]
 pub struct MemArgs {
     /// Processes to show, in this order (default: the --top 20 by RSS).
-    #[arg(value_name = "PID", value_parser = parse_pid)]
+    #[arg(value_name = "PID", value_parser = Selection::parse_pid)]
     pub pids: Vec<i32>,
 
     /// Show the N processes with the largest RSS (with --shared: the N largest regions).
@@ -125,7 +125,7 @@ pub struct MemArgs {
 
     /// How --shared enumerates mappings: auto (PROCMAP_QUERY when the kernel has it, else
     /// maps-text), procmap-query, maps-text.
-    #[arg(long, value_name = "METHOD", default_value = "auto", value_parser = parse_method,
+    #[arg(long, value_name = "METHOD", default_value = "auto", value_parser = str::parse::<MapsMethod>,
           requires = "shared")]
     pub method: MapsMethod,
 
@@ -160,15 +160,6 @@ pub enum SortKey {
     Swap,
     Pid,
     Comm,
-}
-
-fn parse_method(s: &str) -> Result<MapsMethod, String> {
-    match s {
-        "auto" => Ok(MapsMethod::Auto),
-        "procmap-query" | "ioctl" => Ok(MapsMethod::ProcmapQuery),
-        "maps-text" | "maps" => Ok(MapsMethod::MapsText),
-        _ => Err(format!("'{s}' is not a method: auto, procmap-query or maps-text")),
-    }
 }
 
 pub fn main(args: &MemArgs) -> i32 {

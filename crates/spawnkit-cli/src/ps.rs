@@ -140,7 +140,7 @@ pub struct PsArgs {
     pub json: bool,
 
     /// Where to read the process table from: auto, bpf or procfs.
-    #[arg(long, value_name = "BACKEND", default_value = "auto", value_parser = parse_backend)]
+    #[arg(long, value_name = "BACKEND", default_value = "auto", value_parser = str::parse::<Backend>)]
     pub backend: Backend,
 
     /// Say on stderr which backend read the table, and why BPF was not used when it was not.
@@ -320,23 +320,6 @@ fn parse_sort_key(s: &str) -> Result<(Field, bool), String> {
     Ok((lookup(name)?.field, descending))
 }
 
-fn parse_backend(s: &str) -> Result<Backend, String> {
-    match s {
-        "auto" => Ok(Backend::Auto),
-        "bpf" => Ok(Backend::Bpf),
-        "procfs" => Ok(Backend::Procfs),
-        _ => Err(format!("'{s}' is not a backend (auto, bpf, procfs)")),
-    }
-}
-
-fn backend_name(b: Backend) -> &'static str {
-    match b {
-        Backend::Auto => "auto",
-        Backend::Bpf => "bpf",
-        Backend::Procfs => "procfs",
-    }
-}
-
 pub fn main(args: &PsArgs) -> i32 {
     match run(args) {
         Ok(code) => code,
@@ -363,7 +346,7 @@ fn run(args: &PsArgs) -> Result<i32, Failure> {
 
     let mut table = ProcessTable::new(args.backend)?;
     if args.verbose {
-        let mut msg = format!("spawnkit ps: backend {}", backend_name(table.backend()));
+        let mut msg = format!("spawnkit ps: backend {}", table.backend());
         if let Some(why) = table.fallback_reason() {
             msg += &format!(" (BPF not used: {why})");
         }

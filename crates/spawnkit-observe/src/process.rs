@@ -163,6 +163,36 @@ pub enum Backend {
     Procfs,
 }
 
+impl Backend {
+    /// Every backend, in the order help texts list them.
+    pub const ALL: [Backend; 3] = [Backend::Auto, Backend::Bpf, Backend::Procfs];
+
+    /// `auto`, `bpf` or `procfs`: the name `spawnkit ps --backend` and `spawnkit.ps(backend=)`
+    /// take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Bpf => "bpf",
+            Backend::Procfs => "procfs",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = spawnkit::ParseValueError;
+    fn from_str(s: &str) -> Result<Backend, Self::Err> {
+        Backend::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            spawnkit::ParseValueError::new(format!("'{s}' is not a backend (auto, bpf, procfs)"))
+        })
+    }
+}
+
 /// `start_boottime` is in ns; /proc/PID/stat field 22 is `nsec_to_clock_t` of it (USER_HZ=100).
 pub(crate) const NS_PER_TICK: u64 = 1_000_000_000 / 100;
 
@@ -182,6 +212,18 @@ pub(crate) fn unwrap_start_ticks(ticks: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backend_names_round_trip() {
+        for b in Backend::ALL {
+            assert_eq!(b.to_string().parse::<Backend>(), Ok(b));
+        }
+        assert_eq!("procfs".parse::<Backend>(), Ok(Backend::Procfs));
+        for bad in ["magic", "", "BPF", " auto"] {
+            let err = bad.parse::<Backend>().unwrap_err().to_string();
+            assert_eq!(err, format!("'{bad}' is not a backend (auto, bpf, procfs)"));
+        }
+    }
 
     #[test]
     fn wrapped_start_times_are_clamped_at_the_namespace_boot() {

@@ -155,12 +155,39 @@ pub enum MapsMethod {
 }
 
 impl MapsMethod {
+    /// Every method, in the order help texts list them.
+    pub const ALL: [MapsMethod; 3] =
+        [MapsMethod::Auto, MapsMethod::ProcmapQuery, MapsMethod::MapsText];
+
     /// `auto`, `procmap-query` or `maps-text`.
     pub fn as_str(self) -> &'static str {
         match self {
             MapsMethod::Auto => "auto",
             MapsMethod::ProcmapQuery => "procmap-query",
             MapsMethod::MapsText => "maps-text",
+        }
+    }
+}
+
+impl std::fmt::Display for MapsMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for MapsMethod {
+    type Err = spawnkit::ParseValueError;
+    /// A name [`MapsMethod::as_str`] gives, or the short `ioctl` (procmap-query) and `maps`
+    /// (maps-text).
+    fn from_str(s: &str) -> std::result::Result<MapsMethod, Self::Err> {
+        match s {
+            "ioctl" => Ok(MapsMethod::ProcmapQuery),
+            "maps" => Ok(MapsMethod::MapsText),
+            _ => MapsMethod::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| {
+                spawnkit::ParseValueError::new(format!(
+                    "'{s}' is not a method: auto, procmap-query or maps-text"
+                ))
+            }),
         }
     }
 }
@@ -939,6 +966,17 @@ pub fn meminfo_shmem() -> Option<u64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn maps_method_names_round_trip() {
+        for m in MapsMethod::ALL {
+            assert_eq!(m.to_string().parse::<MapsMethod>(), Ok(m));
+        }
+        assert_eq!("ioctl".parse::<MapsMethod>(), Ok(MapsMethod::ProcmapQuery));
+        assert_eq!("maps".parse::<MapsMethod>(), Ok(MapsMethod::MapsText));
+        let err = "nope".parse::<MapsMethod>().unwrap_err().to_string();
+        assert_eq!(err, "'nope' is not a method: auto, procmap-query or maps-text");
+    }
 
     #[test]
     fn maps_lines() {

@@ -32,23 +32,9 @@ fn error(e: spawnkit::Error) -> PyErr {
     }
 }
 
+/// A backend by name: the library's parser, with its message in a ValueError.
 fn backend_of(name: &str) -> PyResult<Backend> {
-    match name {
-        "auto" => Ok(Backend::Auto),
-        "bpf" => Ok(Backend::Bpf),
-        "procfs" => Ok(Backend::Procfs),
-        other => Err(PyValueError::new_err(format!(
-            "unknown backend {other:?} (one of 'auto', 'bpf', 'procfs')"
-        ))),
-    }
-}
-
-fn backend_name(b: Backend) -> &'static str {
-    match b {
-        Backend::Bpf => "bpf",
-        Backend::Procfs => "procfs",
-        Backend::Auto => "auto",
-    }
+    name.parse().map_err(|e: spawnkit::ParseValueError| PyValueError::new_err(e.to_string()))
 }
 
 /// The tables kept loaded, one per backend asked for.
@@ -235,7 +221,7 @@ pub fn ps_backend(py: Python<'_>, backend: &str) -> PyResult<(&'static str, Opti
     py.detach(|| {
         with_table(backend, |t| {
             let chosen = t.select_backend()?;
-            Ok((backend_name(chosen), t.fallback_reason().map(String::from)))
+            Ok((chosen.name(), t.fallback_reason().map(String::from)))
         })
     })
     .map_err(error)

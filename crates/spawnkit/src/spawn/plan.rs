@@ -13,6 +13,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 
 use super::command::Command;
+use super::limits::{CpuList, Limit, Umask};
 use super::options::{PathSearch, Signal, Stdio, Strategy};
 use crate::error::{escaped, quoted, Error, Result};
 use crate::steps::{FdRef, Step, MAX_FD};
@@ -81,7 +82,9 @@ impl Step {
                 ("close_range", format!("fds {first}.."))
             }
             Step::CloseRange { first, last } => ("close_range", format!("fds {first}..={last}")),
-            Step::Umask { mask } => ("umask", format!("{mask:04o}")),
+            Step::Umask { mask } => {
+                ("umask", Umask::new(*mask).map(|m| m.to_string()).unwrap_or_default())
+            }
             Step::Setrlimit { resource, .. } => ("setrlimit", resource.name().to_string()),
             Step::Nice { value } => ("setpriority", format!("nice {value}")),
             Step::Affinity { cpus, .. } => ("sched_setaffinity", format!("cpus {}", join(cpus))),
@@ -106,14 +109,6 @@ fn join<T: ToString>(v: &[T]) -> String {
     v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn limit(v: u64) -> String {
-    if v == u64::MAX {
-        "unlimited".into()
-    } else {
-        v.to_string()
-    }
-}
-
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (name, subject) = self.describe();
@@ -131,7 +126,7 @@ impl fmt::Display for Step {
             }
             Step::ClearCloexec { fd } => write!(f, "keep fd {fd} (clear FD_CLOEXEC)"),
             Step::Setrlimit { resource, soft, hard } => {
-                write!(f, "setrlimit {resource} {}:{}", limit(*soft), limit(*hard))
+                write!(f, "setrlimit {resource} {}:{}", Limit(*soft), Limit(*hard))
             }
             _ if subject.is_empty() => f.write_str(name),
             _ => write!(f, "{name} {subject}"),
@@ -342,10 +337,10 @@ impl Plan {
         }
         plan.plan_fds(cmd, &keep)?;
         if let Some(mask) = cmd.umask {
-            if mask > 0o777 {
+            let Some(mask) = Umask::new(mask) else {
                 return Err(Error::invalid("umask", format!("{mask:o}"), "not a mode (0..=0777)"));
-            }
-            plan.steps.push(Step::Umask { mask });
+            };
+            plan.steps.push(Step::Umask { mask: mask.bits() });
         }
         for &(resource, soft, hard) in &cmd.rlimits {
             plan.steps.push(Step::Setrlimit { resource, soft, hard });
@@ -355,25 +350,9 @@ impl Plan {
             plan.steps.push(Step::Nice { value });
         }
         if let Some(cpus) = &cmd.cpus {
-            if cpus.is_empty() {
-                return Err(Error::invalid("sched_setaffinity", "cpus", "empty CPU list"));
-            }
-            let max = *cpus.iter().max().unwrap_or(&0);
-            if max >= 8192 {
-                return Err(Error::invalid(
-                    "sched_setaffinity",
-                    max.to_string(),
-                    "CPU number too large",
-                ));
-            }
-            let mut mask = vec![0u64; max / 64 + 1];
-            for &c in cpus {
-                mask[c / 64] |= 1u64 << (c % 64);
-            }
-            let mut list = cpus.clone();
-            list.sort_unstable();
-            list.dedup();
-            plan.steps.push(Step::Affinity { mask, cpus: list });
+            let list = CpuList::new(cpus.iter().copied())
+                .map_err(|e| Error::invalid("sched_setaffinity", "cpus", &e.to_string()))?;
+            plan.steps.push(Step::Affinity { mask: list.mask(), cpus: list.0 });
         }
         // chroot, chdir "/", and the /proc mount; then the command's own chdir, inside.
         plan.steps.extend(iso.chroot);
