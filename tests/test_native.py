@@ -273,6 +273,15 @@ def test_credentials_and_umask():
         "65534 65534 1 65534\n"
 
 
+def test_a_umask_above_0777_is_refused_by_the_native_api():
+    # The library's one check (spawnkit run --umask 1777 says the same); spawnkit.subprocess
+    # masks it as CPython's child does.
+    with pytest.raises(ValueError, match=r"umask 1777: not a mode \(0..=0777\)"):
+        Command("true").umask(0o1777).plan()
+    r = spawnkit.subprocess.run(["sh", "-c", "umask"], umask=0o1027, capture_output=True)
+    assert r.stdout == b"0027\n"
+
+
 def test_all_ones_ids_are_refused():
     # (uid_t)-1 is "no change" to setresuid: the child would silently keep the parent's ids.
     for cmd in (Command("id").uid(2**32 - 1), Command("id").gid(2**32 - 1)):

@@ -520,10 +520,13 @@ impl Command {
         Ok(slf)
     }
 
-    /// The child's umask (`None` or a negative value: the parent's).
+    /// The child's umask, 0 to 0o777 (`None` or a negative value: the parent's). Under
+    /// `subprocess_rules` a larger value is masked to its permission bits, as umask(2) does
+    /// in CPython's child; the native API refuses it when the command is planned.
     fn umask<'py>(mut slf: Slf<'py>, mask: &Bound<'py, PyAny>) -> PyResult<Slf<'py>> {
         if let Some(mask) = c_int(mask)? {
-            slf.cmd.umask(mask as u32 & 0o777);
+            let mask = if slf.subprocess_rules { mask as u32 & 0o777 } else { mask as u32 };
+            slf.cmd.umask(mask);
         }
         Ok(slf)
     }
