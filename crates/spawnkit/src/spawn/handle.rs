@@ -124,6 +124,9 @@ pub struct Child {
     kill_on_drop: bool,
     /// Handed over with [`into_pidfd`](Child::into_pidfd): Drop leaves the child alone.
     detached: bool,
+    /// Started by a spawn server: not our child. Its status comes from the pidfd
+    /// (`PIDFD_GET_INFO`) once the server has reaped it; we never reap it.
+    remote: bool,
     comm: Comm,
 }
 
@@ -175,7 +178,76 @@ impl Child {
             status: None,
             kill_on_drop,
             detached: false,
+            remote: false,
             comm: Comm::default(),
+        }
+    }
+
+    /// A child a spawn server started for us: same API, but waits read its exit status from
+    /// the pidfd after the server reaped it (see [`Client`](crate::Client)).
+    pub(crate) fn new_remote(
+        pid: i32,
+        pidfd: OwnedFd,
+        pipes: [Option<OwnedFd>; 3],
+        kill_on_drop: bool,
+    ) -> Child {
+        let [stdin, stdout, stderr] = pipes;
+        let mut child = Child::new(pid, pidfd, stdin, stdout, stderr, kill_on_drop);
+        child.remote = true;
+        child
+    }
+
+    /// Whether a spawn server started this child (its parent is the server, not us).
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
+
+    /// A remote child's status: `Ok(None)` while it runs or the server has not reaped it yet.
+    fn remote_status(&mut self) -> Result<Option<ExitStatus>> {
+        match pidfd::exit_info(self.pidfd.as_fd()) {
+            Ok(ended) => {
+                self.status = ended.map(ExitStatus::from);
+                Ok(self.status)
+            }
+            Err(e) => Err(Error::os("ioctl", format!("PIDFD_GET_INFO of pid {}", self.pid), e)
+                .with_kind(ErrorKind::Unsupported)
+                .with_reason(format!(
+                    "the exit status of a child started by a spawn server is read from its \
+                     pidfd (PIDFD_INFO_EXIT, Linux 6.15+): {}",
+                    io::Error::from_raw_os_error(e)
+                ))),
+        }
+    }
+
+    /// Wait for a remote child until `deadline`: poll its pidfd for POLLHUP, which the kernel
+    /// raises once the process is reaped (by the server), when its exit status is recorded.
+    fn remote_wait(&mut self, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
+        loop {
+            if let Some(s) = self.remote_status()? {
+                return Ok(Some(s));
+            }
+            let ms = remaining_ms(deadline).unwrap_or(-1);
+            if ms == 0 {
+                return Ok(None);
+            }
+            // events 0: POLLHUP is always reported; POLLIN (exited, not reaped) is not wanted.
+            let mut fds = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: 0, revents: 0 }];
+            match pidfd::poll(&mut fds, ms) {
+                Ok(0) => return self.remote_status(),
+                Ok(_) => {
+                    if let Some(s) = self.remote_status()? {
+                        return Ok(Some(s));
+                    }
+                    // POLLHUP without an exit record: a kernel before 6.15.
+                    return Err(Error::unsupported(
+                        "wait",
+                        "the kernel reaped the remote child but recorded no exit status \
+                         (PIDFD_INFO_EXIT needs Linux 6.15+)",
+                    ));
+                }
+                Err(libc::EINTR) => continue,
+                Err(e) => return Err(Error::os("poll", format!("pidfd of pid {}", self.pid), e)),
+            }
         }
     }
 
@@ -218,6 +290,9 @@ impl Child {
             return Ok(s);
         }
         drop(self.stdin.take());
+        if self.remote {
+            return self.remote_wait(None)?.ok_or_else(|| wait_error(self.pid, libc::ECHILD));
+        }
         let ended = pidfd::wait(self.pidfd.as_fd(), false).map_err(|e| wait_error(self.pid, e))?;
         let status = ExitStatus::from(ended.ok_or_else(|| wait_error(self.pid, libc::ECHILD))?);
         self.status = Some(status);
@@ -228,6 +303,9 @@ impl Child {
     pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
         if let Some(s) = self.status {
             return Ok(Some(s));
+        }
+        if self.remote {
+            return self.remote_status();
         }
         let ended = pidfd::wait(self.pidfd.as_fd(), true).map_err(|e| wait_error(self.pid, e))?;
         self.status = ended.map(ExitStatus::from);
@@ -242,6 +320,9 @@ impl Child {
     fn wait_deadline(&mut self, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
         if self.status.is_some() {
             return Ok(self.status);
+        }
+        if self.remote {
+            return self.remote_wait(deadline);
         }
         loop {
             let ms = remaining_ms(deadline).unwrap_or(-1);
@@ -407,6 +488,13 @@ impl Child {
 impl Drop for Child {
     fn drop(&mut self) {
         if self.status.is_some() || self.detached {
+            return;
+        }
+        if self.remote {
+            // Not ours to reap (the server does); kill_on_drop still holds.
+            if self.kill_on_drop {
+                let _ = self.kill();
+            }
             return;
         }
         if let Ok(Some(_)) = self.try_wait() {

@@ -55,6 +55,7 @@ pub(crate) mod pidfd;
 pub(crate) mod posix;
 pub(crate) mod raw;
 pub(crate) mod sigmask;
+pub(crate) mod sock;
 pub(crate) mod stack;
 pub(crate) mod this_process;
 

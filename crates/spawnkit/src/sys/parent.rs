@@ -1,7 +1,7 @@
 //! Small parent-side wrappers (libc is fine here: this runs in the parent, not the child).
 
 use std::ffi::{c_char, CStr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::last_errno;
 
@@ -271,4 +271,15 @@ impl CStrArray {
         let start = *self.starts.get(i)?;
         CStr::from_bytes_until_nul(&self.buf[start..]).ok()
     }
+}
+
+/// fcntl(F_DUPFD_CLOEXEC): a close-on-exec duplicate of `fd`.
+pub(crate) fn dup_cloexec(fd: RawFd) -> Result<OwnedFd, i32> {
+    // SAFETY: fcntl on a number; returns a new fd or -1.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: the fd was just created and is ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
