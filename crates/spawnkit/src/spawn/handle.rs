@@ -204,7 +204,21 @@ impl Child {
 
     /// A remote child's status: `Ok(None)` while it runs or the server has not reaped it yet.
     fn remote_status(&mut self) -> Result<Option<ExitStatus>> {
-        match pidfd::exit_info(self.pidfd.as_fd()) {
+        let mut info = pidfd::exit_info(self.pidfd.as_fd());
+        // ESRCH: the instant between the process leaving the pid table and the kernel
+        // recording its exit (a few µs, seen once in thousands of reaps on 6.18). Nothing
+        // to block on there (POLLHUP is already up): yield, then sleep briefly, bounded.
+        let mut tries = 0u32;
+        while info == Err(libc::ESRCH) && tries < 200 {
+            if tries < 20 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            tries += 1;
+            info = pidfd::exit_info(self.pidfd.as_fd());
+        }
+        match info {
             Ok(ended) => {
                 self.status = ended.map(ExitStatus::from);
                 Ok(self.status)
