@@ -155,8 +155,10 @@ pub struct Frame {
 ///
 /// Fds arrive (with `SCM_RIGHTS`) attached to the first byte of the message that carried
 /// them, so by the time a header is complete its fds are here: a header declaring more than
-/// arrived is refused, and so are fds left over once no header is in progress (more fds than
-/// declared). Nothing is allocated for a frame before its header has passed the checks.
+/// arrived is refused, and so are fds left over once a frame is complete with no byte of a
+/// next frame behind it, or while a frame's body is still arriving (more fds than declared),
+/// and more than [`MAX_FDS`] waiting at all. Nothing is allocated for a frame before its
+/// header has passed the checks.
 pub struct Inbox {
     buf: Vec<u8>,
     start: usize,
@@ -226,6 +228,9 @@ impl Inbox {
     /// The next complete frame allowed by `expect`, with its body; `Ok(None)` until more
     /// bytes arrive. The body slice is valid until the next call.
     pub fn next(&mut self, expect: Expect) -> Result<Option<(Frame, &[u8])>, FrameError> {
+        if self.fds.len() > MAX_FDS {
+            return Err(FrameError::FdFlood(self.fds.len()));
+        }
         if self.current.is_none() {
             if self.end - self.start < HEADER_LEN {
                 return self.check_no_stray_fds();
@@ -257,6 +262,11 @@ impl Inbox {
                 return Err(FrameError::FdFlood(self.fds.len()));
             }
             return Ok(None);
+        }
+        // Fds left over with no byte after this frame: no frame can claim them (more fds
+        // than declared). A legitimate next frame's fds come with its first byte.
+        if !self.fds.is_empty() && self.start + len == self.end {
+            return Err(FrameError::FdFlood(self.fds.len()));
         }
         let Some(frame) = self.current.take() else { return Ok(None) };
         let body = &self.buf[self.start..self.start + len];
@@ -329,6 +339,12 @@ mod tests {
         // More fds than declared.
         let mut inbox = Inbox::new();
         inbox.push(&hdr(Kind::Spawn, 4, 1, 1), [devnull(), devnull()]);
+        assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdFlood(1));
+        // More fds than declared, with the whole frame in one message: refused, not spawned.
+        let mut inbox = Inbox::new();
+        let mut whole = hdr(Kind::Spawn, 2, 1, 1).to_vec();
+        whole.extend_from_slice(b"ab");
+        inbox.push(&whole, [devnull(), devnull()]);
         assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdFlood(1));
         // Fewer.
         let mut inbox = Inbox::new();
