@@ -550,6 +550,15 @@ fn allow_uid_runs_the_child_as_the_peer_and_refuses_root_powers() {
     let st = parse_state(&out);
     assert_eq!(st["ppid"], s.pid().to_string());
     assert!(st["uid"].starts_with("65534"), "uid {}", st["uid"]);
+    // The chdir is checked with the peer's rights, not root's: a directory behind a
+    // root-only one is out of reach.
+    let hidden = s.dir.join("root-only");
+    std::fs::create_dir_all(hidden.join("open")).unwrap();
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let cwd = hidden.join("open");
+    let (code, _, err) = run(&["--cwd", cwd.to_str().unwrap()], &["/bin/true"]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(err.contains("chdir") && err.contains("Permission denied"), "{err}");
     for extra in
         [&["--uid", "0"][..], &["--nice", "-5"], &["--unshare", "mount"], &["--chroot", "/"]]
     {

@@ -581,7 +581,16 @@ impl<'a> Looper<'a> {
         want_exit: bool,
         mut cmd: Command,
     ) {
-        let result = gate(&mut cmd, conn.peer, self.server.euid).and_then(|()| cmd.spawn());
+        let peer = conn.peer;
+        let result = gate(&mut cmd, peer, self.server.euid).and_then(|()| {
+            if peer.uid == self.server.euid {
+                return cmd.spawn();
+            }
+            // Another uid (a root server's --allow-uid): the child starts with the peer's
+            // filesystem rights, so its chdir (before its setuid step) is checked as the peer.
+            sock::with_fs_ids(peer.uid, peer.gid, || cmd.spawn())
+                .map_err(|e| Error::os("setfsuid", format!("uid {}", peer.uid), e))?
+        });
         drop(cmd); // the fds the request passed close now
         let child = match result {
             Ok(c) => c,

@@ -286,3 +286,39 @@ pub(crate) fn decode_wait_status(status: i32) -> (bool, i32, bool) {
         (false, libc::WTERMSIG(status), libc::WCOREDUMP(status))
     }
 }
+
+/// Run `f` with this thread's filesystem ids set to `uid`/`gid` and no supplementary groups
+/// (raw setfsuid(2), setfsgid(2), setgroups(2): per thread, unlike glibc's wrappers of the
+/// last, which broadcast to every thread). Leaving fsuid 0 drops the filesystem
+/// capabilities (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH...) from the effective set, and a
+/// child cloned meanwhile starts with these ids: a root server's spawn for another uid opens
+/// and chdirs with that uid's rights, not root's. Restored afterwards.
+pub(crate) fn with_fs_ids<R>(uid: u32, gid: u32, f: impl FnOnce() -> R) -> Result<R, i32> {
+    // SAFETY: getgroups(0, NULL) only counts.
+    let count = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let mut saved = vec![0 as libc::gid_t; count.max(0) as usize];
+    // SAFETY: getgroups writes at most `saved.len()` gids into `saved`.
+    let n = unsafe { libc::getgroups(saved.len() as i32, saved.as_mut_ptr()) };
+    if n < 0 {
+        return Err(last_errno());
+    }
+    saved.truncate(n as usize);
+    // SAFETY: raw setgroups with an empty list (per thread).
+    if unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) } < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: setfsgid/setfsuid take integers; they return the previous id.
+    let (old_gid, old_uid) = unsafe {
+        let g = libc::syscall(libc::SYS_setfsgid, gid);
+        let u = libc::syscall(libc::SYS_setfsuid, uid);
+        (g, u)
+    };
+    let r = f();
+    // SAFETY: as above, restoring the ids and groups saved before.
+    unsafe {
+        libc::syscall(libc::SYS_setfsuid, old_uid);
+        libc::syscall(libc::SYS_setfsgid, old_gid);
+        libc::syscall(libc::SYS_setgroups, saved.len(), saved.as_ptr());
+    }
+    Ok(r)
+}
