@@ -559,9 +559,13 @@ fn allow_uid_runs_the_child_as_the_peer_and_refuses_root_powers() {
     let (code, _, err) = run(&["--cwd", cwd.to_str().unwrap()], &["/bin/true"]);
     assert_eq!(code, Some(125), "{err}");
     assert!(err.contains("chdir") && err.contains("Permission denied"), "{err}");
-    for extra in
-        [&["--uid", "0"][..], &["--nice", "-5"], &["--unshare", "mount"], &["--chroot", "/"]]
-    {
+    for extra in [
+        &["--uid", "0"][..],
+        &["--nice", "-5"],
+        &["--unshare", "mount"],
+        &["--chroot", "/"],
+        &["--rlimit", "nofile=99999999"],
+    ] {
         let (code, _, err) = run(extra, &["/bin/true"]);
         assert_eq!(code, Some(125), "{extra:?} must be refused: {err}");
         assert!(err.contains("serve"), "{extra:?}: {err}");

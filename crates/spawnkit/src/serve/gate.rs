@@ -41,7 +41,8 @@ fn absolute(what: &str, p: &Path) -> Result<()> {
 /// uid and gid with no supplementary groups, and whatever would be root for the client is
 /// refused: any isolation (namespaces, maps, /tmp, binds, network, hostname, chroot, lock,
 /// cgroup, keep_caps), credentials other than its own, negative nice, hard limits above the
-/// server's, a process group other than its own new one.
+/// client's own, a process group other than its own new one. (The server then spawns with
+/// the peer's filesystem ids, so the child's chdir is checked as the peer.)
 pub(crate) fn gate(cmd: &mut Command, peer: Peer, server_uid: u32) -> Result<()> {
     for (i, s) in cmd.stdio.iter().enumerate() {
         if matches!(s, None | Some(Stdio::Inherit)) {
@@ -127,14 +128,33 @@ fn gate_foreign(cmd: &mut Command, peer: Peer) -> Result<()> {
         return Err(refuse("pgid", "only a new process group (0)"));
     }
     for &(res, _soft, hard) in &cmd.rlimits {
-        let (_, server_hard) = crate::sys::this_process::getrlimit(res.raw() as _)
-            .map_err(|e| Error::os("getrlimit", res.name(), e))?;
-        if hard > server_hard {
-            return Err(refuse(format!("rlimit {}", res.name()), "above the server's hard limit"));
+        // The peer's own hard limit (from /proc/PID/limits of its SO_PEERCRED pid; prlimit
+        // would need CAP_SYS_RESOURCE): raising it is what root may do and the peer may not.
+        let peer_hard = peer_hard_limit(peer.pid, res.raw()).ok_or_else(|| {
+            refuse(format!("rlimit {}", res.name()), "the client's own limit cannot be read")
+        })?;
+        if hard > peer_hard {
+            return Err(refuse(
+                format!("rlimit {}", res.name()),
+                "above the client's own hard limit",
+            ));
         }
     }
     cmd.uid = Some(peer.uid);
     cmd.gid = Some(peer.gid);
     cmd.groups = Some(Vec::new());
     Ok(())
+}
+
+/// The hard limit of resource number `raw` of process `pid`, from /proc/PID/limits (its rows
+/// are in the kernel's resource order after one header line; a value is a number or
+/// "unlimited").
+fn peer_hard_limit(pid: i32, raw: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = text.lines().nth(1 + raw as usize)?;
+    let hard = line.get(26..)?.split_whitespace().nth(1)?;
+    match hard {
+        "unlimited" => Some(crate::RLIM_INFINITY),
+        n => n.parse().ok(),
+    }
 }
