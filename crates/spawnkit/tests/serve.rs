@@ -203,6 +203,21 @@ fn many_requests_in_flight_from_one_thread() {
 }
 
 #[test]
+fn a_megabyte_request_goes_through() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let mut cmd = Command::new(probe());
+    cmd.args(["exit", "3"]);
+    let big = "x".repeat(100 * 1024);
+    for _ in 0..10 {
+        cmd.arg(&big);
+    }
+    assert_eq!(client.spawn(&cmd).unwrap().wait().unwrap(), ExitStatus::Exited(3));
+    // And the connection goes on with small ones.
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}
+
+#[test]
 fn a_wrong_key_is_refused_and_the_server_goes_on() {
     let server = ThreadServer::start();
     let wrong = Key::generate().unwrap();
@@ -292,4 +307,26 @@ fn a_private_server_exits_with_its_owner() {
     assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
     drop(server); // closes the alive pipe and reaps the server
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "server {pid} still there");
+}
+
+/// Arbitrary bytes where the answer to the challenge belongs, against a live server (64
+/// cases): the connection ends (Failure or EOF), never with a Welcome, and the server goes on.
+#[test]
+fn arbitrary_bytes_to_a_live_handshake() {
+    use proptest::prelude::*;
+    let server = ThreadServer::start();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
+    let strategy = proptest::collection::vec(any::<u8>(), 0..200);
+    runner
+        .run(&strategy, |bytes| {
+            let mut c = UnixStream::connect(&server.socket).unwrap();
+            let _ = read_challenge(&mut c);
+            let _ = c.write_all(&bytes);
+            let _ = c.shutdown(std::net::Shutdown::Write);
+            prop_assert_ne!(outcome(&mut c), Some(frame::Kind::Welcome));
+            Ok(())
+        })
+        .unwrap();
+    let mut client = server.client();
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
 }

@@ -185,6 +185,11 @@ impl Inbox {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            // A large frame is gone: give its room back (a connection idles at 16 KiB).
+            if self.buf.len() > 256 * 1024 && self.current.is_none() {
+                self.buf.truncate(16 * 1024);
+                self.buf.shrink_to_fit();
+            }
         }
         if self.buf.len() - self.end < min {
             if self.start > 0 {
