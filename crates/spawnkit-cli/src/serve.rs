@@ -95,6 +95,8 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         idle_exit: args.idle_exit,
         max_clients: args.max_clients.map(|n| n as usize),
         allow_uid,
+        // This process is the server's alone: the kernel reaps its children.
+        kernel_reaps: true,
     };
     let mut server = Server::bind(args.socket.as_deref(), args.key_file.as_deref(), opts)
         .map_err(|e| e.to_string())?;

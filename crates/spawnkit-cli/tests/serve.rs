@@ -194,6 +194,16 @@ fn run_via_spawns_with_the_clients_cwd_and_env_under_the_server() {
     let r = via(&s, &["/no/such/prog"]);
     r.code(127).stderr_has("/no/such/prog");
     via(&s, &["/bin/true"]).code(0);
+    // Failures print what a local run prints, with its exit code.
+    for args in [
+        &["--cwd", "/nonexistent", "--", "/bin/true"][..],
+        &["--", "/etc/passwd"],
+        &["--", "no-such-prog-x"],
+    ] {
+        let local = Res::of(spawnkit_cmd(["run"]).args(args));
+        let remote = Res::of(spawnkit_cmd(["run", "--via"]).arg(&s.socket).args(args));
+        assert_eq!((remote.code, &remote.stderr), (local.code, &local.stderr), "{args:?}");
+    }
     // SPAWNKIT_SERVER and --key-file.
     let r = Res::of(
         spawnkit_cmd(["run", "--", "/bin/sh", "-c", "echo $PPID"])

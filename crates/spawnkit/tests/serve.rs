@@ -122,8 +122,15 @@ fn pipes_statuses_and_signals() {
 
 #[test]
 fn errors_carry_the_step_path_and_errno_of_a_local_spawn() {
+    // A server that reaps through pidfds (on a thread here) and one whose children the
+    // kernel reaps (a private server, in a process of its own).
     let server = ThreadServer::start();
-    let mut client = server.client();
+    errors_match_local(&mut server.client());
+    let mut private = PrivateServer::start().unwrap();
+    errors_match_local(private.client());
+}
+
+fn errors_match_local(client: &mut Client) {
     let cases: Vec<Command> = vec![
         {
             let mut c = Command::new("/bin/true");

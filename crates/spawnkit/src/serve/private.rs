@@ -54,7 +54,11 @@ impl PrivateServer {
             let mut keep = [sock_end.as_raw_fd(), alive.as_raw_fd()];
             keep.sort_unstable();
             sock::private_server_setup(&keep);
-            let Ok(mut server) = Server::new(None, key.clone(), ServerOptions::default()) else {
+            let Ok(mut server) = Server::new(
+                None,
+                key.clone(),
+                ServerOptions { kernel_reaps: true, ..ServerOptions::default() },
+            ) else {
                 return 1;
             };
             server.add_connection(sock_end);

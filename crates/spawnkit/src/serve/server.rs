@@ -34,6 +34,21 @@ pub struct ServerOptions {
     pub max_clients: Option<usize>,
     /// When the server runs as root: the one other uid let in (its children run as it).
     pub allow_uid: Option<u32>,
+    /// The server owns its process (`spawnkit serve`, a private server): let the kernel reap
+    /// its children as they exit (`SA_NOCLDWAIT` on SIGCHLD, process-wide), so an exit costs
+    /// the server nothing and a client's wait never waits for the server. Used only where
+    /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
+    /// otherwise, and when false, the server reaps each child through its pidfd.
+    pub kernel_reaps: bool,
+}
+
+/// Whether this kernel records a reaped process's exit status for its pidfds
+/// (`PIDFD_INFO_EXIT`, Linux 6.15), from /proc/sys/kernel/osrelease.
+pub fn kernel_has_pidfd_exit_info() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut nums =
+        release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    matches!((nums.next(), nums.next()), (Some(major), Some(minor)) if (major, minor) >= (6, 15))
 }
 
 /// Ends a running [`Server::run`] from another thread (or a signal handler's thread).
@@ -262,6 +277,8 @@ struct Looper<'a> {
     recv_fds: Vec<OwnedFd>,
     scratch: Vec<u8>,
     idle_since: Option<Instant>,
+    /// Children are reaped by the kernel (see [`ServerOptions::kernel_reaps`]).
+    kernel_reaps: bool,
 }
 
 fn sys_err(step: &'static str, e: i32) -> Error {
@@ -298,6 +315,7 @@ impl<'a> Looper<'a> {
             recv_fds: Vec::with_capacity(8),
             scratch: Vec::with_capacity(512),
             idle_since: Some(Instant::now()),
+            kernel_reaps: server.opts.kernel_reaps && kernel_has_pidfd_exit_info(),
         };
         for s in initial {
             looper.admit(s);
@@ -306,6 +324,9 @@ impl<'a> Looper<'a> {
     }
 
     fn run(&mut self) -> Result<()> {
+        if self.kernel_reaps {
+            sock::let_kernel_reap_children().map_err(|e| sys_err("sigaction", e))?;
+        }
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
         loop {
             let n = self.epoll.wait(&mut events, self.timeout_ms());
@@ -603,6 +624,9 @@ impl<'a> Looper<'a> {
         let pid = pid as i32;
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
         self.send(conn, &[&h.encode(), &pid.to_le_bytes()], Some(pidfd.as_raw_fd()));
+        if self.kernel_reaps {
+            return; // the pidfd closes here; the kernel reaps the child when it exits
+        }
         let raw = pidfd.as_raw_fd();
         let rec = ChildRec { pidfd, pid, conn: (idx, conn.generation), id, want_exit };
         if self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64).is_err() {
