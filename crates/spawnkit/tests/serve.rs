@@ -176,6 +176,11 @@ fn the_gate_refuses_what_would_be_the_servers() {
     lock.lock(spawnkit::Lock { path: "/tmp/x.lock".into(), shared: false, timeout: None });
     let e = client.spawn(&lock).unwrap_err();
     assert!(e.to_string().contains("stall the server"), "{e}");
+    // A fd to pass that is not open: refused here, and the connection is still good.
+    let mut closed_fd = Command::new("/bin/true");
+    closed_fd.stdout(Stdio::Fd(987));
+    let e = client.spawn(&closed_fd).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
     assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
 }
 
@@ -336,4 +341,13 @@ fn arbitrary_bytes_to_a_live_handshake() {
         .unwrap();
     let mut client = server.client();
     assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}
+
+#[test]
+fn the_faces_can_be_sent_to_threads() {
+    fn send<T: Send>() {}
+    send::<Client>();
+    send::<PrivateServer>();
+    send::<Server>();
+    send::<spawnkit::Child>();
 }

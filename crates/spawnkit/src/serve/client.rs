@@ -190,8 +190,17 @@ impl Client {
     }
 
     /// Send every byte; the fds go with the first. While the socket is full, replies are
-    /// read (so a server waiting for us to read is never waited for in turn).
+    /// read (so a server waiting for us to read is never waited for in turn). On error, says
+    /// whether any byte went out (then the stream is out of step and the connection broken).
     fn send_all(&mut self, parts: &[&[u8]], fds: &[RawFd]) -> Result<()> {
+        self.send_all_counted(parts, fds).map_err(|(e, _)| e)
+    }
+
+    fn send_all_counted(
+        &mut self,
+        parts: &[&[u8]],
+        fds: &[RawFd],
+    ) -> std::result::Result<(), (Error, bool)> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut sent = 0;
         let mut fds = fds;
@@ -218,14 +227,25 @@ impl Client {
                     }];
                     match pidfd::poll(&mut p, -1) {
                         Ok(_) | Err(libc::EINTR) => {}
-                        Err(e) => return Err(Error::os("poll", "server connection", e)),
+                        Err(e) => {
+                            return Err((Error::os("poll", "server connection", e), sent > 0))
+                        }
                     }
                     if p[0].revents & libc::POLLIN != 0 {
-                        self.recv(true)?;
-                        self.collect()?;
+                        self.recv(true).and_then(|_| self.collect()).map_err(|e| (e, true))?;
                     }
                 }
-                Err(e) => return Err(Error::os("sendmsg", "server connection", e)),
+                // A fd that is not open (EBADF) refuses the whole message: nothing went out.
+                Err(libc::EBADF) if sent == 0 && !fds.is_empty() => {
+                    return Err((
+                        Error::os("sendmsg", "the fds to pass", libc::EBADF).with_reason(
+                            "a fd to pass to the server is not open in this process \
+                             (an inherited fd 0-2 that is closed?)",
+                        ),
+                        false,
+                    ));
+                }
+                Err(e) => return Err((Error::os("sendmsg", "server connection", e), sent > 0)),
             }
         }
         Ok(())
@@ -274,9 +294,11 @@ impl Client {
             id,
         };
         self.pending.insert(id, Pending { pipes, kill_on_drop: cmd.kill_on_drop });
-        if let Err(e) = self.send_all(&[&h.encode(), &bytes], &fds) {
+        if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &bytes], &fds) {
             self.pending.remove(&id);
-            self.broken = Some(e.clone());
+            if out_of_step {
+                self.broken = Some(e.clone());
+            }
             return Err(e);
         }
         drop(child_ends);

@@ -413,8 +413,12 @@ impl<'a> Looper<'a> {
                 Ok((s, _)) => self.admit(s),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                // EMFILE and the like: leave the rest in the backlog for now.
-                Err(_) => return,
+                // EMFILE and the like: leave the rest in the backlog for now, and pause a
+                // moment so a listener that stays readable does not spin the loop.
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    return;
+                }
             }
         }
     }
