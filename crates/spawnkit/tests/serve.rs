@@ -351,3 +351,32 @@ fn the_faces_can_be_sent_to_threads() {
     send::<Server>();
     send::<spawnkit::Child>();
 }
+
+/// The fallback for kernels before 6.15 (no `PIDFD_INFO_EXIT`), forced: the server sends an
+/// Exit frame after it reaps, and the child's waits read it from the connection.
+#[test]
+fn exit_frames_carry_the_status_when_asked() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    client.use_exit_frames(true);
+    let mut exit7 = Command::new(probe());
+    exit7.args(["exit", "7"]);
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "30"]);
+    let mut a = client.spawn(&exit7).unwrap();
+    let mut b = client.spawn(&sleeper).unwrap();
+    assert_eq!(b.try_wait().unwrap(), None);
+    assert_eq!(b.wait_timeout(Duration::from_millis(50)).unwrap(), None);
+    // Frames for one child are kept for the other and for the client's own answers.
+    let id = client.submit(&exit7).unwrap();
+    assert_eq!(a.wait().unwrap(), ExitStatus::Exited(7));
+    b.kill().unwrap();
+    assert_eq!(b.wait().unwrap().signal(), Some(libc::SIGKILL));
+    let mut c = client.receive_id(id).unwrap();
+    assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7));
+    // A server whose kernel reaps its children cannot send them: a clear refusal.
+    let mut private = PrivateServer::start().unwrap();
+    private.client().use_exit_frames(true);
+    let e = private.client().spawn(&exit7).unwrap_err();
+    assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "serve"), "{e}");
+}

@@ -7,7 +7,8 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
 use super::frame::{Expect, Header, Inbox, Kind, MAX_BODY};
@@ -19,7 +20,7 @@ use crate::spawn::options::Stdio;
 use crate::spawn::wire::Fill;
 use crate::sys::sock::{self, CmsgBuf};
 use crate::sys::{parent, pidfd};
-use crate::Child;
+use crate::{Child, ExitStatus};
 
 /// The environment variable naming a key file (else `SOCKET.key` is read).
 pub const KEY_ENV: &str = "SPAWNKIT_SERVER_KEY";
@@ -53,6 +54,12 @@ struct Pending {
 /// `Stdio::Pipe` pipes are made here; the child's ends are passed. Fds of `Stdio::File`,
 /// `Stdio::Owned` and maps are passed as duplicates and stay open in the command.
 pub struct Client {
+    io: Arc<Mutex<Io>>,
+}
+
+/// The connection itself, shared with the children it started when they learn their exit
+/// status from Exit frames (kernels without `PIDFD_INFO_EXIT`).
+pub(crate) struct Io {
     sock: UnixStream,
     next_id: u64,
     pending: HashMap<u64, Pending>,
@@ -61,12 +68,20 @@ pub struct Client {
     cmsg: CmsgBuf,
     fds: Vec<OwnedFd>,
     broken: Option<Error>,
+    /// Ask for Exit frames (the kernel cannot tell a non-parent the exit status).
+    want_exit: bool,
+    /// Exit frames received: pid -> status, until the child asks.
+    exits: HashMap<i32, ExitStatus>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("in_flight", &self.pending.len()).finish_non_exhaustive()
+        f.debug_struct("Client").field("in_flight", &self.in_flight()).finish_non_exhaustive()
     }
+}
+
+fn lock(io: &Mutex<Io>) -> MutexGuard<'_, Io> {
+    io.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn io_err(step: &'static str, subject: impl Into<String>, e: &std::io::Error) -> Error {
@@ -111,7 +126,7 @@ impl Client {
 
     /// Authenticate over an already connected stream (a private server's socketpair end).
     pub fn from_stream(sock: UnixStream, key: &Key) -> Result<Client> {
-        let mut c = Client {
+        let mut io = Io {
             sock,
             next_id: 1,
             pending: HashMap::new(),
@@ -120,11 +135,134 @@ impl Client {
             cmsg: CmsgBuf::new(),
             fds: Vec::new(),
             broken: None,
+            want_exit: !super::server::kernel_has_pidfd_exit_info(),
+            exits: HashMap::new(),
         };
-        c.handshake(key)?;
-        Ok(c)
+        io.handshake(key)?;
+        Ok(Client { io: Arc::new(Mutex::new(io)) })
     }
 
+    /// Ask the server for an Exit frame per child and take exit statuses from those rather
+    /// than from the pidfd: what this client does by itself on a kernel before 6.15 (no
+    /// `PIDFD_INFO_EXIT`); settable for tests. A server whose kernel reaps its children
+    /// refuses such requests.
+    pub fn use_exit_frames(&mut self, on: bool) {
+        lock(&self.io).want_exit = on;
+    }
+
+    /// Send a request; its answer comes from [`receive`](Client::receive) under the id
+    /// returned. Nothing waits for the server here (unless the socket is full).
+    pub fn submit(&mut self, cmd: &Command) -> Result<u64> {
+        lock(&self.io).submit(cmd)
+    }
+
+    /// How many submitted requests have no answer yet (received or not).
+    pub fn in_flight(&self) -> usize {
+        let io = lock(&self.io);
+        io.pending.len() + io.done.len()
+    }
+
+    /// The next answer: the request's id and its child or error (in the order the server
+    /// answered). Blocks until one arrives; an error if none is in flight.
+    pub fn receive(&mut self) -> Result<(u64, Result<Child>)> {
+        let (id, child) = lock(&self.io).receive()?;
+        Ok((id, child.map(|c| self.watched(c))))
+    }
+
+    /// The answer to request `id`, keeping others for [`receive`](Client::receive).
+    pub fn receive_id(&mut self, id: u64) -> Result<Child> {
+        let child = lock(&self.io).receive_id(id)?;
+        Ok(self.watched(child))
+    }
+
+    /// Spawn through the server and wait for its answer: the same [`Child`] API as a local
+    /// spawn (its parent is the server; see docs/protocol.md for what differs).
+    pub fn spawn(&mut self, cmd: &Command) -> Result<Child> {
+        let id = self.submit(cmd)?;
+        self.receive_id(id)
+    }
+
+    /// Submit all of `cmds` (keeping at most `window` in flight) and return their children
+    /// or errors in order.
+    pub fn spawn_many<'c>(
+        &mut self,
+        cmds: impl IntoIterator<Item = &'c Command>,
+        window: usize,
+    ) -> Result<Vec<Result<Child>>> {
+        let window = window.max(1);
+        let mut ids = Vec::new();
+        let mut got: HashMap<u64, Result<Child>> = HashMap::new();
+        let mut waiting = 0usize;
+        for cmd in cmds {
+            while waiting >= window {
+                let (id, r) = self.receive()?;
+                got.insert(id, r);
+                waiting -= 1;
+            }
+            ids.push(self.submit(cmd)?);
+            waiting += 1;
+        }
+        while waiting > 0 {
+            let (id, r) = self.receive()?;
+            got.insert(id, r);
+            waiting -= 1;
+        }
+        Ok(ids
+            .into_iter()
+            .map(|id| got.remove(&id).unwrap_or_else(|| Err(protocol("lost"))))
+            .collect())
+    }
+
+    /// A child whose status comes in Exit frames gets a handle on this connection.
+    fn watched(&self, mut child: Child) -> Child {
+        if lock(&self.io).want_exit {
+            child.set_exit_watch(ExitWatch(self.io.clone()));
+        }
+        child
+    }
+}
+
+/// How a remote child waits for its Exit frame: it reads the connection itself (under its
+/// lock), keeping every other frame for the client.
+pub(crate) struct ExitWatch(Arc<Mutex<Io>>);
+
+impl ExitWatch {
+    /// The status of `pid` once its Exit frame has come; waits until `deadline` (`None`:
+    /// forever; a past one: only what has arrived).
+    pub(crate) fn wait(&self, pid: i32, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
+        let mut io = lock(&self.0);
+        loop {
+            if let Some(s) = io.exits.remove(&pid) {
+                return Ok(Some(s));
+            }
+            if let Some(e) = &io.broken {
+                return Err(e.clone());
+            }
+            let ms = match deadline {
+                None => -1,
+                Some(d) => {
+                    d.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128)
+                        as i32
+                }
+            };
+            let fd = io.sock.as_raw_fd();
+            let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+            match pidfd::poll(&mut p, ms) {
+                Ok(0) => return Ok(None),
+                Ok(_) | Err(libc::EINTR) => {}
+                Err(e) => return Err(Error::os("poll", "server connection", e)),
+            }
+            if p[0].revents != 0 {
+                if let Err(e) = io.recv(true).and_then(|_| io.collect()) {
+                    io.broken = Some(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl Io {
     fn handshake(&mut self, key: &Key) -> Result<()> {
         let timeout = Some(Duration::from_secs(10));
         let _ = self.sock.set_read_timeout(timeout);
@@ -253,7 +391,7 @@ impl Client {
 
     /// Send a request; its answer comes from [`receive`](Client::receive) under the id
     /// returned. Nothing waits for the server here (unless the socket is full).
-    pub fn submit(&mut self, cmd: &Command) -> Result<u64> {
+    fn submit(&mut self, cmd: &Command) -> Result<u64> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
@@ -286,13 +424,9 @@ impl Client {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let h = Header {
-            len: bytes.len() as u32,
-            kind: Kind::Spawn,
-            flags: 0,
-            nfds: fds.len() as u8,
-            id,
-        };
+        let flags = if self.want_exit { super::frame::FLAG_WANT_EXIT } else { 0 };
+        let h =
+            Header { len: bytes.len() as u32, kind: Kind::Spawn, flags, nfds: fds.len() as u8, id };
         self.pending.insert(id, Pending { pipes, kill_on_drop: cmd.kill_on_drop });
         if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &bytes], &fds) {
             self.pending.remove(&id);
@@ -305,14 +439,9 @@ impl Client {
         Ok(id)
     }
 
-    /// How many submitted requests have no answer yet (received or not).
-    pub fn in_flight(&self) -> usize {
-        self.pending.len() + self.done.len()
-    }
-
     /// The next answer: the request's id and its child or error (in the order the server
     /// answered). Blocks until one arrives; an error if none is in flight.
-    pub fn receive(&mut self) -> Result<(u64, Result<Child>)> {
+    fn receive(&mut self) -> Result<(u64, Result<Child>)> {
         loop {
             if let Some(d) = self.done.pop_front() {
                 return Ok(d);
@@ -331,7 +460,7 @@ impl Client {
     }
 
     /// The answer to request `id`, keeping others for [`receive`](Client::receive).
-    pub fn receive_id(&mut self, id: u64) -> Result<Child> {
+    fn receive_id(&mut self, id: u64) -> Result<Child> {
         loop {
             if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
                 return self.done.remove(pos).map(|d| d.1).unwrap_or_else(|| unreachable!());
@@ -349,44 +478,6 @@ impl Client {
         }
     }
 
-    /// Spawn through the server and wait for its answer: the same [`Child`] API as a local
-    /// spawn (its parent is the server; see docs/protocol.md for what differs).
-    pub fn spawn(&mut self, cmd: &Command) -> Result<Child> {
-        let id = self.submit(cmd)?;
-        self.receive_id(id)
-    }
-
-    /// Submit all of `cmds` (keeping at most `window` in flight) and return their children
-    /// or errors in order.
-    pub fn spawn_many<'c>(
-        &mut self,
-        cmds: impl IntoIterator<Item = &'c Command>,
-        window: usize,
-    ) -> Result<Vec<Result<Child>>> {
-        let window = window.max(1);
-        let mut ids = Vec::new();
-        let mut got: HashMap<u64, Result<Child>> = HashMap::new();
-        let mut waiting = 0usize;
-        for cmd in cmds {
-            while waiting >= window {
-                let (id, r) = self.receive()?;
-                got.insert(id, r);
-                waiting -= 1;
-            }
-            ids.push(self.submit(cmd)?);
-            waiting += 1;
-        }
-        while waiting > 0 {
-            let (id, r) = self.receive()?;
-            got.insert(id, r);
-            waiting -= 1;
-        }
-        Ok(ids
-            .into_iter()
-            .map(|id| got.remove(&id).unwrap_or_else(|| Err(protocol("lost"))))
-            .collect())
-    }
-
     /// Turn every complete reply in the inbox into a finished request.
     fn collect(&mut self) -> Result<()> {
         loop {
@@ -397,7 +488,11 @@ impl Client {
             };
             let id = frame.header.id;
             let result = match frame.header.kind {
-                Kind::Exit => continue, // not asked for by this client
+                Kind::Exit => {
+                    let (pid, status) = reply::decode_exit(body)?;
+                    self.exits.insert(pid, status);
+                    continue;
+                }
                 Kind::Error => Err(reply::decode_error(body)?),
                 _ => {
                     let pid = reply::decode_pid(body)?;

@@ -11,7 +11,7 @@
 //! The protocol, byte by byte, and the policy: docs/protocol.md.
 
 pub mod auth;
-mod client;
+pub(crate) mod client;
 pub mod frame;
 mod gate;
 mod private;

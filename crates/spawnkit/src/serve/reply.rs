@@ -126,7 +126,6 @@ pub(crate) fn encode_exit(pid: i32, status: ExitStatus) -> Vec<u8> {
     out
 }
 
-#[cfg(test)]
 pub(crate) fn decode_exit(body: &[u8]) -> Result<(i32, ExitStatus)> {
     let mut r = Reader(body);
     let pid = r.u32()? as i32;

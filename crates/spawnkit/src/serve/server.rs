@@ -584,6 +584,16 @@ impl<'a> Looper<'a> {
                     };
                     let id = frame.header.id;
                     let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
+                    if want_exit && self.kernel_reaps {
+                        drop(frame);
+                        let e = Error::unsupported(
+                            "serve",
+                            "no Exit frames from this server: its kernel reaps the children \
+                             and records their status in their pidfds (PIDFD_INFO_EXIT)",
+                        );
+                        self.send_error(conn, id, &e);
+                        continue;
+                    }
                     match Command::from_wire(body, frame.fds) {
                         Ok(cmd) => self.spawn_one(conn, idx, id, want_exit, cmd),
                         Err(e) => {

@@ -125,8 +125,11 @@ pub struct Child {
     /// Handed over with [`into_pidfd`](Child::into_pidfd): Drop leaves the child alone.
     detached: bool,
     /// Started by a spawn server: not our child. Its status comes from the pidfd
-    /// (`PIDFD_GET_INFO`) once the server has reaped it; we never reap it.
+    /// (`PIDFD_GET_INFO`) once it has been reaped; we never reap it.
     remote: bool,
+    /// For a remote child on a kernel without `PIDFD_INFO_EXIT`: its status comes in an Exit
+    /// frame on the client's connection.
+    exit_watch: Option<crate::serve::client::ExitWatch>,
     comm: Comm,
 }
 
@@ -179,6 +182,7 @@ impl Child {
             kill_on_drop,
             detached: false,
             remote: false,
+            exit_watch: None,
             comm: Comm::default(),
         }
     }
@@ -202,8 +206,18 @@ impl Child {
         self.remote
     }
 
+    /// Take the exit status from the client's Exit frames instead of the pidfd.
+    pub(crate) fn set_exit_watch(&mut self, watch: crate::serve::client::ExitWatch) {
+        self.exit_watch = Some(watch);
+    }
+
     /// A remote child's status: `Ok(None)` while it runs or the server has not reaped it yet.
     fn remote_status(&mut self) -> Result<Option<ExitStatus>> {
+        if let Some(watch) = &self.exit_watch {
+            // Only what has arrived: a deadline already past.
+            self.status = watch.wait(self.pid, Some(Instant::now()))?;
+            return Ok(self.status);
+        }
         let mut info = pidfd::exit_info(self.pidfd.as_fd());
         // ESRCH: the instant between the process leaving the pid table and the kernel
         // recording its exit (a few µs, seen once in thousands of reaps on 6.18). Nothing
@@ -236,6 +250,10 @@ impl Child {
     /// Wait for a remote child until `deadline`: poll its pidfd for POLLHUP, which the kernel
     /// raises once the process is reaped (by the server), when its exit status is recorded.
     fn remote_wait(&mut self, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
+        if let Some(watch) = &self.exit_watch {
+            self.status = watch.wait(self.pid, deadline)?;
+            return Ok(self.status);
+        }
         loop {
             if let Some(s) = self.remote_status()? {
                 return Ok(Some(s));
