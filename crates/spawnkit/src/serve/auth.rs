@@ -43,11 +43,9 @@ impl fmt::Debug for Key {
 
 impl Drop for Key {
     fn drop(&mut self) {
-        for b in self.0.iter_mut() {
-            // SAFETY-free volatile-ish wipe: a plain write the optimizer may not drop
-            // because the bytes are read through a black box right after.
-            *b = 0;
-        }
+        // Best effort without unsafe code: zeroed, then passed through a black box so the
+        // writes are not optimised away as dead stores.
+        self.0.fill(0);
         std::hint::black_box(&self.0);
     }
 }
