@@ -97,6 +97,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         allow_uid,
         // This process is the server's alone: the kernel reaps its children.
         kernel_reaps: true,
+        spawn_threads: spawnkit::serve::default_spawn_threads(),
     };
     let mut server = Server::bind(args.socket.as_deref(), args.key_file.as_deref(), opts)
         .map_err(|e| e.to_string())?;

@@ -86,13 +86,21 @@ impl Serve {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
     }
 
-    /// The server's children (running or zombie).
+    /// The server's children (running or zombie), of every thread of it (a spawner thread's
+    /// children are listed under its own task).
     fn children(&self) -> Vec<u32> {
-        let pid = self.pid();
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect::<Vec<_>>())
+            .unwrap_or_default();
+        tasks
+            .iter()
+            .flat_map(|t| {
+                std::fs::read_to_string(t.join("children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
             .collect()
     }
 

@@ -22,6 +22,6 @@ pub use auth::Key;
 pub use client::{Client, KEY_ENV, SERVER_ENV};
 pub use private::PrivateServer;
 pub use server::{
-    default_socket_dir, default_socket_path, ensure_private_dir, kernel_has_pidfd_exit_info,
-    key_path_for, Server, ServerOptions, Stopper, HANDSHAKE_TIMEOUT,
+    default_socket_dir, default_socket_path, default_spawn_threads, ensure_private_dir,
+    kernel_has_pidfd_exit_info, key_path_for, Server, ServerOptions, Stopper, HANDSHAKE_TIMEOUT,
 };

@@ -57,7 +57,11 @@ impl PrivateServer {
             let Ok(mut server) = Server::new(
                 None,
                 key.clone(),
-                ServerOptions { kernel_reaps: true, ..ServerOptions::default() },
+                ServerOptions {
+                    kernel_reaps: true,
+                    spawn_threads: super::server::default_spawn_threads(),
+                    ..ServerOptions::default()
+                },
             ) else {
                 return 1;
             };

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
@@ -40,6 +40,15 @@ pub struct ServerOptions {
     /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
     /// otherwise, and when false, the server reaps each child through its pidfd.
     pub kernel_reaps: bool,
+    /// Threads that spawn (at least 1). With more, a kernel-reaping server hands a request
+    /// to another thread when more bytes wait behind it on the connection, so several
+    /// clone+exec run at once; a lone request is spawned by the loop itself (no thread hop).
+    pub spawn_threads: usize,
+}
+
+/// One spawning thread per CPU this process may run on.
+pub fn default_spawn_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// Whether this kernel records a reaped process's exit status for its pidfds
@@ -66,6 +75,7 @@ const T_LISTENER: u64 = 1;
 const T_STOP: u64 = 2;
 const T_SIGNALS: u64 = 3;
 const T_ALIVE: u64 = 4;
+const T_WAKE: u64 = 5;
 const T_CONN: u64 = 1 << 60;
 const T_CHILD: u64 = 2 << 60;
 const KIND_MASK: u64 = 0xF << 60;
@@ -88,13 +98,102 @@ struct Out {
     fd: Option<OwnedFd>,
 }
 
-struct Conn {
+/// The sending side of a connection, shared with the spawner threads: replies go out in
+/// whole frames under the lock, queued when the socket is full.
+struct ConnTx {
     sock: UnixStream,
+    out: Mutex<VecDeque<Out>>,
+}
+
+impl ConnTx {
+    fn queue(&self) -> MutexGuard<'_, VecDeque<Out>> {
+        self.out.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Send now if nothing waits before it, else queue (with the fd to pass). True when
+    /// something waits in the queue afterwards (the loop must watch for EPOLLOUT).
+    fn send(&self, parts: &[&[u8]], fd: Option<RawFd>) -> bool {
+        let mut out = self.queue();
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut sent = 0;
+        if out.is_empty() {
+            let fds: &[RawFd] = match &fd {
+                Some(f) => std::slice::from_ref(f),
+                None => &[],
+            };
+            match sock::send_with_fds(self.sock.as_fd(), parts, fds, true) {
+                Ok(n) if n == total => return false,
+                Ok(n) => sent = n,
+                Err(_) => {}
+            }
+        }
+        let bytes = parts.concat();
+        // The slow path: the pidfd waits in the queue as a duplicate of its own, so the child
+        // can be reaped (and its record closed) before the reply leaves.
+        let fd = if sent > 0 { None } else { fd.and_then(|f| parent::dup_cloexec(f).ok()) };
+        out.push_back(Out { bytes, sent, fd });
+        true
+    }
+
+    /// Send what is queued; false if the connection broke.
+    fn flush(&self) -> bool {
+        let mut out = self.queue();
+        while let Some(o) = out.front_mut() {
+            let fd = o.fd.as_ref().map(|f| f.as_raw_fd());
+            let fds: &[RawFd] = match &fd {
+                Some(f) => std::slice::from_ref(f),
+                None => &[],
+            };
+            match sock::send_with_fds(self.sock.as_fd(), &[&o.bytes[o.sent..]], fds, true) {
+                Ok(n) => {
+                    o.sent += n;
+                    o.fd = None;
+                    if o.sent >= o.bytes.len() {
+                        out.pop_front();
+                    }
+                }
+                Err(libc::EAGAIN) => return true,
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    fn idle(&self) -> bool {
+        self.queue().is_empty()
+    }
+}
+
+/// A decoded request handed to a spawner thread.
+struct Job {
+    tx: Arc<ConnTx>,
+    token: u64,
+    peer: Peer,
+    id: u64,
+    cmd: Command,
+}
+
+/// Requests waiting for a spawner thread (kernel-reaping servers only: a spawner then has no
+/// child to hand back).
+#[derive(Default)]
+struct Jobs {
+    /// (waiting requests, stop)
+    queue: Mutex<(VecDeque<Job>, bool)>,
+    ready: std::sync::Condvar,
+}
+
+impl Jobs {
+    fn lock(&self) -> MutexGuard<'_, (VecDeque<Job>, bool)> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct Conn {
+    tx: Arc<ConnTx>,
     generation: u32,
     peer: Peer,
     state: State,
     inbox: Inbox,
-    out: VecDeque<Out>,
     /// EPOLLOUT is in the interest set (replies are waiting).
     writing: bool,
 }
@@ -279,6 +378,12 @@ struct Looper<'a> {
     idle_since: Option<Instant>,
     /// Children are reaped by the kernel (see [`ServerOptions::kernel_reaps`]).
     kernel_reaps: bool,
+    /// Requests for the spawner threads, and the pipe they wake the loop through (a token
+    /// per connection whose reply queue they filled).
+    jobs: Arc<Jobs>,
+    spawners: Vec<std::thread::JoinHandle<()>>,
+    wake_r: Option<OwnedFd>,
+    wake_w: Option<Arc<OwnedFd>>,
 }
 
 fn sys_err(step: &'static str, e: i32) -> Error {
@@ -316,7 +421,14 @@ impl<'a> Looper<'a> {
             scratch: Vec::with_capacity(512),
             idle_since: Some(Instant::now()),
             kernel_reaps: server.opts.kernel_reaps && kernel_has_pidfd_exit_info(),
+            jobs: Arc::new(Jobs::default()),
+            spawners: Vec::new(),
+            wake_r: None,
+            wake_w: None,
         };
+        if looper.kernel_reaps && looper.server.opts.spawn_threads > 1 {
+            looper.start_spawners()?;
+        }
         for s in initial {
             looper.admit(s);
         }
@@ -327,6 +439,17 @@ impl<'a> Looper<'a> {
         if self.kernel_reaps {
             sock::let_kernel_reap_children().map_err(|e| sys_err("sigaction", e))?;
         }
+        let result = self.serve();
+        // Stop the spawner threads: queued requests are dropped (their connections close).
+        self.jobs.lock().1 = true;
+        self.jobs.ready.notify_all();
+        for t in self.spawners.drain(..) {
+            let _ = t.join();
+        }
+        result
+    }
+
+    fn serve(&mut self) -> Result<()> {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
         loop {
             let n = self.epoll.wait(&mut events, self.timeout_ms());
@@ -338,6 +461,7 @@ impl<'a> Looper<'a> {
                     T_CHILD => self.on_child((token & 0xFFFF_FFFF) as RawFd),
                     _ => match token {
                         T_LISTENER => self.accept_all(),
+                        T_WAKE => self.on_wake(),
                         T_STOP | T_ALIVE => return Ok(()),
                         T_SIGNALS => {
                             if let Some(s) = &self.server.signals {
@@ -351,6 +475,8 @@ impl<'a> Looper<'a> {
                 }
             }
             self.expire_handshakes();
+            // Spawn one queued request here too when the spawner threads are behind.
+            self.help_spawners();
             if self.live == 0 {
                 if self.server.listener.is_none() {
                     return Ok(());
@@ -454,12 +580,11 @@ impl<'a> Looper<'a> {
             return;
         }
         self.conns[idx] = Some(Conn {
-            sock,
+            tx: Arc::new(ConnTx { sock, out: Mutex::new(VecDeque::new()) }),
             generation,
             peer: Peer { pid, uid, gid },
             state: State::Challenged(ns, Instant::now() + HANDSHAKE_TIMEOUT),
             inbox: Inbox::new(),
-            out: VecDeque::new(),
             writing: false,
         });
         self.live += 1;
@@ -468,7 +593,7 @@ impl<'a> Looper<'a> {
 
     fn close(&mut self, idx: usize) {
         if let Some(c) = self.conns.get_mut(idx).and_then(Option::take) {
-            let _ = self.epoll.delete(c.sock.as_raw_fd());
+            let _ = self.epoll.delete(c.tx.sock.as_raw_fd());
             self.free.push(idx);
             self.live -= 1;
         }
@@ -491,7 +616,7 @@ impl<'a> Looper<'a> {
 
     /// Read, handle and answer what a connection sent; false to close it.
     fn serve_conn(&mut self, conn: &mut Conn, idx: usize, flags: u32) -> bool {
-        if flags & libc::EPOLLOUT as u32 != 0 && !self.flush(conn) {
+        if flags & libc::EPOLLOUT as u32 != 0 && !conn.tx.flush() {
             return false;
         }
         if flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 == 0 {
@@ -500,12 +625,12 @@ impl<'a> Looper<'a> {
         // Read while replies can go out (backpressure: a client that does not read its
         // replies is not read either).
         let mut rounds = 0;
-        while conn.out.is_empty() && rounds < 16 {
+        while conn.tx.idle() && rounds < 16 {
             rounds += 1;
             self.recv_fds.clear();
             let spare = conn.inbox.spare(4096);
             let got = sock::recv_with_fds(
-                conn.sock.as_fd(),
+                conn.tx.sock.as_fd(),
                 spare,
                 &mut self.recv_fds,
                 &mut self.cmsg,
@@ -530,11 +655,11 @@ impl<'a> Looper<'a> {
     }
 
     fn update_interest(&mut self, conn: &mut Conn, idx: usize) -> bool {
-        let want_out = !conn.out.is_empty();
+        let want_out = !conn.tx.idle();
         if want_out != conn.writing {
             let ev = if want_out { libc::EPOLLOUT } else { libc::EPOLLIN } as u32;
             let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
-            if self.epoll.modify(conn.sock.as_raw_fd(), ev, token).is_err() {
+            if self.epoll.modify(conn.tx.sock.as_raw_fd(), ev, token).is_err() {
                 return false;
             }
             conn.writing = want_out;
@@ -561,8 +686,12 @@ impl<'a> Looper<'a> {
                             nfds: 0,
                             id: 0,
                         };
-                        let _ =
-                            sock::send_with_fds(conn.sock.as_fd(), &[&h.encode(), why], &[], true);
+                        let _ = sock::send_with_fds(
+                            conn.tx.sock.as_fd(),
+                            &[&h.encode(), why],
+                            &[],
+                            true,
+                        );
                         return false;
                     };
                     let h = Header {
@@ -595,11 +724,20 @@ impl<'a> Looper<'a> {
                         continue;
                     }
                     match Command::from_wire(body, frame.fds) {
+                        // More bytes behind this request (likely another one): let a spawner
+                        // thread take this one while the loop goes on.
+                        Ok(cmd) if self.hand_off(conn) => {
+                            let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
+                            let tx = conn.tx.clone();
+                            let job = Job { tx, token, peer: conn.peer, id, cmd };
+                            self.jobs.lock().0.push_back(job);
+                            self.jobs.ready.notify_one();
+                        }
                         Ok(cmd) => self.spawn_one(conn, idx, id, want_exit, cmd),
                         Err(e) => {
                             // Bytes that do not decode: answer once, then close (malformed).
                             self.send_error(conn, id, &e);
-                            let _ = self.flush(conn);
+                            let _ = conn.tx.flush();
                             return false;
                         }
                     }
@@ -616,26 +754,11 @@ impl<'a> Looper<'a> {
         want_exit: bool,
         mut cmd: Command,
     ) {
-        let peer = conn.peer;
-        let result = gate(&mut cmd, peer, self.server.euid).and_then(|()| {
-            if peer.uid == self.server.euid {
-                return cmd.spawn();
-            }
-            // Another uid (a root server's --allow-uid): the child starts with the peer's
-            // filesystem rights, so its chdir (before its setuid step) is checked as the peer.
-            sock::with_fs_ids(peer.uid, peer.gid, || cmd.spawn())
-                .map_err(|e| Error::os("setfsuid", format!("uid {}", peer.uid), e))?
-        });
-        drop(cmd); // the fds the request passed close now
-        let child = match result {
-            Ok(c) => c,
-            Err(e) => return self.send_error(conn, id, &e),
-        };
-        let (pid, pidfd) = match child.into_pidfd() {
+        let (pid, pidfd) = match spawn_for(&mut cmd, conn.peer, self.server.euid) {
             Ok(p) => p,
             Err(e) => return self.send_error(conn, id, &e),
         };
-        let pid = pid as i32;
+        drop(cmd); // the fds the request passed close now
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
         self.send(conn, &[&h.encode(), &pid.to_le_bytes()], Some(pidfd.as_raw_fd()));
         if self.kernel_reaps {
@@ -660,49 +783,74 @@ impl<'a> Looper<'a> {
         self.scratch = body;
     }
 
-    /// Send now if nothing waits before it, else queue (with the fd to pass).
     fn send(&mut self, conn: &mut Conn, parts: &[&[u8]], fd: Option<RawFd>) {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        let mut sent = 0;
-        if conn.out.is_empty() {
-            let fds: &[RawFd] = match &fd {
-                Some(f) => std::slice::from_ref(f),
-                None => &[],
-            };
-            match sock::send_with_fds(conn.sock.as_fd(), parts, fds, true) {
-                Ok(n) if n == total => return,
-                Ok(n) => sent = n,
-                Err(_) => {}
-            }
-        }
-        let bytes = parts.concat();
-        // The slow path: the pidfd waits in the queue as a duplicate of its own, so the child
-        // can be reaped (and its record closed) before the reply leaves.
-        let fd = if sent > 0 { None } else { fd.and_then(|f| parent::dup_cloexec(f).ok()) };
-        conn.out.push_back(Out { bytes, sent, fd });
+        conn.tx.send(parts, fd);
     }
 
-    /// Send what is queued; false if the connection broke.
-    fn flush(&mut self, conn: &mut Conn) -> bool {
-        while let Some(o) = conn.out.front_mut() {
-            let fd = o.fd.as_ref().map(|f| f.as_raw_fd());
-            let fds: &[RawFd] = match &fd {
-                Some(f) => std::slice::from_ref(f),
-                None => &[],
-            };
-            match sock::send_with_fds(conn.sock.as_fd(), &[&o.bytes[o.sent..]], fds, true) {
-                Ok(n) => {
-                    o.sent += n;
-                    o.fd = None;
-                    if o.sent >= o.bytes.len() {
-                        conn.out.pop_front();
-                    }
-                }
-                Err(libc::EAGAIN) => return true,
-                Err(_) => return false,
+    fn start_spawners(&mut self) -> Result<()> {
+        let (r, w) = parent::pipe().map_err(|e| Error::os("pipe2", "wake", e))?;
+        parent::set_nonblocking(&r).map_err(|e| Error::os("fcntl", "wake", e))?;
+        self.epoll
+            .add(r.as_raw_fd(), libc::EPOLLIN as u32, T_WAKE)
+            .map_err(|e| sys_err("epoll_ctl", e))?;
+        let w = Arc::new(w);
+        for _ in 1..self.server.opts.spawn_threads {
+            let (jobs, wake, euid) = (self.jobs.clone(), w.clone(), self.server.euid);
+            let t = std::thread::Builder::new()
+                .name("spawnkit-spawner".into())
+                .spawn(move || spawner(&jobs, &wake, euid))
+                .map_err(|e| Error::os("pthread_create", "spawner", errno_of(&e)))?;
+            self.spawners.push(t);
+        }
+        self.wake_r = Some(r);
+        self.wake_w = Some(w);
+        Ok(())
+    }
+
+    /// Spawner threads queued replies: watch those connections for EPOLLOUT.
+    fn on_wake(&mut self) {
+        let Some(r) = &self.wake_r else { return };
+        let mut buf = [0u8; 8 * 64];
+        let n = parent::read_some(r.as_raw_fd(), &mut buf);
+        for chunk in buf[..n - n % 8].chunks_exact(8) {
+            let token = u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
+            let idx = (token & 0xFFFF_FFFF) as usize;
+            let generation = ((token >> 32) & 0x0FFF_FFFF) as u32;
+            let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) else { continue };
+            let ok = conn.generation != generation || self.update_interest(&mut conn, idx);
+            self.conns[idx] = Some(conn);
+            if !ok {
+                self.close(idx);
             }
         }
-        true
+    }
+
+    /// Whether a spawner thread takes the request just decoded: always, when there are
+    /// spawner threads. The loop then stays free to read the next requests (a request that
+    /// arrives while the loop itself is in a clone+exec waits for it), and it helps when two
+    /// or more are queued. Measured here: 16 in flight from one caller thread went from
+    /// about a local loop's rate to 1.7x with one spawner thread handing-off every request,
+    /// against about 1.1x when the loop kept lone requests for itself; the hop costs a
+    /// lone request a thread wake-up (~10 us here).
+    fn hand_off(&self, _conn: &Conn) -> bool {
+        !self.spawners.is_empty()
+    }
+
+    /// Take one queued request when the spawner threads have more than one waiting.
+    fn help_spawners(&mut self) {
+        if self.spawners.is_empty() {
+            return;
+        }
+        let job = {
+            let mut q = self.jobs.lock();
+            if q.0.len() < 2 {
+                return;
+            }
+            q.0.pop_front()
+        };
+        if let Some(job) = job {
+            run_job(job, self.server.euid, None);
+        }
     }
 
     /// A child's pidfd is readable: reap it, tell the client if it asked, forget it.
@@ -739,5 +887,63 @@ impl<'a> Looper<'a> {
             }
         }
         drop(rec);
+    }
+}
+
+/// Gate and spawn one request: its pid and pidfd.
+fn spawn_for(cmd: &mut Command, peer: Peer, euid: u32) -> Result<(i32, OwnedFd)> {
+    gate(cmd, peer, euid)?;
+    let child = if peer.uid == euid {
+        cmd.spawn()?
+    } else {
+        // Another uid (a root server's --allow-uid): the child starts with the peer's
+        // filesystem rights, so its chdir (before its setuid step) is checked as the peer.
+        sock::with_fs_ids(peer.uid, peer.gid, || cmd.spawn())
+            .map_err(|e| Error::os("setfsuid", format!("uid {}", peer.uid), e))??
+    };
+    let (pid, pidfd) = child.into_pidfd()?;
+    Ok((pid as i32, pidfd))
+}
+
+/// Spawn a queued request and send its reply; wake the loop if the reply had to queue.
+fn run_job(mut job: Job, euid: u32, wake: Option<&OwnedFd>) {
+    let result = spawn_for(&mut job.cmd, job.peer, euid);
+    drop(job.cmd);
+    let queued = match result {
+        Ok((pid, pidfd)) => {
+            let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id: job.id };
+            job.tx.send(&[&h.encode(), &pid.to_le_bytes()], Some(pidfd.as_raw_fd()))
+        }
+        Err(e) => {
+            let mut body = Vec::new();
+            reply::encode_error(&e, &mut body);
+            let h =
+                Header { len: body.len() as u32, kind: Kind::Error, flags: 0, nfds: 0, id: job.id };
+            job.tx.send(&[&h.encode(), &body], None)
+        }
+    };
+    if queued {
+        if let Some(w) = wake {
+            parent::write_all(w.as_raw_fd(), &job.token.to_ne_bytes());
+        }
+    }
+}
+
+/// A spawner thread: take requests until the loop stops.
+fn spawner(jobs: &Jobs, wake: &OwnedFd, euid: u32) {
+    loop {
+        let job = {
+            let mut q = jobs.lock();
+            loop {
+                if q.1 {
+                    return;
+                }
+                if let Some(j) = q.0.pop_front() {
+                    break j;
+                }
+                q = jobs.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        run_job(job, euid, Some(wake));
     }
 }

@@ -283,3 +283,15 @@ pub(crate) fn dup_cloexec(fd: RawFd) -> Result<OwnedFd, i32> {
     // SAFETY: the fd was just created and is ours.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
+
+/// One read(2) into `buf` (EINTR retried); the byte count, 0 on EOF or error (EAGAIN).
+pub(crate) fn read_some(fd: RawFd, buf: &mut [u8]) -> usize {
+    loop {
+        // SAFETY: read writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && last_errno() == libc::EINTR {
+            continue;
+        }
+        return n.max(0) as usize;
+    }
+}
