@@ -22,6 +22,10 @@ use crate::sys::sock::{self, CmsgBuf, Epoll};
 use crate::sys::{parent, pidfd};
 use crate::{ExitStatus, SignalFd};
 
+/// Requests waiting for the spawner threads beyond which the loop spawns them itself
+/// instead of reading more.
+const QUEUE_LIMIT: usize = 32;
+
 /// How long a new connection has to answer the challenge.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -627,6 +631,7 @@ impl<'a> Looper<'a> {
         let mut rounds = 0;
         while conn.tx.idle() && rounds < 16 {
             rounds += 1;
+            self.run_queued_above(QUEUE_LIMIT);
             self.recv_fds.clear();
             let spare = conn.inbox.spare(4096);
             let got = sock::recv_with_fds(
@@ -813,14 +818,40 @@ impl<'a> Looper<'a> {
         let mut buf = [0u8; 8 * 64];
         let n = parent::read_some(r.as_raw_fd(), &mut buf);
         for chunk in buf[..n - n % 8].chunks_exact(8) {
-            let token = u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8]));
-            let idx = (token & 0xFFFF_FFFF) as usize;
-            let generation = ((token >> 32) & 0x0FFF_FFFF) as u32;
-            let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) else { continue };
-            let ok = conn.generation != generation || self.update_interest(&mut conn, idx);
-            self.conns[idx] = Some(conn);
-            if !ok {
-                self.close(idx);
+            self.watch_out(u64::from_ne_bytes(chunk.try_into().unwrap_or([0; 8])));
+        }
+    }
+
+    /// A reply queued on the connection of `token`: watch it for EPOLLOUT.
+    fn watch_out(&mut self, token: u64) {
+        let idx = (token & 0xFFFF_FFFF) as usize;
+        let generation = ((token >> 32) & 0x0FFF_FFFF) as u32;
+        let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) else { return };
+        let ok = conn.generation != generation || self.update_interest(&mut conn, idx);
+        self.conns[idx] = Some(conn);
+        if !ok {
+            self.close(idx);
+        }
+    }
+
+    /// Spawn queued requests on the loop thread while `limit` or more wait: the loop helps
+    /// the spawner threads, and a client sending faster than they spawn is no longer read
+    /// (the socket pushes back), so the queue and the fds its requests hold stay bounded.
+    fn run_queued_above(&mut self, limit: usize) {
+        if self.spawners.is_empty() {
+            return;
+        }
+        loop {
+            let job = {
+                let mut q = self.jobs.lock();
+                if q.0.len() < limit.max(1) {
+                    return;
+                }
+                q.0.pop_front()
+            };
+            let Some(job) = job else { return };
+            if let Some(token) = run_job(job, self.server.euid, None) {
+                self.watch_out(token);
             }
         }
     }
@@ -849,7 +880,9 @@ impl<'a> Looper<'a> {
             q.0.pop_front()
         };
         if let Some(job) = job {
-            run_job(job, self.server.euid, None);
+            if let Some(token) = run_job(job, self.server.euid, None) {
+                self.watch_out(token);
+            }
         }
     }
 
@@ -905,8 +938,9 @@ fn spawn_for(cmd: &mut Command, peer: Peer, euid: u32) -> Result<(i32, OwnedFd)>
     Ok((pid as i32, pidfd))
 }
 
-/// Spawn a queued request and send its reply; wake the loop if the reply had to queue.
-fn run_job(mut job: Job, euid: u32, wake: Option<&OwnedFd>) {
+/// Spawn a queued request and send its reply. If the reply had to queue, the connection's
+/// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
+fn run_job(mut job: Job, euid: u32, wake: Option<&OwnedFd>) -> Option<u64> {
     let result = spawn_for(&mut job.cmd, job.peer, euid);
     drop(job.cmd);
     let queued = match result {
@@ -922,11 +956,13 @@ fn run_job(mut job: Job, euid: u32, wake: Option<&OwnedFd>) {
             job.tx.send(&[&h.encode(), &body], None)
         }
     };
-    if queued {
-        if let Some(w) = wake {
-            parent::write_all(w.as_raw_fd(), &job.token.to_ne_bytes());
-        }
+    if !queued {
+        return None;
     }
+    if let Some(w) = wake {
+        parent::write_all(w.as_raw_fd(), &job.token.to_ne_bytes());
+    }
+    Some(job.token)
 }
 
 /// A spawner thread: take requests until the loop stops.
@@ -944,6 +980,6 @@ fn spawner(jobs: &Jobs, wake: &OwnedFd, euid: u32) {
                 q = jobs.ready.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        run_job(job, euid, Some(wake));
+        let _ = run_job(job, euid, Some(wake));
     }
 }
