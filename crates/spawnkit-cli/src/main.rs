@@ -10,6 +10,7 @@ mod mem;
 mod out;
 mod ps;
 mod run;
+mod serve;
 
 /// The exit code of a usage error (bad flag or value), as env(1) and `spawnkit run` use it for
 /// any failure of their own.
@@ -22,6 +23,7 @@ Examples:
   spawnkit run --rlimit nofile=64 --nice 10 --cpus 0-1 -- make -j2
   spawnkit run --dry-run --uid nobody -- id    (print the setup steps, spawn nothing)
   spawnkit bench latency --runs 2000           (spawnkit beside fork, vfork, posix_spawn...)
+  spawnkit serve &  then  spawnkit run --via SOCKET -- make   (spawn through a server)
 
 Run 'spawnkit run --help' for every option of run.";
 
@@ -49,6 +51,9 @@ enum Cmd {
     /// regions (anonymous, SysV, memfd, tmpfs) counted once each, with the processes that
     /// map them.
     Mem(mem::MemArgs),
+    /// Run a spawn server in the foreground: other processes (`spawnkit run --via`, the
+    /// Rust and Python clients) start programs through it, authenticated by a key file.
+    Serve(serve::ServeArgs),
 }
 
 /// Print what clap stopped with; the exit code. --help and --version print to stdout and
@@ -81,6 +86,7 @@ fn main() {
         Cmd::Bench(args) => bench::main(args),
         Cmd::Ps(args) => ps::main(args),
         Cmd::Mem(args) => mem::main(args),
+        Cmd::Serve(args) => serve::main(args),
     };
     std::process::exit(code);
 }

@@ -73,6 +73,7 @@ Examples:
   spawnkit run --ro-bind /usr --private-tmp=/srv/scratch -- make check
   spawnkit run --lock /var/lock/backup --lock-timeout 30 -- ./backup
   spawnkit run --cgroup /sys/fs/cgroup/jobs/42 -- ./job
+  spawnkit run --via $XDG_RUNTIME_DIR/spawnkit/server.sock -- make   (see spawnkit serve)
 
 Exit status:
   The program's exit code, or 128+N when signal N killed it. 127: the program was not
@@ -359,6 +360,16 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Spawning")]
     pub dry_run: bool,
 
+    /// Spawn through the spawn server listening at SOCKET (`spawnkit serve`) instead of
+    /// here: the program's parent is the server; its cwd, environment and standard streams
+    /// are still this command's. Default: $SPAWNKIT_SERVER when set.
+    #[arg(long, value_name = "SOCKET", help_heading = "Spawning")]
+    pub via: Option<PathBuf>,
+
+    /// The server's key file, for --via (default: $SPAWNKIT_SERVER_KEY, else SOCKET.key).
+    #[arg(long, value_name = "PATH", help_heading = "Spawning")]
+    pub key_file: Option<PathBuf>,
+
     /// The program (looked up in PATH when it has no '/') and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
@@ -510,8 +521,22 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
             Err(out::Failure::Msg(m)) => Err(Failure::setup(m)),
         };
     }
+    let via = args.via.clone().or_else(|| {
+        std::env::var_os(spawnkit::serve::SERVER_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
+    });
+    let mut client = match &via {
+        None => None,
+        Some(socket) => Some(match &args.key_file {
+            Some(k) => spawnkit::Client::connect_with_key_file(socket, k)?,
+            None => spawnkit::Client::connect(socket)?,
+        }),
+    };
     let signals = block_forwarded().map_err(|e| Failure::setup(format!("signalfd: {e}")))?;
-    let mut child = match cmd.spawn() {
+    let spawned = match client.as_mut() {
+        Some(client) => client.spawn(&cmd),
+        None => cmd.spawn(),
+    };
+    let mut child = match spawned {
         Ok(child) => child,
         // flock(1)'s convention: a lock that cannot be taken is the conflict exit code.
         Err(e)

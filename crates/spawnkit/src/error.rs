@@ -1,5 +1,6 @@
 //! The one error type: which step failed, on what, and why.
 
+use std::borrow::Cow;
 use std::ffi::OsStr;
 use std::fmt;
 use std::io;
@@ -34,7 +35,7 @@ pub enum ErrorKind {
 #[derive(Debug, Clone)]
 pub struct Error {
     kind: ErrorKind,
-    step: &'static str,
+    step: Cow<'static, str>,
     subject: String,
     errno: Option<i32>,
     reason: Option<String>,
@@ -43,7 +44,14 @@ pub struct Error {
 
 impl Error {
     pub(crate) fn new(kind: ErrorKind, step: &'static str, subject: impl Into<String>) -> Error {
-        Error { kind, step, subject: subject.into(), errno: None, reason: None, in_child: false }
+        Error {
+            kind,
+            step: Cow::Borrowed(step),
+            subject: subject.into(),
+            errno: None,
+            reason: None,
+            in_child: false,
+        }
     }
 
     /// A failed system call: `step` on `subject` (as it prints: a path through [`quoted`])
@@ -93,7 +101,24 @@ impl Error {
 
     /// The step that failed: `"chdir"`, `"execve"`, `"setrlimit"`, `"dup2"`, `"wait"`...
     pub fn step(&self) -> &str {
-        self.step
+        &self.step
+    }
+
+    /// The reason text, when the error carries one beyond its errno.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// An error as a spawn server reported it (its parts decoded from a reply frame).
+    pub(crate) fn from_parts(
+        kind: ErrorKind,
+        step: String,
+        subject: String,
+        errno: Option<i32>,
+        reason: Option<String>,
+        in_child: bool,
+    ) -> Error {
+        Error { kind, step: Cow::Owned(step), subject, errno, reason, in_child }
     }
 
     /// What the step worked on: a path, a resource name, `fd 9 -> 3`...
@@ -114,7 +139,7 @@ impl Error {
     /// The exit status a shell or env(1) would use for this failure: 127 when the program was
     /// not found, 126 when it was found but could not be executed, 125 otherwise.
     pub fn exit_code(&self) -> i32 {
-        match (self.kind, self.step, self.errno) {
+        match (self.kind, &*self.step, self.errno) {
             (ErrorKind::NotFound, _, _) => 127,
             (_, "execve", Some(libc::ENOENT | libc::ENOTDIR)) => 127,
             (_, "execve", Some(_)) => 126,
@@ -140,7 +165,7 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.step)?;
+        f.write_str(&self.step)?;
         if !self.subject.is_empty() {
             write!(f, " {}", self.subject)?;
         }

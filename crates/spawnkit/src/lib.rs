@@ -26,6 +26,7 @@ mod isolate;
 mod lock_wait;
 mod orphans;
 pub mod process;
+pub mod serve;
 mod signals;
 mod spawn;
 mod steps;
@@ -37,6 +38,7 @@ mod users;
 
 pub use error::{quoted, Error, ErrorKind, Result};
 pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
+pub use serve::{Client, PrivateServer, Server, ServerOptions};
 pub use signals::{ReceivedSignal, SignalFd};
 pub use spawn::command::Command;
 pub use spawn::handle::{Child, ExitStatus, Output};

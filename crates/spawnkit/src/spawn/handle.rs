@@ -124,6 +124,12 @@ pub struct Child {
     kill_on_drop: bool,
     /// Handed over with [`into_pidfd`](Child::into_pidfd): Drop leaves the child alone.
     detached: bool,
+    /// Started by a spawn server: not our child. Its status comes from the pidfd
+    /// (`PIDFD_GET_INFO`) once it has been reaped; we never reap it.
+    remote: bool,
+    /// For a remote child on a kernel without `PIDFD_INFO_EXIT`: its status comes in an Exit
+    /// frame on the client's connection.
+    exit_watch: Option<crate::serve::client::ExitWatch>,
     comm: Comm,
 }
 
@@ -181,7 +187,105 @@ impl Child {
             status: None,
             kill_on_drop,
             detached: false,
+            remote: false,
+            exit_watch: None,
             comm: Comm::default(),
+        }
+    }
+
+    /// A child a spawn server started for us: same API, but waits read its exit status from
+    /// the pidfd after the server reaped it (see [`Client`](crate::Client)).
+    pub(crate) fn new_remote(
+        pid: i32,
+        pidfd: OwnedFd,
+        pipes: [Option<OwnedFd>; 3],
+        kill_on_drop: bool,
+    ) -> Child {
+        let [stdin, stdout, stderr] = pipes;
+        let mut child = Child::new(pid, pidfd, stdin, stdout, stderr, kill_on_drop);
+        child.remote = true;
+        child
+    }
+
+    /// Whether a spawn server started this child (its parent is the server, not us).
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
+
+    /// Take the exit status from the client's Exit frames instead of the pidfd.
+    pub(crate) fn set_exit_watch(&mut self, watch: crate::serve::client::ExitWatch) {
+        self.exit_watch = Some(watch);
+    }
+
+    /// A remote child's status: `Ok(None)` while it runs or the server has not reaped it yet.
+    fn remote_status(&mut self) -> Result<Option<ExitStatus>> {
+        if let Some(watch) = &self.exit_watch {
+            // Only what has arrived: a deadline already past.
+            self.status = watch.wait(self.pid, Some(Instant::now()))?;
+            return Ok(self.status);
+        }
+        let mut info = pidfd::exit_info(self.pidfd.as_fd());
+        // ESRCH: the instant between the process leaving the pid table and the kernel
+        // recording its exit (a few µs, seen once in thousands of reaps on 6.18). Nothing
+        // to block on there (POLLHUP is already up): yield, then sleep briefly, bounded.
+        let mut tries = 0u32;
+        while info == Err(libc::ESRCH) && tries < 200 {
+            if tries < 20 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            tries += 1;
+            info = pidfd::exit_info(self.pidfd.as_fd());
+        }
+        match info {
+            Ok(ended) => {
+                self.status = ended.map(ExitStatus::from);
+                Ok(self.status)
+            }
+            Err(e) => Err(Error::os("ioctl", format!("PIDFD_GET_INFO of pid {}", self.pid), e)
+                .with_kind(ErrorKind::Unsupported)
+                .with_reason(format!(
+                    "the exit status of a child started by a spawn server is read from its \
+                     pidfd (PIDFD_INFO_EXIT, Linux 6.15+): {}",
+                    io::Error::from_raw_os_error(e)
+                ))),
+        }
+    }
+
+    /// Wait for a remote child until `deadline`: poll its pidfd for POLLHUP, which the kernel
+    /// raises once the process is reaped (by the server), when its exit status is recorded.
+    fn remote_wait(&mut self, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
+        if let Some(watch) = &self.exit_watch {
+            self.status = watch.wait(self.pid, deadline)?;
+            return Ok(self.status);
+        }
+        loop {
+            if let Some(s) = self.remote_status()? {
+                return Ok(Some(s));
+            }
+            let ms = remaining_ms(deadline).unwrap_or(-1);
+            if ms == 0 {
+                return Ok(None);
+            }
+            // events 0: POLLHUP is always reported; POLLIN (exited, not reaped) is not wanted.
+            let mut fds = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: 0, revents: 0 }];
+            match pidfd::poll(&mut fds, ms) {
+                Ok(0) => return self.remote_status(),
+                Ok(_) => {
+                    if let Some(s) = self.remote_status()? {
+                        return Ok(Some(s));
+                    }
+                    // POLLHUP without an exit record: a kernel before 6.15.
+                    return Err(Error::unsupported(
+                        "wait",
+                        "the kernel reaped the remote child but recorded no exit status \
+                         (PIDFD_INFO_EXIT needs Linux 6.15+)",
+                    ));
+                }
+                Err(libc::EINTR) => continue,
+                Err(e) => return Err(Error::os("poll", format!("pidfd of pid {}", self.pid), e)),
+            }
         }
     }
 
@@ -224,6 +328,9 @@ impl Child {
             return Ok(s);
         }
         drop(self.stdin.take());
+        if self.remote {
+            return self.remote_wait(None)?.ok_or_else(|| wait_error(self.pid, libc::ECHILD));
+        }
         let ended = pidfd::wait(self.pidfd.as_fd(), false).map_err(|e| wait_error(self.pid, e))?;
         let status = ExitStatus::from(ended.ok_or_else(|| wait_error(self.pid, libc::ECHILD))?);
         self.status = Some(status);
@@ -234,6 +341,9 @@ impl Child {
     pub fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
         if let Some(s) = self.status {
             return Ok(Some(s));
+        }
+        if self.remote {
+            return self.remote_status();
         }
         let ended = pidfd::wait(self.pidfd.as_fd(), true).map_err(|e| wait_error(self.pid, e))?;
         self.status = ended.map(ExitStatus::from);
@@ -248,6 +358,9 @@ impl Child {
     fn wait_deadline(&mut self, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
         if self.status.is_some() {
             return Ok(self.status);
+        }
+        if self.remote {
+            return self.remote_wait(deadline);
         }
         loop {
             let ms = remaining_ms(deadline).unwrap_or(-1);
@@ -426,6 +539,13 @@ impl Child {
 impl Drop for Child {
     fn drop(&mut self) {
         if self.status.is_some() || self.detached {
+            return;
+        }
+        if self.remote {
+            // Not ours to reap (the server does); kill_on_drop still holds.
+            if self.kill_on_drop {
+                let _ = self.kill();
+            }
             return;
         }
         if let Ok(Some(_)) = self.try_wait() {

@@ -155,6 +155,16 @@ struct WireCommand<'a> {
     isolation: WireIsolation<'a>,
 }
 
+/// What a spawn server's client fills in for the parts of a command that would otherwise
+/// be the spawning process's: its own cwd and environment (used only where the command sets
+/// none), and per standard stream a fd of its own to pass instead (its 0-2 for `Inherit`,
+/// the child's end of a pipe it made for `Pipe`).
+pub(crate) struct Fill {
+    pub cwd: Option<PathBuf>,
+    pub base_env: Option<Vec<(OsString, OsString)>>,
+    pub stdio: [Option<RawFd>; 3],
+}
+
 fn decode_error(subject: impl Into<String>, why: &str) -> Error {
     Error::invalid("decode", subject, why)
 }
@@ -198,6 +208,16 @@ impl Command {
     ///
     /// [`pre_exec`]: Command::pre_exec
     pub fn to_wire(&self) -> Result<(Vec<u8>, Vec<RawFd>)> {
+        self.encode(None)
+    }
+
+    /// [`to_wire`](Command::to_wire) with what a spawn server's client fills in where the
+    /// command leaves it to the spawning process (see [`Fill`]).
+    pub(crate) fn to_wire_filled(&self, fill: &Fill) -> Result<(Vec<u8>, Vec<RawFd>)> {
+        self.encode(Some(fill))
+    }
+
+    fn encode(&self, fill: Option<&Fill>) -> Result<(Vec<u8>, Vec<RawFd>)> {
         // Exhaustive on purpose: a new option fails to compile here until it is on the wire.
         let Command {
             program,
@@ -247,6 +267,10 @@ impl Command {
         };
         let mut wire_stdio: [Option<WireStdio>; 3] = [None, None, None];
         for (i, (slot, spec)) in wire_stdio.iter_mut().zip(stdio).enumerate() {
+            if let Some(fd) = fill.and_then(|f| f.stdio[i]) {
+                *slot = Some(WireStdio::Fd(pass(fd, format!("fd {fd} -> {i}"))?));
+                continue;
+            }
             *slot = match spec {
                 None => None,
                 Some(Stdio::Inherit) => Some(WireStdio::Inherit),
@@ -274,8 +298,9 @@ impl Command {
             env: env.iter().map(|(k, v)| (Bytes::of(k), v.as_deref().map(Bytes::of))).collect(),
             base_env: base_env
                 .as_ref()
+                .or(fill.and_then(|f| if *env_clear { None } else { f.base_env.as_ref() }))
                 .map(|b| b.iter().map(|(k, v)| (Bytes::of(k), Bytes::of(v))).collect()),
-            cwd: cwd.as_deref().map(Bytes::path),
+            cwd: cwd.as_deref().or(fill.and_then(|f| f.cwd.as_deref())).map(Bytes::path),
             stdio: wire_stdio,
             fds: wire_fds,
             close_other_fds: *close_other_fds,

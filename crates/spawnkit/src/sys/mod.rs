@@ -57,6 +57,7 @@ pub(crate) mod raw;
 #[cfg(feature = "tokio")]
 pub(crate) mod reactor;
 pub(crate) mod sigmask;
+pub(crate) mod sock;
 pub(crate) mod stack;
 pub(crate) mod this_process;
 

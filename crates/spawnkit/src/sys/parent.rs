@@ -1,7 +1,7 @@
 //! Small parent-side wrappers (libc is fine here: this runs in the parent, not the child).
 
 use std::ffi::{c_char, CStr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::last_errno;
 
@@ -270,5 +270,28 @@ impl CStrArray {
     pub(crate) fn get(&self, i: usize) -> Option<&CStr> {
         let start = *self.starts.get(i)?;
         CStr::from_bytes_until_nul(&self.buf[start..]).ok()
+    }
+}
+
+/// fcntl(F_DUPFD_CLOEXEC): a close-on-exec duplicate of `fd`.
+pub(crate) fn dup_cloexec(fd: RawFd) -> Result<OwnedFd, i32> {
+    // SAFETY: fcntl on a number; returns a new fd or -1.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: the fd was just created and is ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// One read(2) into `buf` (EINTR retried); the byte count, 0 on EOF or error (EAGAIN).
+pub(crate) fn read_some(fd: RawFd, buf: &mut [u8]) -> usize {
+    loop {
+        // SAFETY: read writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && last_errno() == libc::EINTR {
+            continue;
+        }
+        return n.max(0) as usize;
     }
 }

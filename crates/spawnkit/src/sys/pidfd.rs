@@ -83,3 +83,38 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Result<usize, i
         Ok(r as usize)
     }
 }
+
+/// `struct pidfd_info` as of its first size (`PIDFD_INFO_SIZE_VER0`, 64 bytes; Linux 6.13),
+/// whose spare field became `exit_code` in 6.15.
+#[repr(C)]
+#[derive(Default)]
+struct PidfdInfo {
+    mask: u64,
+    cgroupid: u64,
+    ids: [u32; 11],
+    exit_code: i32,
+}
+
+/// `PIDFD_GET_INFO`: `_IOWR(0xFF, 11, struct pidfd_info)` with the 64-byte size.
+const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
+const PIDFD_INFO_EXIT: u64 = 1 << 3;
+
+/// How the process behind `pidfd` ended, from `ioctl(PIDFD_GET_INFO)` with
+/// `PIDFD_INFO_EXIT` (Linux 6.15+; works for a process that is not our child): `Ok(None)`
+/// while it runs or is not reaped yet (the kernel records the exit when the parent reaps),
+/// `Err(ENOTTY/EINVAL)` on a kernel without the ioctl.
+pub(crate) fn exit_info(pidfd: BorrowedFd<'_>) -> Result<Option<Ended>, i32> {
+    let mut info = PidfdInfo { mask: PIDFD_INFO_EXIT, ..PidfdInfo::default() };
+    // SAFETY: the ioctl writes at most 64 bytes (the size in its number) into `info`.
+    let r = unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_INFO as _, &mut info) };
+    if r < 0 {
+        let e = last_errno();
+        // ESRCH: a process that is gone and whose exit was never recorded.
+        return Err(e);
+    }
+    if info.mask & PIDFD_INFO_EXIT == 0 {
+        return Ok(None);
+    }
+    let (exited, value, core) = super::sock::decode_wait_status(info.exit_code);
+    Ok(Some(if exited { Ended::Exited(value) } else { Ended::Signaled { signal: value, core } }))
+}

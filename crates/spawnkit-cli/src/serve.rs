@@ -1,0 +1,114 @@
+//! `spawnkit serve`: run a spawn server in the foreground (parse, call
+//! `spawnkit::Server`, print the socket path).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use spawnkit::{Server, ServerOptions, SigSet, Signal, SignalFd};
+
+use crate::out::note;
+use crate::run::parse_seconds;
+
+const AFTER_HELP: &str = "\
+A spawn server starts programs for other processes: `spawnkit run --via SOCKET`, the Rust
+`spawnkit::Client`, Python's `spawnkit.connect()`. A huge, threaded or sandboxed caller then
+pays one authenticated message per spawn instead of a clone of itself, and can keep many
+spawns in flight from one thread.
+
+Files:
+  The socket defaults to $XDG_RUNTIME_DIR/spawnkit/server.sock, else
+  /tmp/spawnkit-UID/server.sock; that directory is created 0700 and refused if it is not
+  ours or others can open it. A fresh 32-byte key is written (mode 0600) to SOCKET.key, or
+  --key-file, before the socket accepts; clients read it (or $SPAWNKIT_SERVER_KEY). Both
+  files are removed when the server stops.
+
+Who may connect:
+  A peer with the server's own uid (SO_PEERCRED) that proves the key (HMAC-SHA256
+  challenge-response in both directions). A root server also lets in the uid named by
+  --allow-uid; its children run as that uid, and it may not ask for what would be root
+  (namespaces, credentials, chroot, cgroups, negative nice...). See docs/protocol.md.
+
+What a child started here differs in:
+  Its parent is the server (getppid, --pdeathsig and --setsid are relative to the server);
+  its limits, cgroup and nice are the server's unless the command sets them. Its cwd,
+  environment and standard streams are the client's.
+
+Stopping:
+  SIGTERM, SIGINT or SIGHUP: stop accepting and exit; running children keep running (their
+  clients hold pidfds). --idle-exit SECS: exit after SECS with no client connected.
+
+Examples:
+  spawnkit serve &                               (prints the socket path)
+  spawnkit run --via /run/user/1000/spawnkit/server.sock -- make -j4
+  SPAWNKIT_SERVER=/tmp/s.sock spawnkit run -- ./job
+  spawnkit serve --socket /tmp/s.sock --idle-exit 600 --max-clients 64";
+
+/// Options of `spawnkit serve`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct ServeArgs {
+    /// Listen here (default: $XDG_RUNTIME_DIR/spawnkit/server.sock, else
+    /// /tmp/spawnkit-UID/server.sock).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Write the key here instead of SOCKET.key (mode 0600).
+    #[arg(long, value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
+
+    /// Exit after SECS with no client connected (children keep running).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub idle_exit: Option<Duration>,
+
+    /// Close connections beyond N at once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_clients: Option<u32>,
+
+    /// Root only: also let this user in (name or number); its children run as it.
+    #[arg(long, value_name = "USER|UID", value_parser = str::parse::<spawnkit::User>)]
+    pub allow_uid: Option<spawnkit::User>,
+}
+
+/// Run `spawnkit serve`; returns the exit code.
+pub fn main(args: &ServeArgs) -> i32 {
+    match serve(args) {
+        Ok(()) => 0,
+        Err(m) => {
+            note!("spawnkit serve: {m}");
+            crate::USAGE_ERROR
+        }
+    }
+}
+
+fn serve(args: &ServeArgs) -> Result<(), String> {
+    let allow_uid = match &args.allow_uid {
+        None => None,
+        Some(u) => Some(u.uid().map_err(|e| format!("--allow-uid {u}: {e}"))?),
+    };
+    if allow_uid.is_some() && spawnkit::process::geteuid() != 0 {
+        return Err("--allow-uid: only a server running as root can let another uid in".into());
+    }
+    let stop =
+        [Signal::TERM, Signal::INT, Signal::HUP].into_iter().fold(SigSet::empty(), SigSet::with);
+    let signals = SignalFd::block(stop).map_err(|e| format!("signalfd: {e}"))?;
+    let opts = ServerOptions {
+        idle_exit: args.idle_exit,
+        max_clients: args.max_clients.map(|n| n as usize),
+        allow_uid,
+        // This process is the server's alone: the kernel reaps its children.
+        kernel_reaps: true,
+        spawn_threads: spawnkit::serve::default_spawn_threads(),
+    };
+    let mut server = Server::bind(args.socket.as_deref(), args.key_file.as_deref(), opts)
+        .map_err(|e| e.to_string())?;
+    server.stop_on(signals);
+    if let Some(p) = server.socket_path() {
+        // A reader that went away does not stop the server.
+        if let Err(crate::out::Failure::Msg(m)) =
+            crate::out::print_stdout(&format!("{}\n", p.display()))
+        {
+            return Err(m);
+        }
+    }
+    server.run().map_err(|e| e.to_string())
+}

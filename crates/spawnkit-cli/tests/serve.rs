@@ -1,0 +1,707 @@
+//! `spawnkit serve` as a real process, driven by `spawnkit run --via`, by `spawnkit::Client`,
+//! and by hostile raw clients; its fds, children and RSS read from /proc/PID.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child as StdChild, Command as StdCommand, Stdio as StdStdio};
+use std::time::{Duration, Instant};
+
+use common::fixtures::{is_root, probe};
+use common::{spawnkit_bin, spawnkit_cmd, Res};
+use spawnkit::serve::{auth, frame, key_path_for, Key};
+use spawnkit::{Client, Command, ExitStatus};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p =
+            std::env::temp_dir().join(format!("spawnkit-serve-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        TempDir(p)
+    }
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `spawnkit serve` process, killed (SIGKILL) on drop if still running.
+struct Serve {
+    proc: StdChild,
+    socket: PathBuf,
+    dir: TempDir,
+}
+
+impl Serve {
+    fn start(extra: &[&str]) -> Serve {
+        let dir = TempDir::new("srv");
+        let socket = dir.join("s.sock");
+        Serve::start_at(dir, socket, extra)
+    }
+
+    fn start_at(dir: TempDir, socket: PathBuf, extra: &[&str]) -> Serve {
+        let mut proc = spawnkit_cmd(["serve", "--socket"])
+            .arg(&socket)
+            .args(extra)
+            .env("SPAWNKIT_SERVER_ONLY", "1")
+            .current_dir("/")
+            .stdin(StdStdio::null())
+            .stdout(StdStdio::piped())
+            .stderr(StdStdio::inherit())
+            .spawn()
+            .expect("spawnkit serve");
+        let mut line = String::new();
+        BufReader::new(proc.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim_end(), socket.display().to_string(), "serve prints its socket");
+        Serve { proc, socket, dir }
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.id()
+    }
+
+    fn key(&self) -> Key {
+        Key::read_file(&key_path_for(&self.socket)).unwrap()
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.socket).expect("connect")
+    }
+
+    fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
+    }
+
+    /// The server's children (running or zombie), of every thread of it (a spawner thread's
+    /// children are listed under its own task).
+    fn children(&self) -> Vec<u32> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect::<Vec<_>>())
+            .unwrap_or_default();
+        tasks
+            .iter()
+            .flat_map(|t| {
+                std::fs::read_to_string(t.join("children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+
+    /// The server's fd count once it is quiet: no children, and the count steady (a client
+    /// that just closed is noticed by the server a moment later).
+    fn quiet_fds(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = usize::MAX;
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let n = self.fd_count();
+            if (self.children().is_empty() && n == last) || Instant::now() > deadline {
+                return n;
+            }
+            last = n;
+        }
+    }
+
+    /// Wait until the server has no children and `fds` fds (what reaping leaves).
+    #[track_caller]
+    fn settles_at(&self, fds: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.children().is_empty() && self.fd_count() == fds {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!(
+            "server did not settle: children {:?}, fds {} (want {fds}): {:?}",
+            self.children(),
+            self.fd_count(),
+            std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .collect::<Vec<_>>())
+        );
+    }
+
+    #[track_caller]
+    fn still_serves(&self) {
+        let out = self.client().spawn(&Command::new("/bin/true")).unwrap().wait().unwrap();
+        assert!(out.success());
+        assert!(self.alive());
+    }
+
+    fn alive(&self) -> bool {
+        std::path::Path::new(&format!("/proc/{}/fd", self.pid())).exists()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.proc.kill();
+        let _ = self.proc.wait();
+    }
+}
+
+fn via(s: &Serve, args: &[&str]) -> Res {
+    let mut cmd = spawnkit_cmd(["run", "--via"]);
+    cmd.arg(&s.socket).arg("--").args(args);
+    Res::of(&mut cmd)
+}
+
+fn parse_state(out: &str) -> BTreeMap<String, String> {
+    out.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect()
+}
+
+#[test]
+fn run_via_spawns_with_the_clients_cwd_and_env_under_the_server() {
+    let s = Serve::start(&[]);
+    let probe = probe();
+    let probe = probe.to_str().unwrap();
+    let dir = TempDir::new("cwd");
+    let out = spawnkit_cmd(["run", "--via"])
+        .arg(&s.socket)
+        .args(["--", probe, "state"])
+        .current_dir(&dir.0)
+        .env("SPAWNKIT_CLIENT_ONLY", "yes")
+        .stdin(StdStdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let st = parse_state(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(st["ppid"], s.pid().to_string(), "the parent is the server");
+    assert_eq!(st["cwd"], dir.0.display().to_string(), "the client's cwd");
+    assert_eq!(st.get("env.SPAWNKIT_CLIENT_ONLY").map(String::as_str), Some("yes"));
+    assert!(!st.contains_key("env.SPAWNKIT_SERVER_ONLY"), "the server's environment leaked");
+    // --cwd and statuses.
+    via(&s, &["/bin/sh", "-c", "exit 7"]).code(7);
+    via(&s, &[probe, "kill", "9"]).code(128 + 9);
+    let r = via(&s, &["/no/such/prog"]);
+    r.code(127).stderr_has("/no/such/prog");
+    via(&s, &["/bin/true"]).code(0);
+    // Failures print what a local run prints, with its exit code.
+    for args in [
+        &["--cwd", "/nonexistent", "--", "/bin/true"][..],
+        &["--", "/etc/passwd"],
+        &["--", "no-such-prog-x"],
+    ] {
+        let local = Res::of(spawnkit_cmd(["run"]).args(args));
+        let remote = Res::of(spawnkit_cmd(["run", "--via"]).arg(&s.socket).args(args));
+        assert_eq!((remote.code, &remote.stderr), (local.code, &local.stderr), "{args:?}");
+    }
+    // SPAWNKIT_SERVER and --key-file.
+    let r = Res::of(
+        spawnkit_cmd(["run", "--", "/bin/sh", "-c", "echo $PPID"])
+            .env("SPAWNKIT_SERVER", &s.socket),
+    );
+    assert_eq!(r.stdout.trim(), s.pid().to_string(), "{r:?}");
+    let other_key = s.dir.join("copy.key");
+    std::fs::copy(key_path_for(&s.socket), &other_key).unwrap();
+    let r = Res::of(
+        spawnkit_cmd(["run", "--via"]).arg(&s.socket).arg("--key-file").arg(&other_key).args([
+            "--",
+            "/bin/echo",
+            "keyed",
+        ]),
+    );
+    assert_eq!(r.stdout, "keyed\n", "{r:?}");
+    Key::generate().unwrap().write_file(&other_key).unwrap();
+    let r = Res::of(
+        spawnkit_cmd(["run", "--via"]).arg(&s.socket).arg("--key-file").arg(&other_key).args([
+            "--",
+            "/bin/echo",
+            "keyed",
+        ]),
+    );
+    r.code(125).stderr_has("refused the key");
+}
+
+#[test]
+fn run_via_forwards_signals() {
+    let s = Serve::start(&[]);
+    let base = s.quiet_fds();
+    let probe = probe();
+    let mut run = spawnkit_cmd(["run", "--via"])
+        .arg(&s.socket)
+        .arg("--")
+        .arg(&probe)
+        .args(["sleep", "30"])
+        .stdin(StdStdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the probe to be the server's child, then TERM the client.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.children().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.children().len(), 1);
+    unsafe_free_kill(run.id(), libc::SIGTERM);
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    s.settles_at(base); // the child's pidfd closes once it is reaped, the connection with run
+}
+
+fn unsafe_free_kill(pid: u32, sig: i32) {
+    let ok = StdCommand::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+    assert!(ok.success());
+}
+
+// ------------------------------------------------------------------------------------------
+// Hostile clients.
+// ------------------------------------------------------------------------------------------
+
+fn header(kind: frame::Kind, len: u32, nfds: u8, id: u64) -> [u8; 16] {
+    frame::Header { len, kind, flags: 0, nfds, id }.encode()
+}
+
+/// Connect and read the challenge.
+fn connect(s: &Serve) -> (UnixStream, [u8; 32]) {
+    let mut c = UnixStream::connect(&s.socket).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = [0u8; 48];
+    c.read_exact(&mut b).unwrap();
+    (c, b[16..].try_into().unwrap())
+}
+
+/// Connect and authenticate with the right key.
+fn authenticated(s: &Serve) -> UnixStream {
+    let (mut c, ns) = connect(s);
+    let (answer, _) = auth::client_answer(&s.key(), &ns).unwrap();
+    c.write_all(&header(frame::Kind::Answer, 64, 0, 0)).unwrap();
+    c.write_all(&answer).unwrap();
+    let mut w = [0u8; 48];
+    c.read_exact(&mut w).unwrap();
+    assert_eq!(w[5], frame::Kind::Welcome as u8);
+    c
+}
+
+/// The server closed the connection (after at most one reply frame).
+#[track_caller]
+fn closed(c: &mut UnixStream) {
+    let mut rest = Vec::new();
+    match c.read_to_end(&mut rest) {
+        Ok(_) => assert!(rest.len() < 4096, "server kept talking: {} bytes", rest.len()),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET), "{e}"),
+    }
+}
+
+/// sendmsg with `fds` as SCM_RIGHTS.
+fn send_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) {
+    let mut cmsg = [0u64; 64];
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: CMSG_* compute offsets inside `cmsg` (512 bytes, enough for these few fds).
+    unsafe {
+        let space = libc::CMSG_SPACE((fds.len() * 4) as u32) as usize;
+        msg.msg_control = cmsg.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fds.len() * 4);
+    }
+    // SAFETY: `msg` points at live buffers.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    assert_eq!(n, bytes.len() as isize);
+}
+
+/// A request for `touch MARKER` in wire form, with its three stdio fds.
+fn touch_request(marker: &Path, id: u64, nfds_declared: Option<u8>) -> (Vec<u8>, Vec<RawFd>) {
+    let mut cmd = Command::new("/usr/bin/touch");
+    cmd.arg(marker).current_dir("/").env_clear();
+    cmd.stdin(spawnkit::Stdio::Fd(0)).stdout(spawnkit::Stdio::Fd(1)).stderr(spawnkit::Stdio::Fd(2));
+    let (body, fds) = cmd.to_wire().unwrap();
+    let n = nfds_declared.unwrap_or(fds.len() as u8);
+    let mut bytes = header(frame::Kind::Spawn, body.len() as u32, n, id).to_vec();
+    bytes.extend_from_slice(&body);
+    (bytes, fds)
+}
+
+#[test]
+fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
+    let s = Serve::start(&[]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let dir = TempDir::new("hostile");
+    let marker = dir.join("spawned");
+    let check = |what: &str| {
+        s.settles_at(base);
+        assert!(!marker.exists(), "{what}: something was spawned");
+        s.still_serves();
+        s.settles_at(base);
+    };
+
+    // No key: connects, hears the challenge, says nothing, leaves.
+    let (c, _) = connect(&s);
+    drop(c);
+    check("no key");
+    // Wrong key.
+    let (mut c, ns) = connect(&s);
+    let (answer, _) = auth::client_answer(&Key::generate().unwrap(), &ns).unwrap();
+    c.write_all(&header(frame::Kind::Answer, 64, 0, 0)).unwrap();
+    c.write_all(&answer).unwrap();
+    closed(&mut c);
+    check("wrong key");
+    // Truncated handshake: half an answer, then EOF.
+    let (mut c, _) = connect(&s);
+    c.write_all(&header(frame::Kind::Answer, 64, 0, 0)).unwrap();
+    c.write_all(&[0; 10]).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    closed(&mut c);
+    check("truncated answer");
+    // Oversized: a length over the limit, refused before any body.
+    let (mut c, _) = connect(&s);
+    c.write_all(&header(frame::Kind::Answer, 0xFFFF_FFF0, 0, 0)).unwrap();
+    closed(&mut c);
+    check("oversized answer");
+    let mut c = authenticated(&s);
+    c.write_all(&header(frame::Kind::Spawn, frame::MAX_BODY as u32 + 1, 0, 1)).unwrap();
+    closed(&mut c);
+    check("oversized request");
+    // Malformed: another version, an unknown kind, a request before authenticating.
+    for bad in [
+        {
+            let mut h = header(frame::Kind::Answer, 64, 0, 0);
+            h[4] = 9;
+            h
+        },
+        {
+            let mut h = header(frame::Kind::Answer, 64, 0, 0);
+            h[5] = 200;
+            h
+        },
+    ] {
+        let (mut c, _) = connect(&s);
+        c.write_all(&bad).unwrap();
+        closed(&mut c);
+        check("malformed header");
+    }
+    let (mut c, _) = connect(&s);
+    let (req, fds) = touch_request(&marker, 1, None);
+    send_fds(&c, &req, &fds);
+    closed(&mut c);
+    check("request before the handshake (with fds)");
+    // Malformed request body: an error reply, then the connection closes.
+    let mut c = authenticated(&s);
+    let junk = b"\x01\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff";
+    c.write_all(&header(frame::Kind::Spawn, junk.len() as u32, 0, 5)).unwrap();
+    c.write_all(junk).unwrap();
+    closed(&mut c);
+    check("malformed command");
+    // Truncated request: half a body, then EOF.
+    let mut c = authenticated(&s);
+    let (req, fds) = touch_request(&marker, 2, None);
+    send_fds(&c, &req[..req.len() / 2], &fds);
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    closed(&mut c);
+    check("truncated request");
+    // Fd flooding: more fds than the request declares.
+    let mut c = authenticated(&s);
+    let (req, mut fds) = touch_request(&marker, 3, None);
+    fds.extend([0, 1, 2, 0, 1]);
+    send_fds(&c, &req, &fds);
+    closed(&mut c);
+    check("fd flood");
+    // Fewer fds than declared.
+    let mut c = authenticated(&s);
+    let (req, fds) = touch_request(&marker, 4, Some(5));
+    send_fds(&c, &req, &fds);
+    closed(&mut c);
+    check("fds missing");
+    // Fds alone with a partial header, then the rest never comes.
+    let mut c = authenticated(&s);
+    send_fds(&c, &[16], &[0, 1, 2]);
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    closed(&mut c);
+    check("fds with a stub");
+    // The well-formed request does spawn (the marker proves the checks above meant it).
+    let mut c = authenticated(&s);
+    let (req, fds) = touch_request(&marker, 9, None);
+    send_fds(&c, &req, &fds);
+    let mut reply = [0u8; 20];
+    c.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[5], frame::Kind::Spawned as u8);
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(marker.exists());
+    s.settles_at(base);
+}
+
+#[test]
+fn a_killed_client_leaves_no_fd_or_zombie() {
+    let s = Serve::start(&[]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let probe = probe();
+    // A request sent, then the client gone before reading the reply.
+    for _ in 0..5 {
+        let c = authenticated(&s);
+        let mut cmd = Command::new(&probe);
+        cmd.args(["sleep", "0.2"]).current_dir("/").env_clear();
+        cmd.stdin(spawnkit::Stdio::Fd(0))
+            .stdout(spawnkit::Stdio::Fd(1))
+            .stderr(spawnkit::Stdio::Fd(2));
+        let (body, fds) = cmd.to_wire().unwrap();
+        let mut bytes = header(frame::Kind::Spawn, body.len() as u32, fds.len() as u8, 1).to_vec();
+        bytes.extend_from_slice(&body);
+        send_fds(&c, &bytes, &fds);
+        drop(c);
+    }
+    // A `spawnkit run --via` killed with SIGKILL while its child runs.
+    let mut run = spawnkit_cmd(["run", "--via"])
+        .arg(&s.socket)
+        .arg("--")
+        .arg(&probe)
+        .args(["sleep", "0.3"])
+        .stdin(StdStdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    s.settles_at(base);
+    s.still_serves();
+}
+
+#[test]
+fn another_uid_is_refused_before_a_byte() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    // Everything else open to nobody: a reachable socket and a key it can read.
+    let dir = TempDir::new("uid");
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let socket = dir.join("s.sock");
+    let s = Serve::start_at(dir, socket.clone(), &[]);
+    std::fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let key = s.dir.join("nobody.key");
+    std::fs::copy(key_path_for(&socket), &key).unwrap();
+    std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
+    let marker = s.dir.join("spawned");
+    let base = s.quiet_fds();
+    let out = StdCommand::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", spawnkit_bin(), "run", "--via"])
+        .arg(&socket)
+        .arg("--key-file")
+        .arg(&key)
+        .args(["--", "/usr/bin/touch"])
+        .arg(&marker)
+        .stdin(StdStdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("closed the connection"), "{out:?}");
+    assert!(!marker.exists());
+    s.settles_at(base);
+    s.still_serves();
+}
+
+#[test]
+fn allow_uid_runs_the_child_as_the_peer_and_refuses_root_powers() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = TempDir::new("allow");
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let socket = dir.join("s.sock");
+    let s = Serve::start_at(dir, socket.clone(), &["--allow-uid", "65534"]);
+    let probe = probe();
+    let run = |extra: &[&str], args: &[&str]| {
+        let out = StdCommand::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                spawnkit_bin(),
+                "run",
+                "--via",
+            ])
+            .arg(&socket)
+            .args(extra)
+            .arg("--")
+            .args(args)
+            .current_dir("/")
+            .stdin(StdStdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let p = probe.to_str().unwrap();
+    let (code, out, err) = run(&[], &[p, "state"]);
+    assert_eq!(code, Some(0), "{err}");
+    let st = parse_state(&out);
+    assert_eq!(st["ppid"], s.pid().to_string());
+    assert!(st["uid"].starts_with("65534"), "uid {}", st["uid"]);
+    // The chdir is checked with the peer's rights, not root's: a directory behind a
+    // root-only one is out of reach.
+    let hidden = s.dir.join("root-only");
+    std::fs::create_dir_all(hidden.join("open")).unwrap();
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let cwd = hidden.join("open");
+    let (code, _, err) = run(&["--cwd", cwd.to_str().unwrap()], &["/bin/true"]);
+    assert_eq!(code, Some(125), "{err}");
+    assert!(err.contains("chdir") && err.contains("Permission denied"), "{err}");
+    for extra in [
+        &["--uid", "0"][..],
+        &["--nice", "-5"],
+        &["--unshare", "mount"],
+        &["--chroot", "/"],
+        &["--rlimit", "nofile=99999999"],
+    ] {
+        let (code, _, err) = run(extra, &["/bin/true"]);
+        assert_eq!(code, Some(125), "{extra:?} must be refused: {err}");
+        assert!(err.contains("serve"), "{extra:?}: {err}");
+    }
+}
+
+#[test]
+fn four_clients_5000_spawns_each_16_in_flight() {
+    let s = Serve::start(&[]);
+    // Warm up (the allocator's arenas, the epoll set's size), then measure.
+    let mut c = s.client();
+    let warm: Vec<Command> = (0..200).map(|_| Command::new("/bin/true")).collect();
+    for ch in c.spawn_many(&warm, 16).unwrap() {
+        ch.unwrap().wait().unwrap();
+    }
+    drop(c);
+    let (fd0, rss0) = (s.quiet_fds(), s.rss_kib());
+    let per_client = 5000;
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let socket = s.socket.clone();
+            std::thread::spawn(move || {
+                let mut client = Client::connect(&socket).unwrap();
+                let mut cmd = Command::new("/bin/true");
+                cmd.current_dir("/").env_clear();
+                let mut running = std::collections::VecDeque::new();
+                let (mut sent, mut ok) = (0, 0);
+                while ok < per_client {
+                    while sent < per_client && client.in_flight() + running.len() < 16 {
+                        client.submit(&cmd).unwrap();
+                        sent += 1;
+                    }
+                    if client.in_flight() > 0 {
+                        running.push_back(client.receive().unwrap().1.unwrap());
+                    }
+                    if running.len() >= 8 || sent == per_client {
+                        if let Some(mut child) = running.pop_front() {
+                            assert_eq!(child.wait().unwrap(), ExitStatus::Exited(0));
+                            ok += 1;
+                        }
+                    }
+                }
+                ok
+            })
+        })
+        .collect();
+    let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, 4 * per_client, "nothing lost");
+    s.settles_at(fd0);
+    let rss1 = s.rss_kib();
+    assert!(rss1 <= rss0 + 1024, "server RSS grew from {rss0} KiB to {rss1} KiB");
+    s.still_serves();
+}
+
+#[test]
+fn sigterm_stops_accepting_and_leaves_children_running() {
+    let s = Serve::start(&[]);
+    let key_file = key_path_for(&s.socket);
+    assert_eq!(std::fs::metadata(&key_file).unwrap().len(), 32);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&key_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let mut client = s.client();
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "30"]);
+    let mut child = client.spawn(&sleeper).unwrap();
+    let mut s = s;
+    unsafe_free_kill(s.pid(), libc::SIGTERM);
+    let status = s.proc.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(!s.socket.exists() && !key_file.exists(), "socket and key removed");
+    assert_eq!(child.try_wait().unwrap(), None, "the child keeps running");
+    child.kill().unwrap();
+}
+
+#[test]
+fn idle_exit_and_max_clients() {
+    let s = Serve::start(&["--idle-exit", "0.3", "--max-clients", "1"]);
+    let a = s.client();
+    // A second client is closed at once.
+    let e = Client::connect(&s.socket).unwrap_err();
+    assert!(e.to_string().contains("closed the connection"), "{e}");
+    drop(a);
+    let mut s = s;
+    let t0 = Instant::now();
+    let status = s.proc.wait().unwrap();
+    assert!(status.success());
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn default_socket_dir_is_private() {
+    let dir = TempDir::new("xdg");
+    let run = dir.join("run");
+    std::fs::create_dir(&run).unwrap();
+    // A socket directory others may open is refused.
+    std::fs::create_dir(run.join("spawnkit")).unwrap();
+    std::fs::set_permissions(
+        run.join("spawnkit"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let r = Res::of(spawnkit_cmd(["serve"]).env("XDG_RUNTIME_DIR", &run));
+    r.code(125).stderr_has("only we can open");
+    std::fs::set_permissions(
+        run.join("spawnkit"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let mut p = spawnkit_cmd(["serve", "--idle-exit", "0.2"])
+        .env("XDG_RUNTIME_DIR", &run)
+        .stdout(StdStdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(p.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), run.join("spawnkit/server.sock").display().to_string());
+    assert!(p.wait().unwrap().success());
+    let _ = Write::flush(&mut std::io::stdout());
+}

@@ -1,0 +1,514 @@
+//! [`Client`]: a connection to a spawn server. Sends a [`Command`] (with the caller's cwd,
+//! environment and standard streams filled in) and hands back a [`Child`] with the same API
+//! as a local spawn; many requests may be in flight ([`Client::submit`] / [`Client::receive`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::auth::{self, Key, NONCE_LEN};
+use super::frame::{Expect, Header, Inbox, Kind, MAX_BODY};
+use super::reply;
+use super::server::key_path_for;
+use crate::error::{quoted, Error, ErrorKind, Result};
+use crate::spawn::command::Command;
+use crate::spawn::options::Stdio;
+use crate::spawn::wire::Fill;
+use crate::sys::sock::{self, CmsgBuf};
+use crate::sys::{parent, pidfd};
+use crate::{Child, ExitStatus};
+
+/// The environment variable naming a key file (else `SOCKET.key` is read).
+pub const KEY_ENV: &str = "SPAWNKIT_SERVER_KEY";
+/// The environment variable naming a server socket (read by `spawnkit run` and the Python
+/// face; the library reads it only in [`Client::from_env`]).
+pub const SERVER_ENV: &str = "SPAWNKIT_SERVER";
+
+const EXPECT_REPLY: Expect =
+    Expect { kinds: &[Kind::Spawned, Kind::Error, Kind::Exit], max_body: MAX_BODY, fds: true };
+
+/// A request sent and not answered yet: the parent ends of the pipes made for it.
+struct Pending {
+    pipes: [Option<OwnedFd>; 3],
+    kill_on_drop: bool,
+}
+
+/// An authenticated connection to a spawn server (`spawnkit serve`, or a private server
+/// from [`PrivateServer`](crate::serve::PrivateServer)).
+///
+/// ```no_run
+/// use spawnkit::{serve::Client, Command, Stdio};
+/// let mut client = Client::connect("/run/user/1000/spawnkit/server.sock")?;
+/// let mut child = client.spawn(Command::new("echo").arg("hi").stdout(Stdio::Pipe))?;
+/// assert_eq!(child.communicate(None, None)?.stdout, b"hi\n");
+/// # Ok::<(), spawnkit::Error>(())
+/// ```
+///
+/// What the child gets that a local child would take from the spawning process is filled in
+/// from this one: the cwd and environment (where the command sets none), and for each
+/// standard stream left `Inherit` this process's own fd 0, 1 or 2 (passed by `SCM_RIGHTS`).
+/// `Stdio::Pipe` pipes are made here; the child's ends are passed. Fds of `Stdio::File`,
+/// `Stdio::Owned` and maps are passed as duplicates and stay open in the command.
+pub struct Client {
+    io: Arc<Mutex<Io>>,
+}
+
+/// The connection itself, shared with the children it started when they learn their exit
+/// status from Exit frames (kernels without `PIDFD_INFO_EXIT`).
+pub(crate) struct Io {
+    sock: UnixStream,
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    done: VecDeque<(u64, Result<Child>)>,
+    inbox: Inbox,
+    cmsg: CmsgBuf,
+    fds: Vec<OwnedFd>,
+    broken: Option<Error>,
+    /// Ask for Exit frames (the kernel cannot tell a non-parent the exit status).
+    want_exit: bool,
+    /// Exit frames received: pid -> status, until the child asks.
+    exits: HashMap<i32, ExitStatus>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("in_flight", &self.in_flight()).finish_non_exhaustive()
+    }
+}
+
+fn lock(io: &Mutex<Io>) -> MutexGuard<'_, Io> {
+    io.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn io_err(step: &'static str, subject: impl Into<String>, e: &std::io::Error) -> Error {
+    Error::os(step, subject, e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn protocol(why: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Os, "serve", "connection").with_reason(why)
+}
+
+impl Client {
+    /// Connect to the server at `socket`, with the key from `$SPAWNKIT_SERVER_KEY` if set,
+    /// else from `SOCKET.key`.
+    pub fn connect(socket: impl AsRef<Path>) -> Result<Client> {
+        let socket = socket.as_ref();
+        let key_file = match std::env::var_os(KEY_ENV).filter(|v| !v.is_empty()) {
+            Some(p) => PathBuf::from(p),
+            None => key_path_for(socket),
+        };
+        Client::connect_with_key_file(socket, &key_file)
+    }
+
+    /// Connect to `$SPAWNKIT_SERVER`, if it is set.
+    pub fn from_env() -> Option<Result<Client>> {
+        let s = std::env::var_os(SERVER_ENV).filter(|v| !v.is_empty())?;
+        Some(Client::connect(PathBuf::from(s)))
+    }
+
+    /// Connect with the key read from `key_file`.
+    pub fn connect_with_key_file(socket: impl AsRef<Path>, key_file: &Path) -> Result<Client> {
+        let key = Key::read_file(key_file)?;
+        Client::connect_with_key(socket, &key)
+    }
+
+    /// Connect with this key.
+    pub fn connect_with_key(socket: impl AsRef<Path>, key: &Key) -> Result<Client> {
+        let socket = socket.as_ref();
+        let sock =
+            UnixStream::connect(socket).map_err(|e| io_err("connect", quoted(socket), &e))?;
+        Client::from_stream(sock, key)
+    }
+
+    /// Authenticate over an already connected stream (a private server's socketpair end).
+    pub fn from_stream(sock: UnixStream, key: &Key) -> Result<Client> {
+        let mut io = Io {
+            sock,
+            next_id: 1,
+            pending: HashMap::new(),
+            done: VecDeque::new(),
+            inbox: Inbox::new(),
+            cmsg: CmsgBuf::new(),
+            fds: Vec::new(),
+            broken: None,
+            want_exit: !super::server::kernel_has_pidfd_exit_info(),
+            exits: HashMap::new(),
+        };
+        io.handshake(key)?;
+        Ok(Client { io: Arc::new(Mutex::new(io)) })
+    }
+
+    /// Ask the server for an Exit frame per child and take exit statuses from those rather
+    /// than from the pidfd: what this client does by itself on a kernel before 6.15 (no
+    /// `PIDFD_INFO_EXIT`); settable for tests. A server whose kernel reaps its children
+    /// refuses such requests.
+    pub fn use_exit_frames(&mut self, on: bool) {
+        lock(&self.io).want_exit = on;
+    }
+
+    /// Send a request; its answer comes from [`receive`](Client::receive) under the id
+    /// returned. Nothing waits for the server here (unless the socket is full).
+    pub fn submit(&mut self, cmd: &Command) -> Result<u64> {
+        lock(&self.io).submit(cmd)
+    }
+
+    /// How many submitted requests have no answer yet (received or not).
+    pub fn in_flight(&self) -> usize {
+        let io = lock(&self.io);
+        io.pending.len() + io.done.len()
+    }
+
+    /// The next answer: the request's id and its child or error (in the order the server
+    /// answered). Blocks until one arrives; an error if none is in flight.
+    pub fn receive(&mut self) -> Result<(u64, Result<Child>)> {
+        let (id, child) = lock(&self.io).receive()?;
+        Ok((id, child.map(|c| self.watched(c))))
+    }
+
+    /// The answer to request `id`, keeping others for [`receive`](Client::receive).
+    pub fn receive_id(&mut self, id: u64) -> Result<Child> {
+        let child = lock(&self.io).receive_id(id)?;
+        Ok(self.watched(child))
+    }
+
+    /// Spawn through the server and wait for its answer: the same [`Child`] API as a local
+    /// spawn (its parent is the server; see docs/protocol.md for what differs).
+    pub fn spawn(&mut self, cmd: &Command) -> Result<Child> {
+        let id = self.submit(cmd)?;
+        self.receive_id(id)
+    }
+
+    /// Submit all of `cmds` (keeping at most `window` in flight) and return their children
+    /// or errors in order.
+    pub fn spawn_many<'c>(
+        &mut self,
+        cmds: impl IntoIterator<Item = &'c Command>,
+        window: usize,
+    ) -> Result<Vec<Result<Child>>> {
+        let window = window.max(1);
+        let mut ids = Vec::new();
+        let mut got: HashMap<u64, Result<Child>> = HashMap::new();
+        let mut waiting = 0usize;
+        for cmd in cmds {
+            while waiting >= window {
+                let (id, r) = self.receive()?;
+                got.insert(id, r);
+                waiting -= 1;
+            }
+            ids.push(self.submit(cmd)?);
+            waiting += 1;
+        }
+        while waiting > 0 {
+            let (id, r) = self.receive()?;
+            got.insert(id, r);
+            waiting -= 1;
+        }
+        Ok(ids
+            .into_iter()
+            .map(|id| got.remove(&id).unwrap_or_else(|| Err(protocol("lost"))))
+            .collect())
+    }
+
+    /// A child whose status comes in Exit frames gets a handle on this connection.
+    fn watched(&self, mut child: Child) -> Child {
+        if lock(&self.io).want_exit {
+            child.set_exit_watch(ExitWatch(self.io.clone()));
+        }
+        child
+    }
+}
+
+/// How a remote child waits for its Exit frame: it reads the connection itself (under its
+/// lock), keeping every other frame for the client.
+pub(crate) struct ExitWatch(Arc<Mutex<Io>>);
+
+impl ExitWatch {
+    /// The status of `pid` once its Exit frame has come; waits until `deadline` (`None`:
+    /// forever; a past one: only what has arrived).
+    pub(crate) fn wait(&self, pid: i32, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
+        let mut io = lock(&self.0);
+        loop {
+            if let Some(s) = io.exits.remove(&pid) {
+                return Ok(Some(s));
+            }
+            if let Some(e) = &io.broken {
+                return Err(e.clone());
+            }
+            let ms = match deadline {
+                None => -1,
+                Some(d) => {
+                    d.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128)
+                        as i32
+                }
+            };
+            let fd = io.sock.as_raw_fd();
+            let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+            match pidfd::poll(&mut p, ms) {
+                Ok(0) => return Ok(None),
+                Ok(_) | Err(libc::EINTR) => {}
+                Err(e) => return Err(Error::os("poll", "server connection", e)),
+            }
+            if p[0].revents != 0 {
+                if let Err(e) = io.recv(true).and_then(|_| io.collect()) {
+                    io.broken = Some(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl Io {
+    fn handshake(&mut self, key: &Key) -> Result<()> {
+        let timeout = Some(Duration::from_secs(10));
+        let _ = self.sock.set_read_timeout(timeout);
+        let _ = self.sock.set_write_timeout(timeout);
+        let challenge = Expect { kinds: &[Kind::Challenge], max_body: NONCE_LEN, fds: false };
+        let body = self.read_frame(challenge)?;
+        let ns: [u8; NONCE_LEN] =
+            body.try_into().map_err(|_| protocol("the server's challenge is not 32 bytes"))?;
+        let (answer, nc) = auth::client_answer(key, &ns)?;
+        let h = Header { len: answer.len() as u32, kind: Kind::Answer, flags: 0, nfds: 0, id: 0 };
+        self.send_all(&[&h.encode(), &answer], &[])?;
+        let reply = Expect { kinds: &[Kind::Welcome, Kind::Failure], max_body: 256, fds: false };
+        let (kind, body) = self.read_frame_kind(reply)?;
+        if kind == Kind::Failure {
+            return Err(Error::new(ErrorKind::Os, "authenticate", "")
+                .with_reason("the server refused the key (wrong key file?)"));
+        }
+        if !auth::client_check(key, &ns, &nc, &body) {
+            return Err(Error::new(ErrorKind::Os, "authenticate", "")
+                .with_reason("the server did not prove the key: not the server we meant"));
+        }
+        let _ = self.sock.set_read_timeout(None);
+        let _ = self.sock.set_write_timeout(None);
+        Ok(())
+    }
+
+    fn read_frame(&mut self, expect: Expect) -> Result<Vec<u8>> {
+        Ok(self.read_frame_kind(expect)?.1)
+    }
+
+    /// One frame during the handshake (blocking; no fds allowed).
+    fn read_frame_kind(&mut self, expect: Expect) -> Result<(Kind, Vec<u8>)> {
+        loop {
+            match self.inbox.next(expect) {
+                Ok(Some((f, body))) => return Ok((f.header.kind, body.to_vec())),
+                Ok(None) => {}
+                Err(e) => return Err(protocol(e.to_string())),
+            }
+            self.recv(false)?;
+        }
+    }
+
+    /// One recvmsg into the inbox; an error on EOF.
+    fn recv(&mut self, dontwait: bool) -> Result<bool> {
+        self.fds.clear();
+        let spare = self.inbox.spare(4096);
+        match sock::recv_with_fds(self.sock.as_fd(), spare, &mut self.fds, &mut self.cmsg, dontwait)
+        {
+            Ok(r) if r.bytes == 0 => Err(protocol("the server closed the connection")),
+            Ok(r) => {
+                self.inbox.filled(r.bytes, self.fds.drain(..));
+                if r.truncated {
+                    return Err(protocol("control data cut short"));
+                }
+                Ok(true)
+            }
+            Err(libc::EAGAIN) if dontwait => Ok(false),
+            Err(libc::EAGAIN) => {
+                Err(Error::new(ErrorKind::Timeout, "serve", "connection").with_reason("no answer"))
+            }
+            Err(e) => Err(Error::os("recvmsg", "server connection", e)),
+        }
+    }
+
+    /// Send every byte; the fds go with the first. While the socket is full, replies are
+    /// read (so a server waiting for us to read is never waited for in turn). On error, says
+    /// whether any byte went out (then the stream is out of step and the connection broken).
+    fn send_all(&mut self, parts: &[&[u8]], fds: &[RawFd]) -> Result<()> {
+        self.send_all_counted(parts, fds).map_err(|(e, _)| e)
+    }
+
+    fn send_all_counted(
+        &mut self,
+        parts: &[&[u8]],
+        fds: &[RawFd],
+    ) -> std::result::Result<(), (Error, bool)> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut sent = 0;
+        let mut fds = fds;
+        let mut rest: Vec<u8> = Vec::new();
+        while sent < total {
+            let r = if sent == 0 {
+                sock::send_with_fds(self.sock.as_fd(), parts, fds, true)
+            } else {
+                if rest.is_empty() {
+                    rest = parts.concat();
+                }
+                sock::send_with_fds(self.sock.as_fd(), &[&rest[sent..]], &[], true)
+            };
+            match r {
+                Ok(n) => {
+                    sent += n;
+                    fds = &[];
+                }
+                Err(libc::EAGAIN) => {
+                    let mut p = [libc::pollfd {
+                        fd: self.sock.as_raw_fd(),
+                        events: libc::POLLIN | libc::POLLOUT,
+                        revents: 0,
+                    }];
+                    match pidfd::poll(&mut p, -1) {
+                        Ok(_) | Err(libc::EINTR) => {}
+                        Err(e) => {
+                            return Err((Error::os("poll", "server connection", e), sent > 0))
+                        }
+                    }
+                    if p[0].revents & libc::POLLIN != 0 {
+                        self.recv(true).and_then(|_| self.collect()).map_err(|e| (e, true))?;
+                    }
+                }
+                // A fd that is not open (EBADF) refuses the whole message: nothing went out.
+                Err(libc::EBADF) if sent == 0 && !fds.is_empty() => {
+                    return Err((
+                        Error::os("sendmsg", "the fds to pass", libc::EBADF).with_reason(
+                            "a fd to pass to the server is not open in this process \
+                             (an inherited fd 0-2 that is closed?)",
+                        ),
+                        false,
+                    ));
+                }
+                Err(e) => return Err((Error::os("sendmsg", "server connection", e), sent > 0)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Send a request; its answer comes from [`receive`](Client::receive) under the id
+    /// returned. Nothing waits for the server here (unless the socket is full).
+    fn submit(&mut self, cmd: &Command) -> Result<u64> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let mut pipes: [Option<OwnedFd>; 3] = [None, None, None];
+        let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
+        let mut fill_stdio: [Option<RawFd>; 3] = [None, None, None];
+        for i in 0..3 {
+            match &cmd.stdio[i] {
+                None | Some(Stdio::Inherit) => fill_stdio[i] = Some(i as RawFd),
+                Some(Stdio::Pipe) => {
+                    let (r, w) = parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
+                    let (ours, theirs) = if i == 0 { (w, r) } else { (r, w) };
+                    fill_stdio[i] = Some(theirs.as_raw_fd());
+                    child_ends[i] = Some(theirs);
+                    pipes[i] = Some(ours);
+                }
+                _ => {}
+            }
+        }
+        let cwd = match &cmd.cwd {
+            Some(_) => None,
+            None => Some(std::env::current_dir().map_err(|e| io_err("getcwd", "", &e))?),
+        };
+        let base_env: Option<Vec<(OsString, OsString)>> =
+            (!cmd.env_clear && cmd.base_env.is_none()).then(|| std::env::vars_os().collect());
+        let fill = Fill { cwd, base_env, stdio: fill_stdio };
+        let (bytes, fds) = cmd.to_wire_filled(&fill)?;
+        if bytes.len() > MAX_BODY || fds.len() > super::frame::MAX_FDS {
+            return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let flags = if self.want_exit { super::frame::FLAG_WANT_EXIT } else { 0 };
+        let h =
+            Header { len: bytes.len() as u32, kind: Kind::Spawn, flags, nfds: fds.len() as u8, id };
+        self.pending.insert(id, Pending { pipes, kill_on_drop: cmd.kill_on_drop });
+        if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &bytes], &fds) {
+            self.pending.remove(&id);
+            if out_of_step {
+                self.broken = Some(e.clone());
+            }
+            return Err(e);
+        }
+        drop(child_ends);
+        Ok(id)
+    }
+
+    /// The next answer: the request's id and its child or error (in the order the server
+    /// answered). Blocks until one arrives; an error if none is in flight.
+    fn receive(&mut self) -> Result<(u64, Result<Child>)> {
+        loop {
+            if let Some(d) = self.done.pop_front() {
+                return Ok(d);
+            }
+            if let Some(e) = &self.broken {
+                return Err(e.clone());
+            }
+            if self.pending.is_empty() {
+                return Err(Error::invalid("receive", "", "no request in flight"));
+            }
+            if let Err(e) = self.recv(false).and_then(|_| self.collect()) {
+                self.broken = Some(e.clone());
+                return Err(e);
+            }
+        }
+    }
+
+    /// The answer to request `id`, keeping others for [`receive`](Client::receive).
+    fn receive_id(&mut self, id: u64) -> Result<Child> {
+        loop {
+            if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
+                return self.done.remove(pos).map(|d| d.1).unwrap_or_else(|| unreachable!());
+            }
+            if let Some(e) = &self.broken {
+                return Err(e.clone());
+            }
+            if !self.pending.contains_key(&id) {
+                return Err(Error::invalid("receive", format!("request {id}"), "not in flight"));
+            }
+            if let Err(e) = self.recv(false).and_then(|_| self.collect()) {
+                self.broken = Some(e.clone());
+                return Err(e);
+            }
+        }
+    }
+
+    /// Turn every complete reply in the inbox into a finished request.
+    fn collect(&mut self) -> Result<()> {
+        loop {
+            let (frame, body) = match self.inbox.next(EXPECT_REPLY) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(protocol(e.to_string())),
+            };
+            let id = frame.header.id;
+            let result = match frame.header.kind {
+                Kind::Exit => {
+                    let (pid, status) = reply::decode_exit(body)?;
+                    self.exits.insert(pid, status);
+                    continue;
+                }
+                Kind::Error => Err(reply::decode_error(body)?),
+                _ => {
+                    let pid = reply::decode_pid(body)?;
+                    let mut fds = frame.fds.into_iter();
+                    let (Some(pidfd), None) = (fds.next(), fds.next()) else {
+                        return Err(protocol("a spawned reply without exactly one pidfd"));
+                    };
+                    Ok((pid, pidfd))
+                }
+            };
+            let Some(p) = self.pending.remove(&id) else {
+                return Err(protocol(format!("an answer to request {id}, which is not in flight")));
+            };
+            let child =
+                result.map(|(pid, pidfd)| Child::new_remote(pid, pidfd, p.pipes, p.kill_on_drop));
+            self.done.push_back((id, child));
+        }
+    }
+}

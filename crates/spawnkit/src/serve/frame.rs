@@ -1,0 +1,405 @@
+//! Frames of the spawn-server protocol: a fixed 16-byte header (length, version, kind, flags,
+//! fd count, request id) and a body of at most [`MAX_BODY`] bytes; the decoder treats every
+//! byte and every fd it is handed as hostile (see docs/protocol.md).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::os::fd::OwnedFd;
+
+/// The protocol version this build speaks (byte 4 of every header).
+pub const VERSION: u8 = 1;
+/// Bytes in a frame header.
+pub const HEADER_LEN: usize = 16;
+/// The largest body a frame may have (4 MiB: room for a command with an environment and
+/// arguments at the kernel's usual 2 MiB `ARG_MAX`). A header announcing more is refused
+/// before anything is read or allocated for it.
+pub const MAX_BODY: usize = 4 << 20;
+/// The most fds one frame may carry (the kernel's `SCM_MAX_FD`).
+pub const MAX_FDS: usize = 253;
+
+/// Request flag: also send an [`Kind::Exit`] frame when the child is reaped (for kernels
+/// without `PIDFD_INFO_EXIT`).
+pub const FLAG_WANT_EXIT: u8 = 1;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Server → client, first: a 32-byte nonce.
+    Challenge = 1,
+    /// Client → server: the client's 32-byte nonce and its 32-byte MAC.
+    Answer = 2,
+    /// Server → client: the server's 32-byte MAC; requests may follow.
+    Welcome = 3,
+    /// Server → client: authentication failed (a text reason); the connection closes.
+    Failure = 4,
+    /// Client → server: a command's wire form (docs/wire.md); its fds beside it.
+    Spawn = 16,
+    /// Server → client: the child's pid (4 bytes) and its pidfd beside it.
+    Spawned = 17,
+    /// Server → client: the structured error of a refused or failed spawn.
+    Error = 18,
+    /// Server → client: the child was reaped; its pid and status (only when asked for).
+    Exit = 19,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Challenge,
+            2 => Kind::Answer,
+            3 => Kind::Welcome,
+            4 => Kind::Failure,
+            16 => Kind::Spawn,
+            17 => Kind::Spawned,
+            18 => Kind::Error,
+            19 => Kind::Exit,
+            _ => return None,
+        })
+    }
+}
+
+/// A frame header: `len` (u32 LE, the body's size), `version` (u8), `kind` (u8), `flags`
+/// (u8), `nfds` (u8, the fds passed with the frame), `id` (u64 LE, the request it belongs to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub len: u32,
+    pub kind: Kind,
+    pub flags: u8,
+    pub nfds: u8,
+    pub id: u64,
+}
+
+/// Why bytes were refused; the connection is closed on any of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// Byte 4 is not [`VERSION`].
+    Version(u8),
+    /// Byte 5 names no kind, or a kind not allowed at this point of the conversation.
+    Kind(u8),
+    /// The body would be longer than allowed here.
+    TooLong(u32),
+    /// More fds declared than a frame may carry, or than were passed.
+    FdsMissing { declared: u8, passed: usize },
+    /// Fds passed that no frame declared (fd flooding), or control data cut short.
+    FdFlood(usize),
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::Version(v) => {
+                write!(f, "protocol version {v} (this build speaks {VERSION})")
+            }
+            FrameError::Kind(k) => write!(f, "unexpected frame kind {k}"),
+            FrameError::TooLong(n) => write!(f, "frame body of {n} bytes is over the limit"),
+            FrameError::FdsMissing { declared, passed } => {
+                write!(f, "frame declares {declared} fds, {passed} passed")
+            }
+            FrameError::FdFlood(n) => write!(f, "{n} fds passed that no frame declared"),
+        }
+    }
+}
+
+impl Header {
+    /// The 16 bytes of this header.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..4].copy_from_slice(&self.len.to_le_bytes());
+        b[4] = VERSION;
+        b[5] = self.kind as u8;
+        b[6] = self.flags;
+        b[7] = self.nfds;
+        b[8..16].copy_from_slice(&self.id.to_le_bytes());
+        b
+    }
+
+    /// Parse 16 bytes, refusing a foreign version, an unknown kind, a body over
+    /// [`MAX_BODY`] and more than [`MAX_FDS`] fds.
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, FrameError> {
+        let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if b[4] != VERSION {
+            return Err(FrameError::Version(b[4]));
+        }
+        let kind = Kind::from_u8(b[5]).ok_or(FrameError::Kind(b[5]))?;
+        if len as usize > MAX_BODY {
+            return Err(FrameError::TooLong(len));
+        }
+        if b[7] as usize > MAX_FDS {
+            return Err(FrameError::FdsMissing { declared: b[7], passed: 0 });
+        }
+        let id = u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+        Ok(Header { len, kind, flags: b[6], nfds: b[7], id })
+    }
+}
+
+/// What kinds of frame, and how long, the reader accepts now.
+#[derive(Debug, Clone, Copy)]
+pub struct Expect {
+    /// The kinds allowed.
+    pub kinds: &'static [Kind],
+    /// The largest body allowed (at most [`MAX_BODY`]).
+    pub max_body: usize,
+    /// Whether fds may come with these frames.
+    pub fds: bool,
+}
+
+/// A complete frame: its header and its fds (the body is borrowed from the [`Inbox`]).
+#[derive(Debug)]
+pub struct Frame {
+    pub header: Header,
+    pub fds: Vec<OwnedFd>,
+}
+
+/// The bytes and fds received on one connection, cut into frames.
+///
+/// Fds arrive (with `SCM_RIGHTS`) attached to the first byte of the message that carried
+/// them, so by the time a header is complete its fds are here: a header declaring more than
+/// arrived is refused, and so are fds left over once a frame is complete with no byte of a
+/// next frame behind it, or while a frame's body is still arriving (more fds than declared),
+/// and more than [`MAX_FDS`] waiting at all. Nothing is allocated for a frame before its
+/// header has passed the checks.
+pub struct Inbox {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    fds: VecDeque<OwnedFd>,
+    current: Option<Frame>,
+}
+
+impl Default for Inbox {
+    fn default() -> Inbox {
+        Inbox::new()
+    }
+}
+
+impl Inbox {
+    /// An empty inbox with a small buffer (it grows for large frames, up to the limit).
+    pub fn new() -> Inbox {
+        Inbox { buf: vec![0; 16 * 1024], start: 0, end: 0, fds: VecDeque::new(), current: None }
+    }
+
+    /// Space to receive into (at least `min` bytes; the buffer is compacted or grown, never
+    /// beyond what a frame in progress may need).
+    pub fn spare(&mut self, min: usize) -> &mut [u8] {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            // A large frame is gone: give its room back (a connection idles at 16 KiB).
+            if self.buf.len() > 256 * 1024 && self.current.is_none() {
+                self.buf.truncate(16 * 1024);
+                self.buf.shrink_to_fit();
+            }
+        }
+        if self.buf.len() - self.end < min {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.buf.len() - self.end < min {
+                let want = (self.end + min).min(HEADER_LEN + MAX_BODY + 64 * 1024);
+                self.buf.resize(want.max(self.buf.len()), 0);
+            }
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Record that `n` bytes were written into [`spare`](Inbox::spare) and `fds` came with
+    /// them.
+    pub fn filled(&mut self, n: usize, fds: impl IntoIterator<Item = OwnedFd>) {
+        self.end = (self.end + n).min(self.buf.len());
+        self.fds.extend(fds);
+    }
+
+    /// Append bytes (tests and the proptest; the server receives into `spare`).
+    pub fn push(&mut self, bytes: &[u8], fds: impl IntoIterator<Item = OwnedFd>) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let room = self.spare(rest.len().min(64 * 1024));
+            let n = room.len().min(rest.len());
+            room[..n].copy_from_slice(&rest[..n]);
+            self.filled(n, std::iter::empty());
+            rest = &rest[n..];
+        }
+        self.fds.extend(fds);
+    }
+
+    /// How many bytes are buffered and not yet part of a returned frame.
+    pub fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// The next complete frame allowed by `expect`, with its body; `Ok(None)` until more
+    /// bytes arrive. The body slice is valid until the next call.
+    pub fn next(&mut self, expect: Expect) -> Result<Option<(Frame, &[u8])>, FrameError> {
+        if self.fds.len() > MAX_FDS {
+            return Err(FrameError::FdFlood(self.fds.len()));
+        }
+        if self.current.is_none() {
+            if self.end - self.start < HEADER_LEN {
+                return self.check_no_stray_fds();
+            }
+            let mut hb = [0u8; HEADER_LEN];
+            hb.copy_from_slice(&self.buf[self.start..self.start + HEADER_LEN]);
+            let header = Header::decode(&hb)?;
+            if !expect.kinds.contains(&header.kind) {
+                return Err(FrameError::Kind(header.kind as u8));
+            }
+            if header.len as usize > expect.max_body.min(MAX_BODY) {
+                return Err(FrameError::TooLong(header.len));
+            }
+            let declared = header.nfds as usize;
+            if (declared > 0 && !expect.fds) || self.fds.len() < declared {
+                return Err(FrameError::FdsMissing {
+                    declared: header.nfds,
+                    passed: self.fds.len(),
+                });
+            }
+            let fds: Vec<OwnedFd> = self.fds.drain(..declared).collect();
+            self.start += HEADER_LEN;
+            self.current = Some(Frame { header, fds });
+        }
+        let len = self.current.as_ref().map_or(0, |f| f.header.len as usize);
+        if self.end - self.start < len {
+            // The frame's fds were taken with its header: any other fd is a flood.
+            if !self.fds.is_empty() {
+                return Err(FrameError::FdFlood(self.fds.len()));
+            }
+            return Ok(None);
+        }
+        // Fds left over with no byte after this frame: no frame can claim them (more fds
+        // than declared). A legitimate next frame's fds come with its first byte.
+        if !self.fds.is_empty() && self.start + len == self.end {
+            return Err(FrameError::FdFlood(self.fds.len()));
+        }
+        let Some(frame) = self.current.take() else { return Ok(None) };
+        let body = &self.buf[self.start..self.start + len];
+        self.start += len;
+        Ok(Some((frame, body)))
+    }
+
+    /// Fds may wait only for a header that has begun to arrive.
+    fn check_no_stray_fds(&self) -> Result<Option<(Frame, &[u8])>, FrameError> {
+        if !self.fds.is_empty() && self.end == self.start {
+            return Err(FrameError::FdFlood(self.fds.len()));
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const ANY: Expect = Expect {
+        kinds: &[
+            Kind::Challenge,
+            Kind::Answer,
+            Kind::Welcome,
+            Kind::Failure,
+            Kind::Spawn,
+            Kind::Spawned,
+            Kind::Error,
+            Kind::Exit,
+        ],
+        max_body: MAX_BODY,
+        fds: true,
+    };
+
+    fn hdr(kind: Kind, len: u32, nfds: u8, id: u64) -> [u8; HEADER_LEN] {
+        Header { len, kind, flags: 0, nfds, id }.encode()
+    }
+
+    fn devnull() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    #[test]
+    fn a_frame_round_trips_in_pieces() {
+        let mut inbox = Inbox::new();
+        let mut bytes = hdr(Kind::Spawn, 3, 1, 42).to_vec();
+        bytes.extend_from_slice(b"abc");
+        inbox.push(&bytes[..1], [devnull()]);
+        assert!(inbox.next(ANY).unwrap().is_none());
+        inbox.push(&bytes[1..17], []);
+        assert!(inbox.next(ANY).unwrap().is_none());
+        inbox.push(&bytes[17..], []);
+        let (frame, body) = inbox.next(ANY).unwrap().unwrap();
+        assert_eq!((frame.header.id, frame.fds.len(), body), (42, 1, &b"abc"[..]));
+        assert!(inbox.next(ANY).unwrap().is_none());
+    }
+
+    #[test]
+    fn refusals() {
+        let mut b = hdr(Kind::Spawn, 0, 0, 1);
+        b[4] = 2;
+        assert_eq!(Header::decode(&b), Err(FrameError::Version(2)));
+        let mut b = hdr(Kind::Spawn, 0, 0, 1);
+        b[5] = 99;
+        assert_eq!(Header::decode(&b), Err(FrameError::Kind(99)));
+        let b = hdr(Kind::Spawn, MAX_BODY as u32 + 1, 0, 1);
+        assert!(matches!(Header::decode(&b), Err(FrameError::TooLong(_))));
+        // More fds than declared.
+        let mut inbox = Inbox::new();
+        inbox.push(&hdr(Kind::Spawn, 4, 1, 1), [devnull(), devnull()]);
+        assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdFlood(1));
+        // More fds than declared, with the whole frame in one message: refused, not spawned.
+        let mut inbox = Inbox::new();
+        let mut whole = hdr(Kind::Spawn, 2, 1, 1).to_vec();
+        whole.extend_from_slice(b"ab");
+        inbox.push(&whole, [devnull(), devnull()]);
+        assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdFlood(1));
+        // Fewer.
+        let mut inbox = Inbox::new();
+        inbox.push(&hdr(Kind::Spawn, 0, 2, 1), [devnull()]);
+        assert!(matches!(inbox.next(ANY), Err(FrameError::FdsMissing { .. })));
+        // A kind not allowed now.
+        let mut inbox = Inbox::new();
+        inbox.push(&hdr(Kind::Spawn, 0, 0, 1), []);
+        let only_answer = Expect { kinds: &[Kind::Answer], max_body: 64, fds: false };
+        assert_eq!(inbox.next(only_answer).unwrap_err(), FrameError::Kind(16));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Arbitrary bytes, cut anywhere, with arbitrary fds: the decoder never panics, never
+        /// returns a body over the limit, and accounts for every fd.
+        #[test]
+        fn arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..600),
+                           cuts in proptest::collection::vec(0usize..600, 0..6),
+                           nfds in 0usize..4, small in any::<bool>()) {
+            let expect = if small {
+                Expect { kinds: &[Kind::Answer], max_body: 64, fds: false }
+            } else {
+                ANY
+            };
+            let mut inbox = Inbox::new();
+            let mut cuts = cuts;
+            cuts.push(bytes.len());
+            cuts.sort_unstable();
+            let mut at = 0;
+            let mut fds_left = nfds;
+            'outer: for cut in cuts {
+                let cut = cut.min(bytes.len());
+                if cut < at { continue; }
+                let fds: Vec<OwnedFd> = (0..fds_left).map(|_| devnull()).collect();
+                fds_left = 0;
+                inbox.push(&bytes[at..cut], fds);
+                at = cut;
+                loop {
+                    match inbox.next(expect) {
+                        Ok(Some((frame, body))) => {
+                            prop_assert!(body.len() <= expect.max_body);
+                            prop_assert_eq!(body.len(), frame.header.len as usize);
+                            prop_assert_eq!(frame.fds.len(), frame.header.nfds as usize);
+                        }
+                        Ok(None) => break,
+                        Err(_) => break 'outer,
+                    }
+                }
+            }
+        }
+    }
+}

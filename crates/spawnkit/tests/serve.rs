@@ -1,0 +1,382 @@
+//! The spawn server through `spawnkit::Client`, with real servers: one running on a thread of
+//! this test process (`Server::run`), and private servers forked from it
+//! (`PrivateServer::start`). The child's view is read from inside it, by the probe.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{probe, State, TempDir};
+use spawnkit::serve::{auth, frame, Key};
+use spawnkit::{
+    Client, Command, ErrorKind, ExitStatus, PrivateServer, Server, ServerOptions, Signal, Stdio,
+};
+
+/// A server on a thread of this process, stopped on drop.
+struct ThreadServer {
+    socket: PathBuf,
+    stopper: spawnkit::serve::Stopper,
+    thread: Option<std::thread::JoinHandle<spawnkit::Result<()>>>,
+    _dir: TempDir,
+}
+
+impl ThreadServer {
+    fn start() -> ThreadServer {
+        let dir = TempDir::new("serve");
+        let socket = dir.join("s.sock");
+        let server = Server::bind(Some(&socket), None, ServerOptions::default()).expect("bind");
+        let stopper = server.stopper();
+        let thread = Some(std::thread::spawn(move || server.run()));
+        ThreadServer { socket, stopper, thread, _dir: dir }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.socket).expect("connect")
+    }
+
+    fn key(&self) -> Key {
+        Key::read_file(&spawnkit::serve::key_path_for(&self.socket)).expect("key")
+    }
+}
+
+impl Drop for ThreadServer {
+    fn drop(&mut self) {
+        self.stopper.stop();
+        if let Some(t) = self.thread.take() {
+            t.join().expect("server thread").expect("server run");
+        }
+    }
+}
+
+fn probe_state_via(client: &mut Client, configure: impl FnOnce(&mut Command)) -> State {
+    let mut cmd = Command::new(probe());
+    cmd.arg("state").stdout(Stdio::Pipe);
+    configure(&mut cmd);
+    let mut child = client.spawn(&cmd).expect("spawn via server");
+    assert!(child.is_remote());
+    let out = child.communicate(None, Some(Duration::from_secs(20))).expect("communicate");
+    assert!(out.status.success(), "probe ended with {}", out.status);
+    State::parse(&String::from_utf8(out.stdout).expect("utf-8"))
+}
+
+#[test]
+fn the_child_has_the_clients_cwd_env_and_fds_and_the_servers_parent() {
+    let mut server = PrivateServer::start().expect("private server");
+    let server_pid = server.pid();
+    let dir = TempDir::new("serve-fds");
+    let file = std::fs::File::create(dir.join("passed")).unwrap();
+    let st = probe_state_via(server.client(), |cmd| {
+        cmd.env("SPAWNKIT_SERVE_TEST", "client-side").fd(5, file.as_raw_fd());
+    });
+    assert_eq!(st.int("ppid") as u32, server_pid, "the parent is the server");
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(st.get("cwd"), cwd.display().to_string(), "the client's cwd");
+    assert_eq!(st.env.get("SPAWNKIT_SERVE_TEST").map(String::as_str), Some("client-side"));
+    // The whole environment is this process's (PATH as an example of an inherited one).
+    assert_eq!(st.env.get("PATH").cloned(), std::env::var("PATH").ok());
+    let fd5 = st.fd(5).expect("fd 5 passed");
+    assert!(fd5.target.ends_with("/passed"), "fd 5 is {}", fd5.target);
+    // Nothing but 0-2 and the mapped fd: the server's own fds do not leak.
+    let mut fds = st.fd_numbers();
+    fds.retain(|&fd| fd > 2);
+    assert_eq!(fds, vec![5], "child fds: {}", st.get("fds"));
+    // Inherited stdin/stderr are this process's own, passed by SCM_RIGHTS.
+    let ours = std::fs::read_link("/proc/self/fd/2").unwrap();
+    assert_eq!(st.fd(2).unwrap().target, ours.display().to_string());
+}
+
+#[test]
+fn pipes_statuses_and_signals() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    // stdin and stdout pipes made by the client.
+    let mut cat = Command::new(probe());
+    cat.arg("cat").stdin(Stdio::Pipe).stdout(Stdio::Pipe);
+    let mut child = client.spawn(&cat).unwrap();
+    let out = child.communicate(Some(b"through the server"), None).unwrap();
+    assert_eq!(out.stdout, b"through the server");
+    assert_eq!(out.status, ExitStatus::Exited(0));
+    // Exit codes and deaths by signal.
+    let mut exit7 = Command::new(probe());
+    exit7.args(["exit", "7"]);
+    assert_eq!(client.spawn(&exit7).unwrap().wait().unwrap(), ExitStatus::Exited(7));
+    let mut killself = Command::new(probe());
+    killself.args(["kill", "15"]);
+    let st = client.spawn(&killself).unwrap().wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGTERM));
+    // wait_timeout, try_wait and a signal sent through the pidfd the server passed.
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "30"]);
+    let mut child = client.spawn(&sleeper).unwrap();
+    assert_eq!(child.try_wait().unwrap(), None);
+    assert_eq!(child.wait_timeout(Duration::from_millis(50)).unwrap(), None);
+    child.send_signal(Signal::KILL).unwrap();
+    let st = child.wait_timeout(Duration::from_secs(10)).unwrap().expect("ended");
+    assert_eq!(st.signal(), Some(libc::SIGKILL));
+    assert_eq!(child.try_wait().unwrap(), Some(st));
+}
+
+#[test]
+fn errors_carry_the_step_path_and_errno_of_a_local_spawn() {
+    // A server that reaps through pidfds (on a thread here) and one whose children the
+    // kernel reaps (a private server, in a process of its own).
+    let server = ThreadServer::start();
+    errors_match_local(&mut server.client());
+    let mut private = PrivateServer::start().unwrap();
+    errors_match_local(private.client());
+}
+
+fn errors_match_local(client: &mut Client) {
+    let cases: Vec<Command> = vec![
+        {
+            let mut c = Command::new("/bin/true");
+            c.current_dir("/nonexistent/dir");
+            c
+        },
+        Command::new("/no/such/prog"),
+        Command::new("no-such-program-in-path"),
+        {
+            let mut c = Command::new("/etc/passwd");
+            c.current_dir("/");
+            c
+        },
+    ];
+    for mut cmd in cases {
+        let remote = client.spawn(&cmd).expect_err("must fail");
+        let local = cmd.spawn().expect_err("must fail locally too");
+        assert_eq!(remote.to_string(), local.to_string());
+        assert_eq!(remote.step(), local.step());
+        assert_eq!(remote.raw_os_error(), local.raw_os_error());
+        assert_eq!(remote.kind(), local.kind());
+        assert_eq!(remote.exit_code(), local.exit_code());
+        assert_eq!(remote.is_in_child(), local.is_in_child());
+    }
+    // The connection is still good after errors.
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}
+
+#[test]
+fn the_gate_refuses_what_would_be_the_servers() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let mut keep_fds = Command::new("/bin/true");
+    keep_fds.close_other_fds(false);
+    let e = client.spawn(&keep_fds).unwrap_err();
+    assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "serve"), "{e}");
+    let mut relative = Command::new("/bin/true");
+    relative.current_dir("relative/dir");
+    let e = client.spawn(&relative).unwrap_err();
+    assert_eq!(e.step(), "serve", "{e}");
+    assert!(e.to_string().contains("relative"), "{e}");
+    let mut lock = Command::new("/bin/true");
+    lock.lock(spawnkit::Lock { path: "/tmp/x.lock".into(), shared: false, timeout: None });
+    let e = client.spawn(&lock).unwrap_err();
+    assert!(e.to_string().contains("stall the server"), "{e}");
+    // A fd to pass that is not open: refused here, and the connection is still good.
+    let mut closed_fd = Command::new("/bin/true");
+    closed_fd.stdout(Stdio::Fd(987));
+    let e = client.spawn(&closed_fd).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}
+
+#[test]
+fn many_requests_in_flight_from_one_thread() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let cmds: Vec<Command> = (0..64)
+        .map(|i| {
+            let mut c = Command::new(probe());
+            c.args(["exit", &(i % 50).to_string()]);
+            c
+        })
+        .collect();
+    let children = client.spawn_many(&cmds, 16).unwrap();
+    for (i, child) in children.into_iter().enumerate() {
+        let st = child.unwrap().wait().unwrap();
+        assert_eq!(st, ExitStatus::Exited((i % 50) as i32));
+    }
+    // submit/receive by hand: ids answered once each.
+    let mut ids: Vec<u64> = (0..20).map(|_| client.submit(&cmds[3]).unwrap()).collect();
+    assert_eq!(client.in_flight(), 20);
+    let mut got = Vec::new();
+    while client.in_flight() > 0 {
+        let (id, child) = client.receive().unwrap();
+        assert_eq!(child.unwrap().wait().unwrap(), ExitStatus::Exited(3));
+        got.push(id);
+    }
+    got.sort_unstable();
+    ids.sort_unstable();
+    assert_eq!(got, ids);
+}
+
+#[test]
+fn a_megabyte_request_goes_through() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let mut cmd = Command::new(probe());
+    cmd.args(["exit", "3"]);
+    let big = "x".repeat(100 * 1024);
+    for _ in 0..10 {
+        cmd.arg(&big);
+    }
+    assert_eq!(client.spawn(&cmd).unwrap().wait().unwrap(), ExitStatus::Exited(3));
+    // And the connection goes on with small ones.
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}
+
+#[test]
+fn a_wrong_key_is_refused_and_the_server_goes_on() {
+    let server = ThreadServer::start();
+    let wrong = Key::generate().unwrap();
+    let e = Client::connect_with_key(&server.socket, &wrong).unwrap_err();
+    assert!(e.to_string().contains("refused the key"), "{e}");
+    // A client that checks the server: a server with another key is not ours.
+    let mut good = server.client();
+    assert!(good.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}
+
+fn read_challenge(s: &mut UnixStream) -> [u8; 32] {
+    let mut b = [0u8; frame::HEADER_LEN + 32];
+    s.read_exact(&mut b).unwrap();
+    let h = frame::Header::decode(b[..16].try_into().unwrap()).unwrap();
+    assert_eq!(h.kind, frame::Kind::Challenge);
+    b[16..].try_into().unwrap()
+}
+
+fn answer_frame(body: &[u8]) -> Vec<u8> {
+    let h = frame::Header {
+        len: body.len() as u32,
+        kind: frame::Kind::Answer,
+        flags: 0,
+        nfds: 0,
+        id: 0,
+    };
+    let mut v = h.encode().to_vec();
+    v.extend_from_slice(body);
+    v
+}
+
+/// What the server answers: Welcome, Failure, or nothing (EOF).
+fn outcome(s: &mut UnixStream) -> Option<frame::Kind> {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut h = [0u8; frame::HEADER_LEN];
+    s.read_exact(&mut h).ok()?;
+    Some(frame::Header::decode(&h).ok()?.kind)
+}
+
+#[test]
+fn replayed_and_reflected_answers_fail() {
+    let server = ThreadServer::start();
+    let key = server.key();
+    // A legitimate exchange, recorded.
+    let mut a = UnixStream::connect(&server.socket).unwrap();
+    let ns_a = read_challenge(&mut a);
+    let (answer_a, _) = auth::client_answer(&key, &ns_a).unwrap();
+    a.write_all(&answer_frame(&answer_a)).unwrap();
+    assert_eq!(outcome(&mut a), Some(frame::Kind::Welcome));
+    // Replayed on a new connection: another nonce, so it fails.
+    let mut b = UnixStream::connect(&server.socket).unwrap();
+    let _ = read_challenge(&mut b);
+    b.write_all(&answer_frame(&answer_a)).unwrap();
+    assert_eq!(outcome(&mut b), Some(frame::Kind::Failure));
+    // Reflected: the challenge sent back as the answer.
+    let mut c = UnixStream::connect(&server.socket).unwrap();
+    let ns_c = read_challenge(&mut c);
+    let mut reflected = ns_c.to_vec();
+    reflected.extend_from_slice(&ns_c);
+    c.write_all(&answer_frame(&reflected)).unwrap();
+    assert_eq!(outcome(&mut c), Some(frame::Kind::Failure));
+    // Reflected: a server-direction MAC offered as the client's (the labels differ).
+    let mut d = UnixStream::connect(&server.socket).unwrap();
+    let ns_d = read_challenge(&mut d);
+    let (good, nc) = auth::client_answer(&key, &ns_d).unwrap();
+    let mut e = UnixStream::connect(&server.socket).unwrap();
+    let ns_e = read_challenge(&mut e);
+    // The server's MAC over (ns_d, nc) is obtained on d legitimately...
+    d.write_all(&answer_frame(&good)).unwrap();
+    let mut h = [0u8; 16];
+    d.read_exact(&mut h).unwrap();
+    let mut server_mac = [0u8; 32];
+    d.read_exact(&mut server_mac).unwrap();
+    assert!(auth::client_check(&key, &ns_d, &nc, &server_mac));
+    // ... and offered back on e as if it were a client's answer over e's own nonce.
+    let _ = ns_e;
+    let mut forged = nc.to_vec();
+    forged.extend_from_slice(&server_mac);
+    e.write_all(&answer_frame(&forged)).unwrap();
+    assert_eq!(outcome(&mut e), Some(frame::Kind::Failure));
+}
+
+#[test]
+fn a_private_server_exits_with_its_owner() {
+    let server = PrivateServer::start().expect("start");
+    let pid = server.pid() as i32;
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    drop(server); // closes the alive pipe and reaps the server
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "server {pid} still there");
+}
+
+/// Arbitrary bytes where the answer to the challenge belongs, against a live server (64
+/// cases): the connection ends (Failure or EOF), never with a Welcome, and the server goes on.
+#[test]
+fn arbitrary_bytes_to_a_live_handshake() {
+    use proptest::prelude::*;
+    let server = ThreadServer::start();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
+    let strategy = proptest::collection::vec(any::<u8>(), 0..200);
+    runner
+        .run(&strategy, |bytes| {
+            let mut c = UnixStream::connect(&server.socket).unwrap();
+            let _ = read_challenge(&mut c);
+            let _ = c.write_all(&bytes);
+            let _ = c.shutdown(std::net::Shutdown::Write);
+            prop_assert_ne!(outcome(&mut c), Some(frame::Kind::Welcome));
+            Ok(())
+        })
+        .unwrap();
+    let mut client = server.client();
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}
+
+#[test]
+fn the_faces_can_be_sent_to_threads() {
+    fn send<T: Send>() {}
+    send::<Client>();
+    send::<PrivateServer>();
+    send::<Server>();
+    send::<spawnkit::Child>();
+}
+
+/// The fallback for kernels before 6.15 (no `PIDFD_INFO_EXIT`), forced: the server sends an
+/// Exit frame after it reaps, and the child's waits read it from the connection.
+#[test]
+fn exit_frames_carry_the_status_when_asked() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    client.use_exit_frames(true);
+    let mut exit7 = Command::new(probe());
+    exit7.args(["exit", "7"]);
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "30"]);
+    let mut a = client.spawn(&exit7).unwrap();
+    let mut b = client.spawn(&sleeper).unwrap();
+    assert_eq!(b.try_wait().unwrap(), None);
+    assert_eq!(b.wait_timeout(Duration::from_millis(50)).unwrap(), None);
+    // Frames for one child are kept for the other and for the client's own answers.
+    let id = client.submit(&exit7).unwrap();
+    assert_eq!(a.wait().unwrap(), ExitStatus::Exited(7));
+    b.kill().unwrap();
+    assert_eq!(b.wait().unwrap().signal(), Some(libc::SIGKILL));
+    let mut c = client.receive_id(id).unwrap();
+    assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7));
+    // A server whose kernel reaps its children cannot send them: a clear refusal.
+    let mut private = PrivateServer::start().unwrap();
+    private.client().use_exit_frames(true);
+    let e = private.client().spawn(&exit7).unwrap_err();
+    assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "serve"), "{e}");
+}
