@@ -52,6 +52,16 @@ USAGE = textwrap.dedent('''
         return out
 
     got: bytes = spawnkit.asyncio.run(use_asyncio())
+
+    def use_server() -> None:
+        with spawnkit.Server() as srv:
+            pid: int | None = srv.pid
+            child = spawnkit.Command("true").spawn(via=srv)
+            subprocess.use_server(srv)
+        subprocess.use_server("/run/user/1000/spawnkit/server.sock", key_file="/tmp/k")
+        subprocess.use_server(None)
+        remote = spawnkit.connect("/tmp/s", key_file="/tmp/s.key")
+        many = spawnkit.spawn_many([spawnkit.Command("true")], via=remote)
 ''')
 
 

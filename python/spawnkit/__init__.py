@@ -44,6 +44,8 @@ __all__ = [
     "STRATEGIES",
     "NAMESPACES",
     "PATH_SEARCHES",
+    "Server",
+    "connect",
     "reap_orphans",
     "spawn_many",
     "uses_clone3",
@@ -71,6 +73,16 @@ NAMESPACES = tuple(_native.NAMESPACES)
 #: How :meth:`Command.path_search` walks PATH: ``execvp`` (default) or ``try-all`` (CPython's).
 PATH_SEARCHES = ("execvp", "try-all")
 reap_orphans = _native.reap_orphans
+#: A spawn server to start children through (``via=``, ``subprocess.use_server``):
+#: ``Server()`` forks a private one now, ``Server.connect(path)`` joins ``spawnkit serve``.
+Server = _native.Server
+
+
+def connect(path=None, *, key_file=None):
+    """Connect to ``spawnkit serve`` at ``path`` (default: its default socket), with the key
+    from ``key_file``, else ``$SPAWNKIT_SERVER_KEY``, else ``PATH.key``."""
+    return Server.connect(path, key_file=key_file)
+
 uses_clone3 = _native.uses_clone3
 
 
@@ -85,11 +97,12 @@ class Command(_native.Command):
     Nothing happens until :meth:`spawn`, :meth:`output`, :meth:`status` or :meth:`plan`.
     """
 
-    def spawn(self, **popen_kwargs):
+    def spawn(self, *, via=None, **popen_kwargs):
         """Start the child; returns a :class:`spawnkit.subprocess.Popen` (``pidfd``,
         ``wait``, ``poll``, ``communicate``, ``send_signal``...). Keyword arguments are
         ``Popen``'s stream arguments (``stdin``, ``stdout``, ``stderr``, ``text``,
-        ``encoding``, ``errors``, ``bufsize``...); everything else is set on the command."""
+        ``encoding``, ``errors``, ``bufsize``...); everything else is set on the command.
+        ``via``: a :class:`Server` to start it through (its parent is then the server)."""
         other = set(popen_kwargs) - _STREAM_KWARGS
         if other:
             raise TypeError(
@@ -101,6 +114,7 @@ class Command(_native.Command):
         program, argv = self.argv()
         p = Popen.__new__(Popen)
         p._sk_command = self
+        p._sk_via = via
         p.__init__(argv, executable=program, **kwargs)
         return p
 
@@ -138,15 +152,15 @@ class Command(_native.Command):
                 raise
 
 
-def spawn_many(commands, **popen_kwargs):
+def spawn_many(commands, *, via=None, **popen_kwargs):
     """Start every :class:`Command` in ``commands``, in order, from this thread: a list with a
     :class:`spawnkit.subprocess.Popen` for each child started and the exception (an
     ``OSError``, ``ValueError``...) for each that failed, so one failure does not hide the
-    others. Keyword arguments go to each :meth:`Command.spawn`."""
+    others. Keyword arguments go to each :meth:`Command.spawn` (``via`` too)."""
     out = []
     for cmd in commands:
         try:
-            out.append(cmd.spawn(**popen_kwargs))
+            out.append(cmd.spawn(via=via, **popen_kwargs))
         except Exception as e:  # noqa: BLE001 - returned per item, by design
             out.append(e)
     return out

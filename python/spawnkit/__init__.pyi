@@ -3,6 +3,8 @@
 from collections.abc import Iterable
 from typing import Any
 
+from _typeshed import StrOrBytesPath
+
 from . import _native
 from . import observe as observe
 from . import subprocess as subprocess
@@ -32,6 +34,8 @@ __all__ = [
     "STRATEGIES",
     "NAMESPACES",
     "PATH_SEARCHES",
+    "Server",
+    "connect",
     "reap_orphans",
     "spawn_many",
     "uses_clone3",
@@ -54,14 +58,21 @@ STRATEGIES: tuple[str, ...]
 NAMESPACES: tuple[str, ...]
 PATH_SEARCHES: tuple[str, ...]
 
+Server = _native.Server
+
+def connect(
+    path: StrOrBytesPath | None = None, *, key_file: StrOrBytesPath | None = None
+) -> _native.Server: ...
 def reap_orphans() -> int: ...
-def spawn_many(commands: Iterable[Command], **popen_kwargs: Any) -> list[Popen[Any] | Exception]: ...
+def spawn_many(
+    commands: Iterable[Command], *, via: _native.Server | None = None, **popen_kwargs: Any
+) -> list[Popen[Any] | Exception]: ...
 def uses_clone3() -> bool: ...
 
 class Command(_native.Command):
     """A process to start: the engine's spawnkit::Command (see spawnkit._native.Command)."""
 
-    def spawn(self, **popen_kwargs: Any) -> Popen[Any]: ...
+    def spawn(self, *, via: _native.Server | None = None, **popen_kwargs: Any) -> Popen[Any]: ...
     def output(
         self, input: bytes | str | None = None, timeout: float | None = None, **popen_kwargs: Any
     ) -> CompletedProcess[Any]: ...

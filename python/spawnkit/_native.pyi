@@ -1,6 +1,7 @@
 """The PyO3 glue (crates/spawnkit-py). Use spawnkit.subprocess or spawnkit.Command instead."""
 
 import signal
+from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Self, final
 
@@ -10,6 +11,7 @@ from typing_extensions import disjoint_base
 __all__ = [
     "Child",
     "Command",
+    "Server",
     "reap_orphans",
     "uses_clone3",
     "STRATEGIES",
@@ -122,8 +124,32 @@ class Command:
     def cgroup(self, path: StrOrBytesPath) -> Self: ...
     def plan(self) -> str: ...
     def spawn_child(
-        self, stdin: int | None = None, stdout: int | None = None, stderr: int | None = None
+        self,
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+        *,
+        via: Server | None = None,
     ) -> Child: ...
+
+@final
+class Server:
+    """A spawn server: Server() forks a private one, Server.connect(path) joins spawnkit serve."""
+
+    def __new__(cls) -> Self: ...
+    @staticmethod
+    def connect(
+        path: StrOrBytesPath | None = None, *, key_file: StrOrBytesPath | None = None
+    ) -> Server: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def path(self) -> Path | None: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, ty: object, value: object, tb: object) -> None: ...
 def reap_orphans() -> int: ...
 def uses_clone3() -> bool: ...
 

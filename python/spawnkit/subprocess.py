@@ -29,7 +29,7 @@ from time import monotonic as _time
 
 from . import _native
 
-__all__ = list(_std.__all__)
+__all__ = list(_std.__all__) + ["use_server"]
 
 # The standard module's own objects: one exception hierarchy for both modules.
 from subprocess import (  # noqa: E402
@@ -60,6 +60,9 @@ class Popen(_std.Popen):
     # The spawnkit.Command that Command.spawn() starts; None for plain subprocess use (the
     # command is then built from Popen's arguments).
     _sk_command = None
+    # The spawn server to start the child through (Command.spawn(via=...)); None: the
+    # process-wide one (use_server, $SPAWNKIT_SERVER), if any.
+    _sk_via = None
 
     @property
     def pidfd(self):
@@ -147,10 +150,14 @@ class Popen(_std.Popen):
                     cmd.umask(umask)
                 if preexec_fn is not None:
                     cmd.pre_exec(preexec_fn)
+            via = self._sk_via
+            if via is None and _server_state is not None:
+                via = _process_server()
             self._child = child = cmd.spawn_child(
                 None if p2cread == -1 else p2cread,
                 None if c2pwrite == -1 else c2pwrite,
-                None if errwrite == -1 else errwrite)
+                None if errwrite == -1 else errwrite,
+                via=via)
             self.pid = child.pid
             self._child_created = True
         finally:
@@ -255,6 +262,45 @@ class Popen(_std.Popen):
         child = self._child  # a reference keeps the pidfd open while we use it
         if child is not None:
             child.send_signal(sig)
+
+# The process-wide spawn server: None (local spawns), or [pid, server or None, path or None,
+# key file or None]; set by use_server() or, at import, by $SPAWNKIT_SERVER.
+_server_state = None
+
+
+def use_server(server=None, *, key_file=None):
+    """Start every child of this module through a spawn server from now on: a
+    :class:`spawnkit.Server` (``spawnkit.Server()`` forks a private one), or the socket path of
+    ``spawnkit serve`` (connected on first use, and again in a forked child; the key from
+    ``key_file``, else ``$SPAWNKIT_SERVER_KEY``, else ``PATH.key``). ``None`` goes back to
+    local spawns. The environment variable ``SPAWNKIT_SERVER`` (a socket path) does the same
+    for a whole program without a code change. ``preexec_fn`` is refused through a server
+    (``ValueError``): it is Python code of this process."""
+    global _server_state
+    if server is None:
+        _server_state = None
+    elif isinstance(server, _native.Server):
+        _server_state = [_os.getpid(), server, None, None]
+    else:
+        _server_state = [None, None, _os.fspath(server), key_file]
+
+
+def _process_server():
+    """The process-wide server's connection, made (again) in this process if need be."""
+    state = _server_state
+    pid, server, path, key_file = state
+    if pid != _os.getpid() or server is None:
+        if path is None:
+            raise RuntimeError("spawnkit.subprocess.use_server(): the Server belongs to the "
+                               "process that started it (this is a fork of it)")
+        server = _native.Server.connect(path, key_file=key_file)
+        state[0], state[1] = _os.getpid(), server
+    return server
+
+
+if _os.environ.get("SPAWNKIT_SERVER"):
+    use_server(_os.environ["SPAWNKIT_SERVER"])
+
 
 def _rebind(name):
     """The standard module's function `name`, with this module's globals (so it creates our

@@ -25,7 +25,10 @@ from typing import IO, Any, AnyStr, Literal, overload
 from _typeshed import StrOrBytesPath
 from typing_extensions import TypeAlias
 
+from . import _native
+
 __all__ = [
+    "use_server",
     "Popen",
     "PIPE",
     "STDOUT",
@@ -429,4 +432,9 @@ class Popen(_std.Popen[AnyStr]):
     def pidfd(self) -> int | None:
         """The child's pidfd, or None once it has been reaped (owned by the Popen)."""
 
+def use_server(
+    server: _native.Server | StrOrBytesPath | None = None,
+    *,
+    key_file: StrOrBytesPath | None = None,
+) -> None: ...
 def __getattr__(name: str) -> Any: ...

@@ -25,6 +25,7 @@ use crate::child::Child;
 use crate::convert::{fs_bytes, fs_os};
 use crate::errors::{lock_timeout_error, spawn_error, Names};
 use crate::preexec::Preexec;
+use crate::server::Server;
 
 /// A process to start, built like the Rust `spawnkit::Command`; every method chains.
 #[pyclass(subclass, module = "spawnkit._native", name = "Command")]
@@ -777,16 +778,21 @@ impl Command {
     }
 
     /// Start the child with these fds as its standard streams (`None`: the parent's), as
-    /// `Popen` does with the pipes it made. Returns the engine's handle.
-    #[pyo3(signature = (stdin = None, stdout = None, stderr = None))]
+    /// `Popen` does with the pipes it made; through the spawn server `via` when given.
+    /// Returns the engine's handle.
+    #[pyo3(signature = (stdin = None, stdout = None, stderr = None, *, via = None))]
     fn spawn_child(
         &self,
         py: Python<'_>,
         stdin: Option<i32>,
         stdout: Option<i32>,
         stderr: Option<i32>,
+        via: Option<&Bound<'_, Server>>,
     ) -> PyResult<Child> {
         let codes = [stdin, stdout, stderr].map(|c| c.map(stdio_code));
+        if let Some(server) = via {
+            return self.spawn_via(py, codes, server.get());
+        }
         let (mut cmd, lock) = self.prepared(py, codes)?;
         let with_gil = self.preexec.is_some();
         let mut once = |cmd: &mut spawnkit::Command| -> spawnkit::Result<spawnkit::Child> {
@@ -833,6 +839,29 @@ impl Command {
 }
 
 impl Command {
+    /// Spawn through a spawn server: the same command, its fds passed by SCM_RIGHTS, the
+    /// child's pidfd back. A `pre_exec` hook is Python code of this process: refused.
+    fn spawn_via(
+        &self,
+        py: Python<'_>,
+        codes: [Option<Stdio>; 3],
+        server: &Server,
+    ) -> PyResult<Child> {
+        if self.preexec.is_some() {
+            return Err(PyValueError::new_err(
+                "preexec_fn cannot run through a spawn server (it is Python code of this \
+                 process): spawn locally, or set what it did with the Command's options",
+            ));
+        }
+        let cmd = self.copy_with(codes)?;
+        let result = py.detach(|| server.client().map(|mut c| c.get().spawn(&cmd)))?;
+        drop(cmd);
+        match result {
+            Ok(child) => Ok(Child::new(child)),
+            Err(e) => Err(spawn_error(py, &e, &self.names(py), self.subprocess_rules)),
+        }
+    }
+
     /// The file names an exception may carry, as the caller gave them.
     fn names<'py>(&self, py: Python<'py>) -> Names<'py> {
         let bind = |o: &Option<Py<PyAny>>| o.as_ref().map(|o| o.bind(py).clone());
@@ -852,28 +881,8 @@ impl Command {
         py: Python<'_>,
         streams: [Option<Stdio>; 3],
     ) -> PyResult<(spawnkit::Command, Option<Lock>)> {
-        let mut cmd = self.cmd.try_clone().map_err(value_error)?;
-        let [stdin, stdout, stderr] = streams;
-        let redirected = [stdin.is_some(), stdout.is_some(), stderr.is_some()];
-        if let Some(s) = stdin {
-            cmd.stdin(s);
-        }
-        if let Some(s) = stdout {
-            cmd.stdout(s);
-        }
-        if let Some(s) = stderr {
-            cmd.stderr(s);
-        }
-        if !self.env_cleared {
-            // The inherited environment is copied here, with the GIL held: every Python
-            // writer of os.environ (putenv/unsetenv) holds it, and the spawn itself runs with
-            // the GIL released, where a copy taken by the engine could meet a setenv halfway.
-            cmd.base_env(std::env::vars_os());
-        }
-        if !self.mask_set {
-            // The calling thread's signal mask: CPython's child inherits it, so ours does too.
-            cmd.signal_mask(SigSet::current_thread_mask());
-        }
+        let redirected = streams.each_ref().map(Option::is_some);
+        let mut cmd = self.copy_with(streams)?;
         if let Some(f) = &self.preexec {
             let close_fds_except = self.cmd.get_close_other_fds().then(|| {
                 let mut keep: Vec<i32> = self
@@ -902,6 +911,33 @@ impl Command {
             }
         }
         Ok((cmd, self.lock.clone()))
+    }
+
+    /// A copy of the command with these standard streams, the inherited environment and the
+    /// thread's signal mask taken now (with the GIL held).
+    fn copy_with(&self, streams: [Option<Stdio>; 3]) -> PyResult<spawnkit::Command> {
+        let mut cmd = self.cmd.try_clone().map_err(value_error)?;
+        let [stdin, stdout, stderr] = streams;
+        if let Some(s) = stdin {
+            cmd.stdin(s);
+        }
+        if let Some(s) = stdout {
+            cmd.stdout(s);
+        }
+        if let Some(s) = stderr {
+            cmd.stderr(s);
+        }
+        if !self.env_cleared {
+            // The inherited environment is copied here, with the GIL held: every Python
+            // writer of os.environ (putenv/unsetenv) holds it, and the spawn itself runs with
+            // the GIL released, where a copy taken by the engine could meet a setenv halfway.
+            cmd.base_env(std::env::vars_os());
+        }
+        if !self.mask_set {
+            // The calling thread's signal mask: CPython's child inherits it, so ours does too.
+            cmd.signal_mask(SigSet::current_thread_mask());
+        }
+        Ok(cmd)
     }
 }
 

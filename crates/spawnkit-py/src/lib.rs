@@ -12,6 +12,7 @@ mod convert;
 mod errors;
 mod observe;
 mod preexec;
+mod server;
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<child::Child>()?;
     observe::register(m)?;
     m.add_class::<command::Command>()?;
+    m.add_class::<server::Server>()?;
     m.add_function(wrap_pyfunction!(reap_orphans, m)?)?;
     m.add_function(wrap_pyfunction!(uses_clone3, m)?)?;
     m.add("STRATEGIES", spawnkit::Strategy::ALL.map(|s| s.name()).to_vec())?;

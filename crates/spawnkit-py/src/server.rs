@@ -1,0 +1,171 @@
+//! `spawnkit._native.Server`: a connection to a spawn server, `spawnkit serve`'s socket or a
+//! private server forked early from this process; `Command.spawn_child(via=...)` sends
+//! through it.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use spawnkit::serve::{default_socket_path, Client};
+use spawnkit::PrivateServer;
+
+use crate::convert::fs_os;
+
+enum Conn {
+    Private(Box<PrivateServer>),
+    Socket(Box<Client>),
+    Closed,
+}
+
+/// A spawn server to start children through: `Server()` forks a private one now (do it
+/// early, while this process is small and has no threads), `Server.connect(path)` joins
+/// `spawnkit serve`'s. A child started through it has the server as its parent; its pidfd
+/// comes back by SCM_RIGHTS, so waiting and signalling work as for a local child.
+#[pyclass(frozen, module = "spawnkit._native", name = "Server")]
+pub(crate) struct Server {
+    conn: Mutex<Conn>,
+    pid: Option<u32>,
+    path: Option<PathBuf>,
+    /// The process that made the connection: a fork()ed copy must not write into it.
+    owner: u32,
+}
+
+/// An engine error as `OSError` (its subclass by errno), or `ConnectionError` for a protocol
+/// or authentication failure, with the engine's message.
+fn engine_error(e: spawnkit::Error) -> PyErr {
+    match e.raw_os_error() {
+        Some(errno) => PyOSError::new_err((errno, e.to_string())),
+        None => PyConnectionError::new_err(e.to_string()),
+    }
+}
+
+impl Server {
+    /// The connection, for a spawn from this process (not a fork()ed copy of it).
+    pub(crate) fn client(&self) -> PyResult<ClientGuard<'_>> {
+        if std::process::id() != self.owner {
+            return Err(PyRuntimeError::new_err(
+                "this spawn server connection belongs to the process that made it (this is a \
+                 fork of it): connect again",
+            ));
+        }
+        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*guard, Conn::Closed) {
+            return Err(PyValueError::new_err("the spawn server connection is closed"));
+        }
+        Ok(ClientGuard(guard))
+    }
+}
+
+/// The locked connection.
+pub(crate) struct ClientGuard<'a>(MutexGuard<'a, Conn>);
+
+impl ClientGuard<'_> {
+    pub(crate) fn get(&mut self) -> &mut Client {
+        match &mut *self.0 {
+            Conn::Private(p) => p.client(),
+            Conn::Socket(c) => c,
+            Conn::Closed => unreachable!("checked by Server::client"),
+        }
+    }
+}
+
+#[pymethods]
+impl Server {
+    /// Fork a private spawn server now, connected over a socketpair (the key never leaves
+    /// memory); it exits when this object is closed or this process ends.
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<Server> {
+        let private = py.detach(PrivateServer::start).map_err(engine_error)?;
+        Ok(Server {
+            pid: Some(private.pid()),
+            conn: Mutex::new(Conn::Private(Box::new(private))),
+            path: None,
+            owner: std::process::id(),
+        })
+    }
+
+    /// Connect to `spawnkit serve`'s socket (default: `$XDG_RUNTIME_DIR/spawnkit/server.sock`
+    /// or `/tmp/spawnkit-UID/server.sock`), with the key from `key_file`, else
+    /// `$SPAWNKIT_SERVER_KEY`, else `SOCKET.key`.
+    #[staticmethod]
+    #[pyo3(signature = (path = None, *, key_file = None))]
+    fn connect(
+        py: Python<'_>,
+        path: Option<&Bound<'_, PyAny>>,
+        key_file: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Server> {
+        let path: PathBuf = match path.filter(|p| !p.is_none()) {
+            Some(p) => fs_os(p)?.into(),
+            None => default_socket_path(),
+        };
+        let key_file: Option<PathBuf> = match key_file.filter(|k| !k.is_none()) {
+            Some(k) => Some(fs_os(k)?.into()),
+            None => None,
+        };
+        let client = py
+            .detach(|| match &key_file {
+                Some(k) => Client::connect_with_key_file(&path, k),
+                None => Client::connect(&path),
+            })
+            .map_err(engine_error)?;
+        Ok(Server {
+            conn: Mutex::new(Conn::Socket(Box::new(client))),
+            pid: None,
+            path: Some(path),
+            owner: std::process::id(),
+        })
+    }
+
+    /// The private server's pid (the parent of the children it starts); `None` for a
+    /// connection to `spawnkit serve`.
+    #[getter]
+    fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// The socket path of `spawnkit serve`; `None` for a private server.
+    #[getter]
+    fn path(&self) -> Option<PathBuf> {
+        self.path.clone()
+    }
+
+    /// Close the connection (a private server exits; children it started keep running).
+    fn close(&self, py: Python<'_>) {
+        let old = {
+            let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *guard, Conn::Closed)
+        };
+        // Dropping a private server reaps it: without the GIL.
+        py.detach(move || drop(old));
+    }
+
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        matches!(*self.conn.lock().unwrap_or_else(|e| e.into_inner()), Conn::Closed)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _ty: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) {
+        self.close(py);
+    }
+
+    fn __repr__(&self) -> String {
+        match (&self.path, self.pid) {
+            (Some(p), _) => format!("<spawnkit.Server {}>", p.display()),
+            (None, Some(pid)) => format!("<spawnkit.Server private pid={pid}>"),
+            _ => "<spawnkit.Server>".into(),
+        }
+    }
+}

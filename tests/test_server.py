@@ -1,0 +1,174 @@
+"""The spawn server's Python faces: spawnkit.Server (private, forked early), spawnkit.connect
+(a real `spawnkit serve` process), Command.spawn(via=...), and spawnkit.subprocess routed
+through a server by use_server() or $SPAWNKIT_SERVER. Checked from inside the children."""
+
+import json
+import os
+import signal
+import subprocess as std
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import spawnkit
+from conftest import PY
+from spawnkit import PIPE, Command
+from spawnkit import subprocess as sks
+
+ROOT = Path(__file__).resolve().parent.parent
+SK = ROOT / "target" / "debug" / "spawnkit"
+
+PROBE = ("import json, os, sys; json.dump({'ppid': os.getppid(), 'cwd': os.getcwd(), "
+         "'env': os.environ.get('SK_SERVER_TEST'), 'argv': sys.argv[1:], "
+         "'fds': sorted(int(f) for f in os.listdir('/proc/self/fd'))}, sys.stdout)")
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory):
+    """A real `spawnkit serve` on a socket of its own; yields (socket path, server pid)."""
+    if not SK.exists():
+        pytest.skip(f"{SK} is not built (scripts/test builds it)")
+    d = tmp_path_factory.mktemp("serve")
+    sock = d / "sock"
+    p = std.Popen([SK, "serve", "--socket", sock], stdout=std.PIPE, stderr=std.STDOUT)
+    for _ in range(100):
+        if sock.exists():
+            break
+        time.sleep(0.05)
+    else:
+        p.kill()
+        pytest.fail(f"spawnkit serve did not start: {p.stdout.read()}")
+    yield str(sock), p.pid
+    p.terminate()
+    p.wait(10)
+
+
+@pytest.fixture
+def private():
+    srv = spawnkit.Server()
+    yield srv
+    srv.close()
+
+
+def probe(via, *args, **kw):
+    cmd = Command(PY).args(["-S", "-c", PROBE, *args])
+    for k, v in kw.items():
+        getattr(cmd, k)(*v) if isinstance(v, tuple) else getattr(cmd, k)(v)
+    p = cmd.spawn(via=via, stdout=PIPE)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0
+    return json.loads(out)
+
+
+def test_private_server_child_sees_the_callers_cwd_env_and_the_server_as_parent(private, tmp_path):
+    os.environ["SK_SERVER_TEST"] = "from-client"
+    try:
+        seen = probe(private, "a b", current_dir=str(tmp_path))
+    finally:
+        del os.environ["SK_SERVER_TEST"]
+    assert seen["ppid"] == private.pid != os.getpid()
+    assert (seen["cwd"], seen["env"], seen["argv"]) == (str(tmp_path), "from-client", ["a b"])
+    # Nothing of the server's reaches the child: the same fds as a local spawn's.
+    assert seen["fds"] == probe(None)["fds"]
+    # Unset cwd: the caller's, not the server's.
+    assert probe(private)["cwd"] == os.getcwd()
+
+
+def test_spawnkit_serve_passes_fds_pipes_status_and_errors(serve, tmp_path):
+    path, pid = serve
+    with spawnkit.connect(path) as srv:
+        assert str(srv.path) == path and srv.pid is None
+        r, w = os.pipe()
+        try:
+            seen = probe(srv, fd=(5, w))
+            assert seen["ppid"] == pid and 5 in seen["fds"]
+        finally:
+            os.close(r)
+            os.close(w)
+        p = Command("cat").stdin(PIPE).stdout(PIPE).spawn(via=srv)
+        assert p.communicate(b"through the server") == (b"through the server", None)
+        assert Command("sh").args(["-c", "exit 7"]).spawn(via=srv).wait() == 7
+        q = Command("sleep").arg("30").spawn(via=srv)
+        q.send_signal(signal.SIGTERM)
+        assert q.wait() == -signal.SIGTERM
+        with pytest.raises(FileNotFoundError) as e:
+            Command("/no/such/program").spawn(via=srv)
+        assert e.value.filename == "/no/such/program" and e.value.step == "execve"
+        with pytest.raises(FileNotFoundError) as e:
+            Command("true").current_dir(tmp_path / "gone").spawn(via=srv)
+        assert e.value.step == "chdir" and e.value.in_child is True
+
+
+def test_use_server_routes_unchanged_subprocess_code(private):
+    sks.use_server(private)
+    try:
+        r = sks.run(["sh", "-c", "echo $PPID; exit 3"], capture_output=True, text=True)
+        assert (r.returncode, r.stdout) == (3, f"{private.pid}\n")
+        assert sks.check_output(["echo", "hi"]) == b"hi\n"
+        with pytest.raises(ValueError, match="preexec_fn cannot run through a spawn server"):
+            sks.run(["true"], preexec_fn=lambda: None)
+        with pytest.raises(FileNotFoundError):
+            sks.run(["/no/such/program"])
+    finally:
+        sks.use_server(None)
+    assert sks.run(["sh", "-c", "echo $PPID"], capture_output=True, text=True).stdout == \
+        f"{os.getpid()}\n"
+
+
+def test_spawnkit_server_environment_variable(serve):
+    path, pid = serve
+    code = ("import os, sys, spawnkit.subprocess as s\n"
+            "a = s.run(['sh', '-c', 'echo $PPID'], capture_output=True, text=True).stdout\n"
+            "child = os.fork()\n"
+            "if child == 0:\n"
+            "    b = s.run(['sh', '-c', 'echo $PPID'], capture_output=True, text=True).stdout\n"
+            "    os.write(1, b.encode()); os._exit(0)\n"
+            "os.waitpid(child, 0)\n"
+            "print(a.strip())\n")
+    r = std.run([PY, "-c", code], capture_output=True, text=True,
+                env=dict(os.environ, SPAWNKIT_SERVER=path), timeout=60)
+    assert r.returncode == 0, r.stderr
+    # The forked copy connects again (it may not write into its parent's connection).
+    assert r.stdout.split() == [str(pid), str(pid)]
+
+
+def test_wrong_or_missing_key_is_refused_and_nothing_spawned(serve, tmp_path):
+    path, _ = serve
+    bad = tmp_path / "bad.key"
+    bad.write_bytes(os.urandom(32))
+    bad.chmod(0o600)
+    with pytest.raises(ConnectionError):
+        spawnkit.connect(path, key_file=bad)
+    with pytest.raises(FileNotFoundError):
+        spawnkit.connect(path, key_file=tmp_path / "none.key")
+
+
+def test_a_private_server_belongs_to_its_process(private):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            Command("true").spawn(via=private)
+            os._exit(1)
+        except RuntimeError as e:
+            os._exit(0 if "fork" in str(e) else 2)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent's connection is intact.
+    assert Command("true").spawn(via=private).wait() == 0
+
+
+def test_closed_server_and_its_children(tmp_path):
+    srv = spawnkit.Server()
+    spid = srv.pid
+    p = Command("sleep").arg("0.5").spawn(via=srv)
+    srv.close()
+    assert srv.closed
+    with pytest.raises(ValueError, match="closed"):
+        Command("true").spawn(via=srv)
+    # The private server is gone (reaped by close), its child runs on and is still waitable.
+    assert not Path(f"/proc/{spid}").exists()
+    assert p.wait(timeout=10) == 0
