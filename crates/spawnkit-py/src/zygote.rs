@@ -148,11 +148,7 @@ impl Frames {
     /// caller's; `None` if more bytes are needed. A frame that breaks the rules (a foreign
     /// version, a kind not allowed now, a body over the limit, fds missing or flooding) is a
     /// `ValueError`: close the connection.
-    fn next<'py>(
-        &self,
-        py: Python<'py>,
-        phase: &str,
-    ) -> PyResult<Option<FrameTuple<'py>>> {
+    fn next<'py>(&self, py: Python<'py>, phase: &str) -> PyResult<Option<FrameTuple<'py>>> {
         let expect = expect(phase)?;
         let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
         match inbox.next(expect) {
