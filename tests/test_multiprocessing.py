@@ -231,3 +231,32 @@ def test_an_oversized_frame_is_refused():
     s.sendall(struct.pack("<IBBBBQ", 0xFFFFFFF0, 1, 32, 0, 0, 1))
     assert _closed(s)
     s.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_another_uid_gets_no_challenge():
+    # The socket lives in a 0700 directory, and the zygote checks SO_PEERCRED: another user
+    # can neither reach it nor, reaching it, get a challenge.
+    client = skmp._zygote()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(3)
+            s.connect(client.path)
+            got = s.recv(64)
+            os.write(w, b"challenge" if got else b"closed")
+        except PermissionError:
+            os.write(w, b"denied")
+        except OSError as e:
+            os.write(w, repr(e).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        assert f.read() in (b"denied", b"closed")
