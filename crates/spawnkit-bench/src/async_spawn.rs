@@ -23,8 +23,6 @@ use super::Progress;
 
 const SCRIPT: &str = include_str!("../../../bench/python_async.py");
 
-/// Processes started per row and round.
-pub const TOTAL: usize = 1000;
 /// Most running at once.
 pub const LIMIT: usize = 64;
 
@@ -92,8 +90,8 @@ const SERVER_SKIP: &str = "the spawn server has no async requests yet (a blockin
                            called from spawn_blocking is not what issue 15 asks for)";
 
 /// How many processes the method starts (for the progress bar).
-pub fn planned(rounds: usize, python: bool) -> usize {
-    2 * rounds * TOTAL * (2 + if python { 3 } else { 0 })
+pub fn planned(rounds: usize, total: usize, python: bool) -> usize {
+    2 * rounds * total * (2 + if python { 3 } else { 0 })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +106,7 @@ fn threads_now() -> i64 {
 
 /// One round of one tokio row: a fresh current-thread runtime, a 1 ms ticker task on it, and
 /// the spawning loop (at most LIMIT children alive, each waited for by a task of its own).
-fn tokio_round(row: Tokio, prog: &str, progress: &Progress) -> Result<Cell, String> {
+fn tokio_round(row: Tokio, prog: &str, total: usize, progress: &Progress) -> Result<Cell, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -137,8 +135,8 @@ fn tokio_round(row: Tokio, prog: &str, progress: &Progress) -> Result<Cell, Stri
         let t = Instant::now();
         let mut set = tokio::task::JoinSet::new();
         let mut started = 0;
-        while started < TOTAL || !set.is_empty() {
-            if started < TOTAL && set.len() < LIMIT {
+        while started < total || !set.is_empty() {
+            if started < total && set.len() < LIMIT {
                 match row {
                     Tokio::Process => {
                         let mut child = tokio::process::Command::new(prog)
@@ -185,7 +183,7 @@ fn tokio_round(row: Tokio, prog: &str, progress: &Progress) -> Result<Cell, Stri
         let stall = *stall.lock().unwrap_or_else(|e| e.into_inner());
         Ok(Cell {
             wall_s: wall,
-            per_s: TOTAL as f64 / wall,
+            per_s: total as f64 / wall,
             stall_ms: stall.as_secs_f64() * 1e3,
             threads: most.load(Ordering::Relaxed) as i64 - before,
         })
@@ -211,6 +209,7 @@ pub fn run(
     tiny: &str,
     dir: &Path,
     rounds: usize,
+    total: usize,
     python: Option<&Path>,
     progress: &Progress,
 ) -> Result<AsyncResults, String> {
@@ -226,14 +225,14 @@ pub fn run(
             };
             for row in order {
                 let i = usize::from(row == Tokio::Spawnkit);
-                let c = tokio_round(row, prog, progress)
+                let c = tokio_round(row, prog, total, progress)
                     .map_err(|e| format!("async, tokio row {i}: {e}"))?;
                 cells[i][p] = Some(best(cells[i][p], c));
             }
         }
     }
     let mut res = AsyncResults {
-        total: TOTAL,
+        total,
         limit: LIMIT,
         rounds,
         rows: vec![
@@ -288,7 +287,7 @@ pub fn run(
         Some(py) => {
             for (p, prog) in progs.iter().enumerate() {
                 progress.phase(&format!("async, asyncio, {prog}"));
-                match run_python(py, dir, prog, rounds) {
+                match run_python(py, dir, prog, total, rounds) {
                     Ok((version, got)) => {
                         res.python_version = Some(version);
                         for r in &mut py_rows {
@@ -305,7 +304,7 @@ pub fn run(
                         }
                     }
                 }
-                progress.inc((3 * rounds * TOTAL) as u64);
+                progress.inc((3 * rounds * total) as u64);
             }
         }
     }
@@ -320,12 +319,18 @@ pub fn run(
 
 type PyCells = Vec<(String, Result<Cell, String>)>;
 
-fn run_python(py: &Path, dir: &Path, prog: &str, rounds: usize) -> Result<(String, PyCells), String> {
+fn run_python(
+    py: &Path,
+    dir: &Path,
+    prog: &str,
+    total: usize,
+    rounds: usize,
+) -> Result<(String, PyCells), String> {
     let script = dir.join("python_async.py");
     std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
     let out = std::process::Command::new(py)
         .arg(&script)
-        .args([prog.to_string(), TOTAL.to_string(), LIMIT.to_string(), rounds.to_string()])
+        .args([prog.to_string(), total.to_string(), LIMIT.to_string(), rounds.to_string()])
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("{}: {e}", py.display()))?;

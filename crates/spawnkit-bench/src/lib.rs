@@ -105,6 +105,7 @@ pub struct Options {
     pub python: Option<PathBuf>,
     pub no_python: bool,
     pub procs: Option<usize>,
+    pub async_total: Option<usize>,
     pub no_install: bool,
     pub steps: bool,
 }
@@ -142,10 +143,14 @@ pub struct Config {
     pub server_runs: usize,
     /// Server: throughput samples per row and parent size.
     pub server_iterations: usize,
+    /// Server: spawns per throughput sample.
+    pub server_tp_spawns: usize,
     /// Server: multiprocessing forkserver starts per parent size.
     pub forkserver_runs: usize,
-    /// Async: rounds of 1,000 processes per row and program.
+    /// Async: rounds per row and program.
     pub async_rounds: usize,
+    /// Async: processes per row and round (at most 64 running).
+    pub async_total: usize,
 }
 
 impl Config {
@@ -174,11 +179,21 @@ impl Config {
             ps_mem_runs,
             server_runs: runs,
             server_iterations: a.iterations.unwrap_or(iterations),
-            forkserver_runs,
-            async_rounds,
+            server_tp_spawns: (runs / 2).clamp(16, 1000),
+            forkserver_runs: forkserver_runs.min(runs),
+            async_rounds: a.iterations.unwrap_or(async_rounds),
+            async_total: a.async_total.unwrap_or(1000),
         };
-        if c.runs == 0 || c.iterations == 0 || c.active == 0 || c.totals.contains(&0) {
-            return Err("--runs, --iterations, --active and --totals must be at least 1".into());
+        if c.runs == 0
+            || c.iterations == 0
+            || c.active == 0
+            || c.totals.contains(&0)
+            || c.async_total == 0
+        {
+            return Err(
+                "--runs, --iterations, --active, --totals and --async-total must be at least 1"
+                    .into(),
+            );
         }
         Ok(c)
     }
@@ -357,13 +372,7 @@ pub struct Results {
     pub seconds: f64,
 }
 
-fn planned_spawns(
-    c: &Config,
-    m: Method,
-    sizes: &[Size],
-    all: &[rows::Row],
-    python: bool,
-) -> u64 {
+fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row], python: bool) -> u64 {
     let mut n = 0;
     if matches!(m, Method::Latency | Method::All) {
         for &size in sizes {
@@ -390,10 +399,10 @@ fn planned_spawns(
         n += ps::planned(c.ps_runs, c.ps_mem_runs);
     }
     if matches!(m, Method::Server | Method::All) {
-        n += server::planned(c.server_runs, c.server_iterations, python);
+        n += server::planned(c.server_runs, c.server_iterations, c.server_tp_spawns, python);
     }
     if matches!(m, Method::Async | Method::All) {
-        n += async_spawn::planned(c.async_rounds, python);
+        n += async_spawn::planned(c.async_rounds, c.async_total, python);
     }
     n as u64
 }
@@ -402,9 +411,8 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
     let started = Instant::now();
     // First of all, while this process is small and has one thread: the private spawn server
     // is a fork of it.
-    let early = matches!(args.method, Method::Server | Method::All)
-        .then(server::start)
-        .transpose()?;
+    let early =
+        matches!(args.method, Method::Server | Method::All).then(server::start).transpose()?;
     let cargo_note = drop_cargo_library_path();
     let dir = ChildDir::create()?;
     let prog = CString::new(TINY_NAME).map_err(|e| e.to_string())?;
@@ -432,8 +440,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
     // Before the progress bar: this may run apt-get, whose output goes to stderr.
     let fence_setup = matches!(m, Method::Fence | Method::All)
         .then(|| fence::setup(TINY_NAME, dir.path(), !args.no_install, c.fence_steps));
-    let progress =
-        Progress::new(planned_spawns(&c, args.method, &sizes, &all, !args.no_python));
+    let progress = Progress::new(planned_spawns(&c, args.method, &sizes, &all, !args.no_python));
     if matches!(m, Method::Latency | Method::All) {
         res.latency_sizes = sizes.clone();
         res.latency_sizes.sort();
@@ -523,6 +530,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
             early,
             c.server_runs,
             c.server_iterations,
+            c.server_tp_spawns,
             &prog,
             null.as_raw_fd(),
             (!args.no_python).then_some((py.as_path(), dir.path(), TINY_NAME)),
@@ -538,6 +546,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
             TINY_NAME,
             dir.path(),
             c.async_rounds,
+            c.async_total,
             (!args.no_python).then_some(py.as_path()),
             &progress,
         )?;

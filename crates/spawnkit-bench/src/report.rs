@@ -613,8 +613,11 @@ fn server_json(sv: &ServerResults) -> Value {
         .floor
         .iter()
         .map(|(s, (st, cpu))| {
-            (s.key().to_string(), json!({"min_us": st.min_us, "median_us": st.median_us,
-                                         "caller_cpu_us": cpu, "runs": st.runs}))
+            (
+                s.key().to_string(),
+                json!({"min_us": st.min_us, "median_us": st.median_us,
+                                         "caller_cpu_us": cpu, "runs": st.runs}),
+            )
         })
         .collect();
     json!({
@@ -630,7 +633,7 @@ fn server_json(sv: &ServerResults) -> Value {
                        calling thread around spawn + wait: the server 16 submitted, then \
                        received, then waited; the others one at a time; Python: Popen + wait",
                        "rows": values(&sv.cpu)},
-        "throughput": {"unit": "spawns/s", "spawns_per_sample": server::TP_SPAWNS,
+        "throughput": {"unit": "spawns/s", "spawns_per_sample": sv.tp_spawns,
                        "measures": "one calling thread, median of the samples: the server with \
                                     up to 16 requests in flight or children unwaited; the \
                                     others spawn, wait, repeat",
@@ -647,8 +650,10 @@ fn server_json(sv: &ServerResults) -> Value {
 
 fn async_json(a: &AsyncResults) -> Value {
     let cell = |c: &Option<async_spawn::Cell>| {
-        c.map(|c| json!({"wall_s": c.wall_s, "per_s": c.per_s, "longest_stall_ms": c.stall_ms,
-                         "threads_created": c.threads}))
+        c.map(|c| {
+            json!({"wall_s": c.wall_s, "per_s": c.per_s, "longest_stall_ms": c.stall_ms,
+                         "threads_created": c.threads})
+        })
     };
     let rows: Vec<Value> = a
         .rows
@@ -680,7 +685,11 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
          instruction, µs",
         sv.server_pid
     );
-    writeln!(o, "   {runs} runs per row and parent size, rows taking turns in blocks of {}", server::BLOCK);
+    writeln!(
+        o,
+        "   {runs} runs per row and parent size, rows taking turns in blocks of {}",
+        server::BLOCK
+    );
     let w = 44;
     write!(o, "{:<w$}", "row");
     for s in sizes {
@@ -744,7 +753,7 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
     writeln!(
         o,
         "== Spawn server: spawns per second from one calling thread (median of {iterations} samples of {})",
-        server::TP_SPAWNS
+        sv.tp_spawns
     );
     write!(o, "{:<w$}", "row");
     for s in sizes {

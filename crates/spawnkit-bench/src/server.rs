@@ -41,9 +41,6 @@ pub const IN_FLIGHT: usize = 16;
 /// Spawns per turn of a row (latency: as the latency method's turns).
 pub const BLOCK: usize = 10;
 
-/// Spawns per throughput sample.
-pub const TP_SPAWNS: usize = 200;
-
 /// The Rust rows: how the tiny child is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
@@ -97,6 +94,8 @@ pub struct ServerResults {
     pub cpu: Vec<ValueRow>,
     /// Spawns per second from one calling thread (median of the samples).
     pub throughput: Vec<ValueRow>,
+    /// Spawns per throughput sample.
+    pub tp_spawns: usize,
     /// The socket round trip alone: latency stats and the caller's CPU per round trip.
     pub floor: BTreeMap<Size, (Stats, f64)>,
     /// multiprocessing's forkserver: Process(no-op).start() + join(), µs.
@@ -163,8 +162,8 @@ pub const FLOORS: [&str; 2] =
     ["floor: (socket round trip + vfork)/vfork", "floor: socket round trip cpu/vfork_cpu"];
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
-pub fn planned(runs: usize, tp_iterations: usize, python: bool) -> usize {
-    let per_size = WAYS.len() * (runs + runs + TP_SPAWNS * tp_iterations) + runs;
+pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
+    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs;
     SIZES.len() * (per_size + if python { 3 * runs } else { 0 })
 }
 
@@ -192,7 +191,13 @@ fn wait_ok(mut child: spawnkit::Child) -> Result<(), String> {
 }
 
 /// One latency sample: request → the child's own clock; the wait is outside the time.
-fn latency_once(way: Way, client: &mut Client, prog: &CStr, r: RawFd, w: RawFd) -> Result<i64, String> {
+fn latency_once(
+    way: Way,
+    client: &mut Client,
+    prog: &CStr,
+    r: RawFd,
+    w: RawFd,
+) -> Result<i64, String> {
     let mut buf = [0u8; 16];
     let t0 = sys::mono_ns();
     match way {
@@ -219,7 +224,13 @@ fn latency_once(way: Way, client: &mut Client, prog: &CStr, r: RawFd, w: RawFd) 
 
 /// `n` spawns and waits with at most [`IN_FLIGHT`] at once where the way allows (the
 /// server), else one at a time: the CPU and throughput work.
-fn spawn_wait(way: Way, client: &mut Client, prog: &CStr, null: RawFd, n: usize) -> Result<(), String> {
+fn spawn_wait(
+    way: Way,
+    client: &mut Client,
+    prog: &CStr,
+    null: RawFd,
+    n: usize,
+) -> Result<(), String> {
     match way {
         Way::Vfork => {
             for _ in 0..n {
@@ -259,7 +270,13 @@ fn spawn_wait(way: Way, client: &mut Client, prog: &CStr, null: RawFd, n: usize)
 
 /// The caller's CPU for `n` spawns of the server: submit [`IN_FLIGHT`], receive them all, wait
 /// for their children; the others spawn and wait one at a time.
-fn cpu_block(way: Way, client: &mut Client, prog: &CStr, null: RawFd, n: usize) -> Result<f64, String> {
+fn cpu_block(
+    way: Way,
+    client: &mut Client,
+    prog: &CStr,
+    null: RawFd,
+    n: usize,
+) -> Result<f64, String> {
     let c0 = sys::thread_cpu_us();
     if way == Way::Server {
         let cmd = tiny(prog, null);
@@ -325,6 +342,7 @@ pub fn run(
     early: Early,
     runs: usize,
     tp_iterations: usize,
+    tp_spawns: usize,
     prog: &CStr,
     null_fd: RawFd,
     python: Option<(&Path, &Path, &str)>,
@@ -387,10 +405,10 @@ pub fn run(
             for k in 0..WAYS.len() {
                 let i = (it + k) % WAYS.len();
                 let t = Instant::now();
-                spawn_wait(WAYS[i], client, prog, null_fd, TP_SPAWNS)
+                spawn_wait(WAYS[i], client, prog, null_fd, tp_spawns)
                     .map_err(|e| format!("server throughput, {}: {e}", WAYS[i].name()))?;
-                rates[i].push(TP_SPAWNS as f64 / t.elapsed().as_secs_f64());
-                progress.inc(TP_SPAWNS as u64);
+                rates[i].push(tp_spawns as f64 / t.elapsed().as_secs_f64());
+                progress.inc(tp_spawns as u64);
             }
         }
         for (i, v) in rates.into_iter().enumerate() {
@@ -429,12 +447,14 @@ pub fn run(
             .zip(tp)
             .map(|(w, values)| {
                 let name = match w {
-                    Way::Server => format!("{} ({IN_FLIGHT} in flight)", w.name()),
-                    _ => format!("{} (spawn, wait, repeat)", w.name()),
+                    Way::Server => format!("spawnkit private server, {IN_FLIGHT} in flight"),
+                    Way::Local => "spawnkit local, spawn+wait loop".into(),
+                    Way::Vfork => "vfork+exec, spawn+wait loop".into(),
                 };
                 ValueRow { id: w.id().into(), name, values }
             })
             .collect(),
+        tp_spawns,
         floor,
         forkserver: None,
         python_version: None,
@@ -507,7 +527,13 @@ fn run_python(
                 cpu.insert(size, c);
             }
         }
-        let row = LatencyRow { id: id.clone(), name: name.clone(), kind: "python".into(), sizes, skipped };
+        let row = LatencyRow {
+            id: id.clone(),
+            name: name.clone(),
+            kind: "python".into(),
+            sizes,
+            skipped,
+        };
         if id == "py_forkserver" {
             res.forkserver = Some(row);
             continue;
