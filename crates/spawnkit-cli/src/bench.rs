@@ -20,8 +20,8 @@ pub struct BenchArgs {
     /// Which method to run.
     #[arg(value_enum, default_value_t = Method::All)]
     pub method: Method,
-    /// Spawns per row and parent size (latency), per row and mode (cpu), per row (fence)
-    /// [default: 500 with --quick, 2000 with --full].
+    /// Spawns per row and parent size (latency; server: per measure too), per row and mode
+    /// (cpu), per row (fence) [default: 500 with --quick, 2000 with --full].
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
     /// Small sizes that still cover every row (the default).
