@@ -411,8 +411,13 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
     let started = Instant::now();
     // First of all, while this process is small and has one thread: the private spawn server
     // is a fork of it.
-    let early =
-        matches!(args.method, Method::Server | Method::All).then(server::start).transpose()?;
+    // A server that cannot start (no fork allowed here) skips the method, not the run.
+    let (early, early_err) =
+        match matches!(args.method, Method::Server | Method::All).then(server::start) {
+            Some(Ok(e)) => (Some(e), None),
+            Some(Err(e)) => (None, Some(format!("server: the method was skipped: {e}"))),
+            None => (None, None),
+        };
     let cargo_note = drop_cargo_library_path();
     let dir = ChildDir::create()?;
     let prog = CString::new(TINY_NAME).map_err(|e| e.to_string())?;
@@ -428,7 +433,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         ps: None,
         server: None,
         asyncs: None,
-        notes: cargo_note.into_iter().collect(),
+        notes: cargo_note.into_iter().chain(early_err).collect(),
         python: None,
         seconds: 0.0,
         config,
