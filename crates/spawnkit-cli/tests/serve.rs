@@ -494,6 +494,77 @@ fn a_killed_client_leaves_no_fd_or_zombie() {
 }
 
 #[test]
+fn a_client_that_never_reads_its_replies_is_held_back() {
+    let s = Serve::start(&[]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let c = authenticated(&s);
+    c.set_nonblocking(true).unwrap();
+    let mut cmd = Command::new("/bin/true");
+    cmd.current_dir("/").env_clear();
+    cmd.stdin(spawnkit::Stdio::Fd(0)).stdout(spawnkit::Stdio::Fd(1)).stderr(spawnkit::Stdio::Fd(2));
+    let (body, fds) = cmd.to_wire().unwrap();
+    let mut frame = header(frame::Kind::Spawn, body.len() as u32, fds.len() as u8, 1).to_vec();
+    frame.extend_from_slice(&body);
+    // Requests until the socket pushes back (the server stops reading a client whose
+    // replies wait), within a bound.
+    let mut sent = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if !try_send_fds(&c, &frame, &fds) {
+            std::thread::sleep(Duration::from_millis(100));
+            if !try_send_fds(&c, &frame, &fds) {
+                break;
+            }
+        }
+        sent += 1;
+    }
+    assert!(Instant::now() < deadline, "the server kept reading ({sent} requests)");
+    eprintln!("held back after {sent} requests, server fds {} (base {base})", s.fd_count());
+    // Meanwhile others are served, and the server holds a bounded number of fds.
+    s.still_serves();
+    assert!(s.fd_count() < base + 2000, "{} fds after {sent} requests", s.fd_count());
+    drop(c);
+    s.settles_at(base);
+    s.still_serves();
+}
+
+/// sendmsg with MSG_DONTWAIT; false on EAGAIN.
+fn try_send_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> bool {
+    let mut cmsg = [0u64; 64];
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
+    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: CMSG_* compute offsets inside `cmsg` (512 bytes, enough for these few fds).
+    unsafe {
+        msg.msg_control = cmsg.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE((fds.len() * 4) as u32) as usize;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fds.len() * 4);
+    }
+    // SAFETY: `msg` points at live buffers.
+    let n =
+        unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+        return false;
+    }
+    // A partial send leaves the stream mid-frame: finish it blocking.
+    if (n as usize) < bytes.len() {
+        sock.set_nonblocking(false).unwrap();
+        (&*sock).write_all(&bytes[n as usize..]).unwrap();
+        sock.set_nonblocking(true).unwrap();
+    }
+    true
+}
+
+#[test]
 fn another_uid_is_refused_before_a_byte() {
     if !is_root() {
         eprintln!("skipped: needs root");

@@ -13,6 +13,7 @@ mod errors;
 mod observe;
 mod preexec;
 mod server;
+mod zygote;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     observe::register(m)?;
     m.add_class::<command::Command>()?;
     m.add_class::<server::Server>()?;
+    m.add_class::<zygote::Frames>()?;
+    m.add_function(wrap_pyfunction!(zygote::frame_header, m)?)?;
+    m.add_function(wrap_pyfunction!(zygote::auth_nonce, m)?)?;
+    m.add_function(wrap_pyfunction!(zygote::auth_answer, m)?)?;
+    m.add_function(wrap_pyfunction!(zygote::auth_check_answer, m)?)?;
+    m.add_function(wrap_pyfunction!(zygote::auth_check_welcome, m)?)?;
+    m.add_function(wrap_pyfunction!(zygote::remote_child, m)?)?;
     m.add_function(wrap_pyfunction!(reap_orphans, m)?)?;
     m.add_function(wrap_pyfunction!(uses_clone3, m)?)?;
     m.add("STRATEGIES", spawnkit::Strategy::ALL.map(|s| s.name()).to_vec())?;

@@ -133,8 +133,23 @@ async fn kill_and_signals() {
 }
 
 // Waiting costs a readiness event: no thread, no SIGCHLD handler, on a current-thread runtime.
+// Sibling tests start threads of their own, so the count is taken in a process of its own:
+// this test binary run again with only this test.
 #[test]
 fn waiting_starts_no_thread_and_installs_no_sigchld_handler() {
+    if std::env::var_os("SK_TOKIO_ALONE").is_none() {
+        let me = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(me)
+            .args(["--exact", "waiting_starts_no_thread_and_installs_no_sigchld_handler"])
+            .args(["--test-threads=1", "--nocapture"])
+            .env("SK_TOKIO_ALONE", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("1 passed"), "the test did not run alone: {text}");
+        return;
+    }
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
     let before = threads();
     let statuses = rt.block_on(async {

@@ -41,6 +41,9 @@ pub enum Kind {
     Error = 18,
     /// Server → client: the child was reaped; its pid and status (only when asked for).
     Exit = 19,
+    /// Client → the Python zygote (`spawnkit.multiprocessing`): a pickled process to start
+    /// in a pooled worker, its fds beside it. The spawn server refuses it.
+    Fork = 32,
 }
 
 impl Kind {
@@ -54,6 +57,7 @@ impl Kind {
             17 => Kind::Spawned,
             18 => Kind::Error,
             19 => Kind::Exit,
+            32 => Kind::Fork,
             _ => return None,
         })
     }

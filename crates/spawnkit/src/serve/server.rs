@@ -620,7 +620,10 @@ impl<'a> Looper<'a> {
 
     /// Read, handle and answer what a connection sent; false to close it.
     fn serve_conn(&mut self, conn: &mut Conn, idx: usize, flags: u32) -> bool {
-        if flags & libc::EPOLLOUT as u32 != 0 && !conn.tx.flush() {
+        // Queued replies go first; a peer that hung up fails here (EPIPE) and is closed,
+        // rather than reported HUP again and again while its queue waits.
+        let out_or_gone = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+        if flags & out_or_gone != 0 && !conn.tx.flush() {
             return false;
         }
         if flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 == 0 {

@@ -195,6 +195,13 @@ impl Child {
 
     /// A child a spawn server started for us: same API, but waits read its exit status from
     /// the pidfd after the server reaped it (see [`Client`](crate::Client)).
+    /// A handle for a child of another process (a spawn server, the Python zygote), known
+    /// by its pid and a pidfd for it: waits and signals go through the pidfd, the exit
+    /// status comes from the pidfd's exit info (Linux 6.15+) once its parent has reaped it.
+    pub fn from_remote_pidfd(pid: u32, pidfd: OwnedFd) -> Child {
+        Child::new_remote(pid as i32, pidfd, [None, None, None], false)
+    }
+
     pub(crate) fn new_remote(
         pid: i32,
         pidfd: OwnedFd,

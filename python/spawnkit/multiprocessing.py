@@ -1,0 +1,280 @@
+"""The ``"spawnkit"`` start method for :mod:`multiprocessing`: fork's speed, forkserver's safety.
+
+``import spawnkit.multiprocessing`` registers it, so ``multiprocessing.get_context("spawnkit")``,
+``multiprocessing.set_start_method("spawnkit")`` and libraries that take a method name
+(``concurrent.futures.ProcessPoolExecutor(mp_context=...)``) work unchanged;
+:func:`get_context` returns the same context.
+
+On first use the context starts a *zygote*: a clean, single-threaded Python process started
+through spawnkit's engine (so starting it costs the same from a 20 GiB parent as from a small
+one), which preloads the modules named by :func:`set_preload` and imports the caller's main
+script once, as ``spawn`` would, then keeps a warm pool of pre-forked workers
+(:func:`set_pool_size`). ``Process.start()`` sends the pickled process and its fds over an
+authenticated Unix socket (the spawn server's frames and HMAC handshake) and gets back the
+worker's pid and pidfd: a message, not a fork. ``join``, ``exitcode``, ``sentinel`` (the
+pidfd), ``terminate`` and ``kill`` (through the pidfd) work as with ``forkserver``.
+Needs Linux 6.15+ (a pidfd's exit status after its parent, the zygote, reaped it).
+"""
+
+import io
+import json
+import os
+import pickle
+import socket
+import struct
+import sys
+import threading
+from multiprocessing import context as _context
+from multiprocessing import popen_fork, process, reduction, resource_tracker, spawn, util
+
+from . import _native
+from ._zygote import KIND_ERROR, KIND_FORK, KIND_SPAWNED, MAX_FDS, send_frame
+
+__all__ = ["get_context", "set_preload", "set_pool_size", "SpawnkitContext", "Popen"]
+
+METHOD = "spawnkit"
+
+
+def _default_pool_size():
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+class _DupFd:
+    """An fd passed to the worker with the process (multiprocessing's DupFd protocol)."""
+
+    def __init__(self, ind):
+        self.ind = ind
+
+    def detach(self):
+        from . import _zygote
+
+        return _zygote.inherited_fds[self.ind]
+
+
+class Popen(popen_fork.Popen):
+    """The process's handle: a pidfd of the zygote's worker."""
+
+    method = METHOD
+    DupFd = _DupFd
+
+    def __init__(self, process_obj):
+        self._fds = []
+        self._child = None
+        super().__init__(process_obj)
+
+    def duplicate_for_child(self, fd):
+        self._fds.append(fd)
+        return len(self._fds) - 1
+
+    def _launch(self, process_obj):
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        buf = io.BytesIO()
+        _context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            _context.set_spawning_popen(None)
+        parent_r, parent_w = os.pipe()
+        try:
+            tracker = resource_tracker.getfd()
+        except Exception:
+            tracker = None
+        fds = [parent_r, tracker if tracker is not None else parent_r, *self._fds]
+        try:
+            self._child = _zygote().start(buf.getvalue(), fds)
+        finally:
+            os.close(parent_r)
+        self.pid = self._child.pid
+        self.sentinel = self._child.pidfd
+        # The write end of the parent sentinel lives as long as this Popen (the child's
+        # multiprocessing.parent_process() sees it close when we are gone).
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_w,))
+
+    def poll(self, flag=os.WNOHANG):
+        if self.returncode is None and self._child is not None:
+            rc = self._child.try_wait() if flag == os.WNOHANG else self._child.wait()
+            if rc is not None:
+                self.returncode = rc
+        return self.returncode
+
+    def _send_signal(self, sig):
+        if self.returncode is None and self._child is not None:
+            self._child.send_signal(sig)
+
+    def close(self):
+        super().close()
+        self._child = None
+
+
+class SpawnkitProcess(process.BaseProcess):
+    _start_method = METHOD
+
+    @staticmethod
+    def _Popen(process_obj):
+        return Popen(process_obj)
+
+
+class SpawnkitContext(_context.BaseContext):
+    _name = METHOD
+    Process = SpawnkitProcess
+
+    def _check_available(self):
+        if not reduction.HAVE_SEND_HANDLE:
+            raise ValueError("the spawnkit start method needs fd passing (SCM_RIGHTS)")
+
+    def set_preload(self, module_names):
+        set_preload(module_names)
+
+    def set_pool_size(self, n):
+        set_pool_size(n)
+
+
+_ctx = SpawnkitContext()
+_context._concrete_contexts[METHOD] = _ctx
+_preload = []
+_pool_size = None
+
+
+def get_context():
+    """The ``"spawnkit"`` context (as ``multiprocessing.get_context("spawnkit")``)."""
+    return _ctx
+
+
+def set_preload(module_names):
+    """Modules the zygote imports before it forks its workers (as
+    ``multiprocessing.set_forkserver_preload``); takes effect when the zygote starts."""
+    global _preload
+    if not all(type(m) is str for m in module_names):
+        raise TypeError("module_names must be a list of strings")
+    _preload = list(module_names)
+
+
+def set_pool_size(n):
+    """How many pre-forked workers the zygote keeps ready (default: twice the CPUs, 2 to 8);
+    takes effect when the zygote starts."""
+    global _pool_size
+    n = int(n)
+    if n < 1:
+        raise ValueError("the pool size is at least 1")
+    _pool_size = n
+
+
+class _Client:
+    """This process's zygote: started on first use, connected over an authenticated socket."""
+
+    def __init__(self):
+        from . import Command
+
+        self.lock = threading.Lock()
+        self.owner = os.getpid()
+        key = os.urandom(32)
+        self.key = key
+        d = _socket_dir()
+        self.path = os.path.join(d, f"zygote-{os.getpid()}-{os.urandom(6).hex()}.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.path)
+        listener.listen(64)
+        conf_r, conf_w = os.pipe()
+        key_r, key_w = os.pipe()
+        self.alive_r, self.alive_w = os.pipe()
+        main = None
+        prep = spawn.get_preparation_data("zygote")
+        prep.pop("authkey", None)  # each process gets its own in its job
+        if prep.get("init_main_from_path") or prep.get("init_main_from_name"):
+            main = pickle.dumps(prep).hex()
+        config = {"preload": _preload, "pool_size": _pool_size or _default_pool_size(),
+                  "sys_path": [p for p in sys.path if p], "main": main}
+        try:
+            cmd = (Command(sys.executable)
+                   .args(["-c", "from spawnkit._zygote import main; main()"])
+                   .fd(3, listener.fileno()).fd(4, conf_r).fd(5, self.alive_r).fd(6, key_r))
+            self.proc = cmd.spawn()
+        finally:
+            listener.close()
+            os.close(conf_r)
+            os.close(key_r)
+            os.close(self.alive_r)
+        with os.fdopen(conf_w, "wb") as f:
+            f.write(json.dumps(config).encode())
+        with os.fdopen(key_w, "wb") as f:
+            f.write(key)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path)
+        self.frames = _native.Frames()
+        self.next_id = 1
+        self._handshake()
+        util.Finalize(self, _Client._stop, (self.sock, self.alive_w, self.proc, self.path),
+                      exitpriority=-100)
+
+    @staticmethod
+    def _stop(sock, alive_w, proc, path):
+        sock.close()
+        os.close(alive_w)
+        try:
+            proc.wait(5)
+        except Exception:
+            proc.kill()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+    def _recv_frame(self, phase):
+        while True:
+            got = self.frames.next(phase)
+            if got is not None:
+                return got
+            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, MAX_FDS)
+            self.frames.push(data, fds)
+            if not data:
+                raise ConnectionError("the spawnkit zygote closed the connection")
+
+    def _handshake(self):
+        _, _, _, ns, _ = self._recv_frame("challenge")
+        answer, nc = _native.auth_answer(self.key, ns)
+        send_frame(self.sock, 2, answer)
+        kind, _, _, welcome, _ = self._recv_frame("welcome")
+        if kind != 3 or not _native.auth_check_welcome(self.key, ns, nc, welcome):
+            raise ConnectionError("the spawnkit zygote did not prove the key")
+
+    def start(self, payload, fds):
+        with self.lock:
+            id = self.next_id
+            self.next_id += 1
+            send_frame(self.sock, KIND_FORK, payload, fds, id=id)
+            kind, _, rid, body, got = self._recv_frame("reply")
+        if rid != id:
+            for fd in got:
+                os.close(fd)
+            raise ConnectionError(f"the zygote answered request {rid}, not {id}")
+        if kind == KIND_ERROR:
+            for fd in got:
+                os.close(fd)
+            raise OSError(body.decode(errors="replace"))
+        assert kind == KIND_SPAWNED and len(got) == 1
+        (pid,) = struct.unpack("<I", body)
+        return _native.remote_child(pid, got[0])
+
+
+_client = None
+_client_lock = threading.Lock()
+
+
+def _zygote():
+    global _client
+    with _client_lock:
+        if _client is None or _client.owner != os.getpid():
+            _client = _Client()
+        return _client
+
+
+def _socket_dir():
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    d = os.path.join(base, "spawnkit") if base else f"/tmp/spawnkit-{os.getuid()}"
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.stat(d)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{d} is not private to this user (owner {st.st_uid}, mode "
+                              f"{st.st_mode & 0o777:o})")
+    return d

@@ -1,0 +1,233 @@
+"""The "spawnkit" multiprocessing start method: the context, the zygote's warm pool, and the
+zygote's door (the spawn server's handshake: wrong key, malformed frames, fuzzed bytes).
+CPython's own test._test_multiprocessing for the method runs in test_cpython_multiprocessing.py."""
+
+import concurrent.futures
+import multiprocessing
+import os
+import random
+import re
+import socket
+import struct
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import spawnkit.multiprocessing as skmp
+from spawnkit import _native
+
+
+def pid_and_random(_=None):
+    return os.getpid(), random.random(), os.getppid()
+
+
+def start_time(pid):
+    """Start time of `pid` in clock ticks after boot (/proc/PID/stat field 22)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_registered_under_its_name_and_usable_by_libraries():
+    ctx = multiprocessing.get_context("spawnkit")
+    assert ctx is skmp.get_context() and ctx.get_start_method() == "spawnkit"
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex:
+        assert list(ex.map(abs, [-1, -2, 3])) == [1, 2, 3]
+
+
+def test_workers_are_preforked_distinct_and_do_not_share_random_state():
+    ctx = skmp.get_context()
+    q = ctx.Queue()
+    client = skmp._zygote()
+    time.sleep(0.5)  # the pool fills
+    hz = os.sysconf("SC_CLK_TCK")
+    asked_at = int(time.clock_gettime(time.CLOCK_BOOTTIME) * hz)  # /proc's start-time clock
+    procs = [ctx.Process(target=_report, args=(q,)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=20) for _ in procs]
+    for p in procs:
+        p.join(10)
+        assert p.exitcode == 0
+    assert len({g[0] for g in got}) == 4 and len({g[1] for g in got}) == 4
+    # Their parent is the zygote's template, not this process or the zygote.
+    assert all(g[2] not in (os.getpid(), client.proc.pid) for g in got)
+    # Pre-forked: they existed before their requests were sent.
+    assert all(g[3] < asked_at for g in got), (got, asked_at)
+
+
+def _report(q):
+    pid = os.getpid()
+    q.put((pid, random.random(), os.getppid(), start_time(pid)))
+
+
+def memory_contains(pid, needle):
+    """Whether `needle` is anywhere in the readable memory of `pid` (as root)."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            m = re.match(r"([0-9a-f]+)-([0-9a-f]+) (r)", line)
+            if not m or "[vvar" in line or "[vsyscall" in line:
+                continue
+            start, end = int(m.group(1), 16), int(m.group(2), 16)
+            try:
+                mem.seek(start)
+                if needle in mem.read(end - start):
+                    found = True
+                    break
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads another process's memory (root)")
+def test_the_key_never_reaches_a_worker():
+    ctx = skmp.get_context()
+    client = skmp._zygote()
+    # The scan finds the key where it is (the zygote), so its absence in a worker means it.
+    assert memory_contains(client.proc.pid, client.key)
+    p = ctx.Process(target=time.sleep, args=(30,))
+    p.start()
+    try:
+        time.sleep(0.3)
+        assert not memory_contains(p.pid, client.key)
+    finally:
+        p.kill()
+        p.join()
+    assert p.exitcode == -9
+
+
+def test_a_worker_that_dies_unused_is_replaced():
+    client = skmp._zygote()
+    time.sleep(0.5)
+    workers = _idle_workers(client)
+    assert workers, "no pooled worker found"
+    os.kill(workers[0], 9)
+    ctx = skmp.get_context()
+    for _ in range(len(workers) + 1):  # every request still gets a live worker
+        p = ctx.Process(target=os.getpid)
+        p.start()
+        p.join(10)
+        assert p.exitcode == 0
+
+
+def _idle_workers(client):
+    """The zygote template's children (idle workers)."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if ppid != client.proc.pid:
+            continue
+        # The template's children.
+        for e in os.listdir("/proc"):
+            if e.isdigit():
+                try:
+                    with open(f"/proc/{e}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == int(d):
+                            kids.append(int(e))
+                except OSError:
+                    pass
+    return kids
+
+
+def _connect(client):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(client.path)
+    return s
+
+
+def _challenge(s):
+    frames = _native.Frames()
+    while True:
+        got = frames.next("challenge")
+        if got:
+            return got[3]
+        data = s.recv(4096)
+        assert data, "the zygote closed before its challenge"
+        frames.push(data, [])
+
+
+def _closed(s):
+    try:
+        while True:
+            data = s.recv(4096)
+            if not data:
+                return True
+    except (ConnectionResetError, socket.timeout):
+        return True
+
+
+def test_wrong_key_reflected_and_replayed_answers_are_refused():
+    client = skmp._zygote()
+    # Wrong key.
+    s = _connect(client)
+    ns = _challenge(s)
+    answer, _ = _native.auth_answer(os.urandom(32), ns)
+    s.sendall(_native.frame_header(2, 0, 0, len(answer)) + answer)
+    assert _closed(s)
+    # Replay: a right answer to one challenge, sent against another.
+    s1 = _connect(client)
+    ns1 = _challenge(s1)
+    answer1, _ = _native.auth_answer(client.key, ns1)
+    s2 = _connect(client)
+    _challenge(s2)
+    s2.sendall(_native.frame_header(2, 0, 0, len(answer1)) + answer1)
+    assert _closed(s2)
+    # Reflection: the challenge's nonce offered back with garbage.
+    s3 = _connect(client)
+    ns3 = _challenge(s3)
+    body = ns3 + ns3
+    s3.sendall(_native.frame_header(2, 0, 0, len(body)) + body)
+    assert _closed(s3)
+    for x in (s, s1, s2, s3):
+        x.close()
+    # Still serving.
+    p = skmp.get_context().Process(target=os.getpid)
+    p.start()
+    p.join(10)
+    assert p.exitcode == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_at_the_door_spawn_nothing(data):
+    client = skmp._zygote()
+    before = set(_idle_workers(client))
+    s = _connect(client)
+    try:
+        _challenge(s)
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        _closed(s)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    assert client.proc.poll() is None, "the zygote died"
+    # Nothing was handed out: every idle worker is still idle (more may have been forked).
+    assert before <= set(_idle_workers(client)) | set()
+
+
+def test_an_oversized_frame_is_refused():
+    client = skmp._zygote()
+    s = _connect(client)
+    ns = _challenge(s)
+    answer, _ = _native.auth_answer(client.key, ns)
+    s.sendall(_native.frame_header(2, 0, 0, len(answer)) + answer)
+    data = b""
+    while len(data) < 48:
+        chunk = s.recv(4096)
+        assert chunk
+        data += chunk
+    # Authenticated; now a Fork frame announcing more than the limit.
+    s.sendall(struct.pack("<IBBBBQ", 0xFFFFFFF0, 1, 32, 0, 0, 1))
+    assert _closed(s)
+    s.close()
