@@ -14,7 +14,12 @@
 //!    private /tmp and a private network, built by spawnkit in one spawn, by `unshare -Urmn` +
 //!    mount + ip in a shell, and by bubblewrap, against the same launches without a fence;
 //! 5. **ps** (module `ps`): N sleeping processes, then `spawnkit ps` (BPF and /proc backends)
-//!    beside `ps ax`, `spawnkit.ps()` beside psutil, `spawnkit mem` beside smem.
+//!    beside `ps ax`, `spawnkit.ps()` beside psutil, `spawnkit mem` beside smem;
+//! 6. **server** (module `server`): a spawn through a private spawn server beside vfork+exec
+//!    and the local spawn: latency, the calling thread's CPU, one thread's throughput, from a
+//!    small and a 1 GiB touched parent; `spawnkit.subprocess` through the server in Python;
+//! 7. **async** (module `async_spawn`): 1,000 processes, at most 64 running, from one event
+//!    loop: tokio::process beside spawnkit's tokio face, asyncio beside spawnkit.asyncio.
 //!
 //! Every row starts the same tiny static child (bench/tinychild.c, embedded) by the same bare
 //! name, found through the same PATH whose first entry is the directory it was written to; the
@@ -23,6 +28,7 @@
 
 #![deny(unsafe_code)]
 
+mod async_spawn;
 mod cpu;
 mod fence;
 mod latency;
@@ -32,6 +38,7 @@ mod ps;
 mod python;
 mod report;
 mod rows;
+mod server;
 #[allow(unsafe_code)]
 mod sys;
 mod throughput;
@@ -69,7 +76,14 @@ pub enum Method {
     /// N sleeping processes, then `spawnkit ps` (BPF, /proc) beside `ps ax`, `spawnkit.ps()`
     /// beside psutil's process_iter, `spawnkit mem` beside smem.
     Ps,
-    /// All five.
+    /// A spawn through a private spawn server beside vfork+exec and the local spawn: latency,
+    /// the calling thread's CPU per spawn, one thread's throughput (16 in flight), small and
+    /// 1 GiB touched parent; spawnkit.subprocess through the server; multiprocessing forkserver.
+    Server,
+    /// 1,000 processes, at most 64 running, from one event loop: tokio::process beside
+    /// spawnkit's tokio face, asyncio (default and pidfd watchers) beside spawnkit.asyncio.
+    Async,
+    /// All seven.
     All,
 }
 
@@ -91,6 +105,7 @@ pub struct Options {
     pub python: Option<PathBuf>,
     pub no_python: bool,
     pub procs: Option<usize>,
+    pub async_total: Option<usize>,
     pub no_install: bool,
     pub steps: bool,
 }
@@ -124,6 +139,18 @@ pub struct Config {
     pub ps_procs: usize,
     pub ps_runs: usize,
     pub ps_mem_runs: usize,
+    /// Server: spawns per row, parent size and measure (latency, CPU).
+    pub server_runs: usize,
+    /// Server: throughput samples per row and parent size.
+    pub server_iterations: usize,
+    /// Server: spawns per throughput sample.
+    pub server_tp_spawns: usize,
+    /// Server: multiprocessing forkserver starts per parent size.
+    pub forkserver_runs: usize,
+    /// Async: rounds per row and program.
+    pub async_rounds: usize,
+    /// Async: processes per row and round (at most 64 running).
+    pub async_total: usize,
 }
 
 impl Config {
@@ -136,6 +163,7 @@ impl Config {
         };
         let (ps_procs, ps_runs, ps_mem_runs) = if a.full { (10_000, 10, 3) } else { (1000, 5, 2) };
         let runs = a.runs.unwrap_or(runs);
+        let (forkserver_runs, async_rounds) = if a.full { (100, 5) } else { (20, 2) };
         let c = Config {
             preset,
             runs,
@@ -149,9 +177,23 @@ impl Config {
             ps_procs: a.procs.unwrap_or(ps_procs),
             ps_runs,
             ps_mem_runs,
+            server_runs: runs,
+            server_iterations: a.iterations.unwrap_or(iterations),
+            server_tp_spawns: (runs / 2).clamp(16, 1000),
+            forkserver_runs: forkserver_runs.min(runs),
+            async_rounds: a.iterations.unwrap_or(async_rounds),
+            async_total: a.async_total.unwrap_or(1000),
         };
-        if c.runs == 0 || c.iterations == 0 || c.active == 0 || c.totals.contains(&0) {
-            return Err("--runs, --iterations, --active and --totals must be at least 1".into());
+        if c.runs == 0
+            || c.iterations == 0
+            || c.active == 0
+            || c.totals.contains(&0)
+            || c.async_total == 0
+        {
+            return Err(
+                "--runs, --iterations, --active, --totals and --async-total must be at least 1"
+                    .into(),
+            );
         }
         Ok(c)
     }
@@ -323,12 +365,14 @@ pub struct Results {
     /// The fence rows' tools and their versions (unshare, sh, mount, ip, bwrap).
     pub fence_tools: Vec<(String, String)>,
     pub ps: Option<ps::PsResults>,
+    pub server: Option<server::ServerResults>,
+    pub asyncs: Option<async_spawn::AsyncResults>,
     pub notes: Vec<String>,
     pub python: Option<python::PythonInfo>,
     pub seconds: f64,
 }
 
-fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row]) -> u64 {
+fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row], python: bool) -> u64 {
     let mut n = 0;
     if matches!(m, Method::Latency | Method::All) {
         for &size in sizes {
@@ -354,11 +398,26 @@ fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row]) -> u
     if matches!(m, Method::Ps | Method::All) {
         n += ps::planned(c.ps_runs, c.ps_mem_runs);
     }
+    if matches!(m, Method::Server | Method::All) {
+        n += server::planned(c.server_runs, c.server_iterations, c.server_tp_spawns, python);
+    }
+    if matches!(m, Method::Async | Method::All) {
+        n += async_spawn::planned(c.async_rounds, c.async_total, python);
+    }
     n as u64
 }
 
 fn measure(args: &Options, config: Config) -> Result<Results, String> {
     let started = Instant::now();
+    // First of all, while this process is small and has one thread: the private spawn server
+    // is a fork of it.
+    // A server that cannot start (no fork allowed here) skips the method, not the run.
+    let (early, early_err) =
+        match matches!(args.method, Method::Server | Method::All).then(server::start) {
+            Some(Ok(e)) => (Some(e), None),
+            Some(Err(e)) => (None, Some(format!("server: the method was skipped: {e}"))),
+            None => (None, None),
+        };
     let cargo_note = drop_cargo_library_path();
     let dir = ChildDir::create()?;
     let prog = CString::new(TINY_NAME).map_err(|e| e.to_string())?;
@@ -372,7 +431,9 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         fence: Vec::new(),
         fence_tools: Vec::new(),
         ps: None,
-        notes: cargo_note.into_iter().collect(),
+        server: None,
+        asyncs: None,
+        notes: cargo_note.into_iter().chain(early_err).collect(),
         python: None,
         seconds: 0.0,
         config,
@@ -384,7 +445,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
     // Before the progress bar: this may run apt-get, whose output goes to stderr.
     let fence_setup = matches!(m, Method::Fence | Method::All)
         .then(|| fence::setup(TINY_NAME, dir.path(), !args.no_install, c.fence_steps));
-    let progress = Progress::new(planned_spawns(&c, args.method, &sizes, &all));
+    let progress = Progress::new(planned_spawns(&c, args.method, &sizes, &all, !args.no_python));
     if matches!(m, Method::Latency | Method::All) {
         res.latency_sizes = sizes.clone();
         res.latency_sizes.sort();
@@ -467,6 +528,35 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         )?;
         res.notes.extend(r.notes.iter().cloned());
         res.ps = Some(r);
+    }
+    if let Some(early) = early {
+        let py = python::interpreter(args.python.as_deref());
+        let r = server::run(
+            early,
+            c.server_runs,
+            c.server_iterations,
+            c.server_tp_spawns,
+            &prog,
+            null.as_raw_fd(),
+            (!args.no_python).then_some((py.as_path(), dir.path(), TINY_NAME)),
+            c.forkserver_runs,
+            &progress,
+        )?;
+        res.notes.extend(r.notes.iter().cloned());
+        res.server = Some(r);
+    }
+    if matches!(m, Method::Async | Method::All) {
+        let py = python::interpreter(args.python.as_deref());
+        let r = async_spawn::run(
+            TINY_NAME,
+            dir.path(),
+            c.async_rounds,
+            c.async_total,
+            (!args.no_python).then_some(py.as_path()),
+            &progress,
+        )?;
+        res.notes.extend(r.notes.iter().cloned());
+        res.asyncs = Some(r);
     }
     progress.0.finish_and_clear();
     res.seconds = started.elapsed().as_secs_f64();

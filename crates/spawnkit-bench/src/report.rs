@@ -2,9 +2,11 @@
 
 use serde_json::{json, Map, Value};
 
+use super::async_spawn::{self, AsyncResults};
 use super::cpu::{self, CpuRow};
 use super::fence::{self, FenceRow};
 use super::latency::{self, LatencyRow, Size};
+use super::server::{self, ServerResults};
 use super::Results;
 
 /// The report's text, built before anything is written: `write!`/`writeln!` on it cannot fail
@@ -328,6 +330,12 @@ pub fn render(res: &Results) -> String {
     if let Some(ps) = &res.ps {
         super::ps::print(o, ps);
     }
+    if let Some(sv) = &res.server {
+        print_server(o, sv, res.config.server_runs, res.config.server_iterations);
+    }
+    if let Some(a) = &res.asyncs {
+        print_async(o, a);
+    }
     for n in &res.notes {
         writeln!(o, "note: {n}");
     }
@@ -353,6 +361,42 @@ pub fn render(res: &Results) -> String {
     if !tp.is_empty() {
         let parts: Vec<String> = tp.iter().map(|(t, r)| format!("{r:.2} at {t}")).collect();
         writeln!(o, "throughput, spawnkit ÷ vfork+exec: {} (target: at least 1)", parts.join(", "));
+    }
+    if let Some(sv) = &res.server {
+        writeln!(o, "spawn server ratios (latency: minimum; CPU: mean; throughput: median):");
+        for t in &server::RATIOS {
+            writeln!(
+                o,
+                "  {:<43} {:>5} small parent, {:>5} 1 GiB touched (target: {} {:.2})",
+                t.key,
+                fmt_ratio(sv.ratio(t.key, Size::Small)),
+                fmt_ratio(sv.ratio(t.key, Size::Touched)),
+                if t.at_least { "≥" } else { "≤" },
+                t.target
+            );
+        }
+        for key in server::FLOORS {
+            writeln!(
+                o,
+                "  {:<43} {:>5} small parent, {:>5} 1 GiB touched",
+                key,
+                fmt_ratio(sv.ratio(key, Size::Small)),
+                fmt_ratio(sv.ratio(key, Size::Touched)),
+            );
+        }
+    }
+    if let Some(a) = &res.asyncs {
+        writeln!(o, "async ratios, processes per second (tiny child; /bin/true):");
+        for (key, num, den, target) in async_spawn::RATIOS {
+            writeln!(
+                o,
+                "  {:<43} {:>5}; {:>5} (target: ≥ {:.1}, tiny child)",
+                key,
+                fmt_ratio(a.ratio(num, den, 0)),
+                fmt_ratio(a.ratio(num, den, 1)),
+                target
+            );
+        }
     }
     if !res.latency.is_empty() {
         writeln!(o, "minimum latency ratios (spawnkit default strategy = clone-vfork):");
@@ -465,9 +509,36 @@ pub fn json(res: &Results) -> Value {
         }
         ratios.insert(r.key.into(), Value::Object(per));
     }
+    let mut other = Map::new();
+    if let Some(sv) = &res.server {
+        for t in &server::RATIOS {
+            let mut per = Map::new();
+            for s in server::SIZES {
+                per.insert(s.key().into(), json!(sv.ratio(t.key, s)));
+            }
+            ratios.insert(t.key.into(), Value::Object(per));
+        }
+        for key in server::FLOORS {
+            let mut per = Map::new();
+            for s in server::SIZES {
+                per.insert(s.key().into(), json!(sv.ratio(key, s)));
+            }
+            other.insert(key.into(), Value::Object(per));
+        }
+    }
+    if let Some(a) = &res.asyncs {
+        for (key, num, den, _) in async_spawn::RATIOS {
+            ratios.insert(key.into(), json!(a.ratio(num, den, 0)));
+        }
+        for (key, num, den, prog) in async_spawn::OTHER_RATIOS {
+            other.insert(key.into(), json!(a.ratio(num, den, prog)));
+        }
+    }
     let [plain, captured] = cpu_vs_vfork(&res.cpu);
+    other.insert("cpu spawnkit/vfork pct".into(), json!({"plain": plain, "captured": captured}));
     let tp: Map<String, Value> =
         throughput_vs_vfork(res).into_iter().map(|(t, r)| (t.to_string(), json!(r))).collect();
+    other.insert("throughput spawnkit/vfork".into(), Value::Object(tp));
     json!({
         "machine": {"date": m.date, "kernel": m.kernel, "cpu": m.cpu, "cores": m.cores,
                     "glibc": m.glibc,
@@ -477,7 +548,10 @@ pub fn json(res: &Results) -> Value {
                    "latency_block": latency::BLOCK, "cpu_block": cpu::BLOCK,
                    "totals": c.totals, "iterations": c.iterations, "active": c.active,
                    "cpu_spawns": c.cpu_spawns, "fence_runs": c.fence_runs,
-                   "ps_procs": c.ps_procs, "ps_runs": c.ps_runs, "ps_mem_runs": c.ps_mem_runs},
+                   "ps_procs": c.ps_procs, "ps_runs": c.ps_runs, "ps_mem_runs": c.ps_mem_runs,
+                   "server_runs": c.server_runs, "server_iterations": c.server_iterations,
+                   "server_tp_spawns": c.server_tp_spawns, "forkserver_runs": c.forkserver_runs,
+                   "async_rounds": c.async_rounds, "async_total": c.async_total},
         "seconds": res.seconds,
         "latency": {"unit": "µs", "parent_sizes": res.latency_sizes.iter().map(|s| s.key()).collect::<Vec<_>>(),
                     "rows": latency},
@@ -493,10 +567,246 @@ pub fn json(res: &Results) -> Value {
                   "tools": tools, "rows": fence},
         "ps": res.ps.as_ref().map(super::ps::json),
         "notes": res.notes,
+        "server": res.server.as_ref().map(server_json),
+        "async": res.asyncs.as_ref().map(async_json),
         "ratios": ratios,
-        "other_ratios": {
-            "cpu spawnkit/vfork pct": {"plain": plain, "captured": captured},
-            "throughput spawnkit/vfork": tp,
+        "other_ratios": other,
+        "ratios_doc": {
+            "server/vfork": "minimum latency (request -> the child's first instruction), the \
+                             private server's over vfork+exec's, at each parent size",
+            "server_caller_cpu/vfork_cpu": "the calling thread's CPU per spawn+wait \
+                (getrusage RUSAGE_THREAD, mean): the server with 16 requests in flight over \
+                vfork+exec",
+            "server_throughput_1thread/vfork_throughput": "spawns per second from one thread \
+                (median of samples): the server with up to 16 in flight over a vfork+exec \
+                spawn-and-wait loop",
+            "py_server/py_local": "minimum latency of spawnkit.subprocess.Popen through a \
+                private spawnkit.Server over the local one",
+            "py_server_cpu/py_local_cpu": "the calling thread's CPU per Popen+wait, through \
+                the server over local",
+            "async_spawnkit/tokio": "processes per second, 1,000 tiny children with at most 64 \
+                running: spawnkit's tokio face over tokio::process (current-thread runtime)",
+            "asyncio_spawnkit/asyncio": "processes per second, the same: spawnkit.asyncio over \
+                asyncio's default child watcher",
+            "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
+                beside vfork+exec, the floor under the server ratios",
         },
     })
+}
+
+fn per_size_json(values: &std::collections::BTreeMap<Size, f64>) -> Value {
+    Value::Object(values.iter().map(|(s, v)| (s.key().to_string(), json!(v))).collect())
+}
+
+fn server_json(sv: &ServerResults) -> Value {
+    let lat = |rows: &[LatencyRow]| -> Vec<Value> {
+        rows.iter()
+            .map(|r| {
+                json!({"id": r.id, "name": r.name, "kind": r.kind, "sizes": stats_json(r),
+                       "skipped": r.skipped})
+            })
+            .collect()
+    };
+    let values = |rows: &[server::ValueRow]| -> Vec<Value> {
+        rows.iter()
+            .map(|r| json!({"id": r.id, "name": r.name, "sizes": per_size_json(&r.values)}))
+            .collect()
+    };
+    let floor: Map<String, Value> = sv
+        .floor
+        .iter()
+        .map(|(s, (st, cpu))| {
+            (
+                s.key().to_string(),
+                json!({"min_us": st.min_us, "median_us": st.median_us,
+                                         "caller_cpu_us": cpu, "runs": st.runs}),
+            )
+        })
+        .collect();
+    json!({
+        "server": "a private spawnkit::PrivateServer forked by the benchmark first thing \
+                   (before any ballast or thread); not spawnkit serve",
+        "server_pid": sv.server_pid,
+        "parent_sizes": server::SIZES.iter().map(|s| s.key()).collect::<Vec<_>>(),
+        "in_flight": server::IN_FLIGHT,
+        "latency": {"unit": "µs", "measures": "request -> the tiny child's own CLOCK_MONOTONIC \
+                    (Triplett's method); rows take turns in blocks of 10",
+                    "rows": lat(&sv.latency)},
+        "caller_cpu": {"unit": "µs per spawn", "measures": "getrusage(RUSAGE_THREAD) of the \
+                       calling thread around spawn + wait: the server 16 submitted, then \
+                       received, then waited; the others one at a time; Python: Popen + wait",
+                       "rows": values(&sv.cpu)},
+        "throughput": {"unit": "spawns/s", "spawns_per_sample": sv.tp_spawns,
+                       "measures": "one calling thread, median of the samples: the server with \
+                                    up to 16 requests in flight or children unwaited; the \
+                                    others spawn, wait, repeat",
+                       "rows": values(&sv.throughput)},
+        "floor_socket_round_trip": {"measures": "a 512-byte write and a 64-byte reply over a \
+                                     Unix socketpair to a thread answering at once (no fds, \
+                                     no spawn)", "sizes": floor},
+        "forkserver": sv.forkserver.as_ref().map(|r| json!({"id": r.id, "name": r.name,
+            "measures": "multiprocessing forkserver: Process(target=noop).start() + join(), µs",
+            "sizes": stats_json(r), "skipped": r.skipped})),
+        "python": sv.python_version,
+    })
+}
+
+fn async_json(a: &AsyncResults) -> Value {
+    let cell = |c: &Option<async_spawn::Cell>| {
+        c.map(|c| {
+            json!({"wall_s": c.wall_s, "per_s": c.per_s, "longest_stall_ms": c.stall_ms,
+                         "threads_created": c.threads})
+        })
+    };
+    let rows: Vec<Value> = a
+        .rows
+        .iter()
+        .map(|r| {
+            json!({"id": r.id, "name": r.name, "kind": r.kind,
+                   "tiny": cell(&r.cells[0]), "bin_true": cell(&r.cells[1]),
+                   "skipped": r.skipped})
+        })
+        .collect();
+    json!({
+        "total": a.total, "limit": a.limit, "rounds": a.rounds,
+        "programs": {"tiny": "the benchmark's tiny static child", "bin_true": async_spawn::TRUE},
+        "tokio_runtime": "current-thread (a fresh one per round)",
+        "measures": "wall: the fastest round; per_s = total / wall; longest_stall_ms: the \
+                     largest gap between two ticks of a 1 ms timer on the same loop minus 1 ms \
+                     (the smallest over rounds; tokio's timer has 1 ms granularity); \
+                     threads_created: the most threads seen while spawning minus those before",
+        "python": a.python_version,
+        "rows": rows,
+    })
+}
+
+fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize) {
+    let sizes = server::SIZES;
+    writeln!(
+        o,
+        "== Spawn server (a private server forked first, pid {}): request -> the child's first \
+         instruction, µs",
+        sv.server_pid
+    );
+    writeln!(
+        o,
+        "   {runs} runs per row and parent size, rows taking turns in blocks of {}",
+        server::BLOCK
+    );
+    let w = 44;
+    write!(o, "{:<w$}", "row");
+    for s in sizes {
+        write!(o, " | {:^19}", s.label());
+    }
+    writeln!(o);
+    let mut lat_rows: Vec<&LatencyRow> = sv.latency.iter().collect();
+    lat_rows.extend(sv.forkserver.iter());
+    for row in lat_rows {
+        write!(o, "{:<w$}", row.name);
+        if let Some(why) = &row.skipped {
+            let short: String = why.chars().take(60).collect();
+            writeln!(o, " | skipped: {short}");
+            continue;
+        }
+        for s in sizes {
+            match row.sizes.get(&s) {
+                Some(st) => write!(o, " | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us)),
+                None => write!(o, " | {:>9} {:>9}", "-", "-"),
+            }
+        }
+        writeln!(o);
+    }
+    write!(o, "{:<w$}", "floor: socketpair round trip (no spawn)");
+    for s in sizes {
+        match sv.floor.get(&s) {
+            Some((st, _)) => write!(o, " | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us)),
+            None => write!(o, " | {:>9} {:>9}", "-", "-"),
+        }
+    }
+    writeln!(o);
+    writeln!(o, "   (min, median; the forkserver row: Process(no-op).start() + join())");
+    writeln!(o);
+    writeln!(
+        o,
+        "== Spawn server: the calling thread's CPU per spawn + wait (getrusage RUSAGE_THREAD), µs"
+    );
+    writeln!(
+        o,
+        "   the server: {} requests submitted, then received, then waited for; the others one at a time",
+        server::IN_FLIGHT
+    );
+    write!(o, "{:<w$}", "row");
+    for s in sizes {
+        write!(o, " | {:>19}", s.label());
+    }
+    writeln!(o);
+    for row in &sv.cpu {
+        write!(o, "{:<w$}", row.name);
+        for s in sizes {
+            write!(o, " | {:>19}", row.values.get(&s).map_or("-".into(), |v| format!("{v:.1}")));
+        }
+        writeln!(o);
+    }
+    write!(o, "{:<w$}", "floor: socketpair round trip (no spawn)");
+    for s in sizes {
+        write!(o, " | {:>19}", sv.floor.get(&s).map_or("-".into(), |f| format!("{:.1}", f.1)));
+    }
+    writeln!(o);
+    writeln!(o);
+    writeln!(
+        o,
+        "== Spawn server: spawns per second from one calling thread (median of {iterations} samples of {})",
+        sv.tp_spawns
+    );
+    write!(o, "{:<w$}", "row");
+    for s in sizes {
+        write!(o, " | {:>19}", s.label());
+    }
+    writeln!(o);
+    for row in &sv.throughput {
+        write!(o, "{:<w$}", row.name);
+        for s in sizes {
+            write!(o, " | {:>19}", row.values.get(&s).map_or("-".into(), |v| format!("{v:.0}")));
+        }
+        writeln!(o);
+    }
+    writeln!(o);
+}
+
+fn print_async(o: &mut Text, a: &AsyncResults) {
+    writeln!(
+        o,
+        "== Async: {} processes, at most {} running, from one event loop; best of {} rounds",
+        a.total, a.limit, a.rounds
+    );
+    writeln!(
+        o,
+        "   per program: processes/s, the loop's longest stall (1 ms timer), threads created"
+    );
+    let w = 50;
+    writeln!(o, "{:<w$} | {:^26} | {:^26}", "", "tiny child", async_spawn::TRUE);
+    writeln!(
+        o,
+        "{:<w$} | {:>8} {:>9} {:>7} | {:>8} {:>9} {:>7}",
+        "row", "proc/s", "stall ms", "threads", "proc/s", "stall ms", "threads"
+    );
+    for row in &a.rows {
+        write!(o, "{:<w$}", row.name);
+        if row.cells.iter().all(Option::is_none) {
+            let why = row.skipped.as_deref().unwrap_or("not measured");
+            let short: String = why.chars().take(70).collect();
+            writeln!(o, " | skipped: {short}");
+            continue;
+        }
+        for c in &row.cells {
+            match c {
+                Some(c) => {
+                    write!(o, " | {:>8.0} {:>9.2} {:>7}", c.per_s, c.stall_ms, c.threads)
+                }
+                None => write!(o, " | {:>26}", "-"),
+            }
+        }
+        writeln!(o);
+    }
+    writeln!(o);
 }

@@ -13,13 +13,15 @@ Examples:
   spawnkit bench latency --full           (the published 2000 runs per row and parent size)
   spawnkit bench fence --runs 1000        (the cost of a private /tmp + network + user namespace)
   spawnkit bench ps --full                (10,000 sleeping processes: spawnkit ps beside ps, psutil, smem)
+  spawnkit bench server --json s.json     (the spawn server beside vfork+exec and a local spawn)
+  spawnkit bench async                    (1,000 processes from tokio and asyncio event loops)
   spawnkit bench all --full --json bench.json --plot docs/bench")]
 pub struct BenchArgs {
     /// Which method to run.
     #[arg(value_enum, default_value_t = Method::All)]
     pub method: Method,
-    /// Spawns per row and parent size (latency), per row and mode (cpu), per row (fence)
-    /// [default: 500 with --quick, 2000 with --full].
+    /// Spawns per row and parent size (latency; server: per measure too), per row and mode
+    /// (cpu), per row (fence) [default: 500 with --quick, 2000 with --full].
     #[arg(long, value_name = "N")]
     pub runs: Option<usize>,
     /// Small sizes that still cover every row (the default).
@@ -32,7 +34,8 @@ pub struct BenchArgs {
     /// 32,128,384,1024,2048 with --full].
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub totals: Option<Vec<usize>>,
-    /// Throughput: iterations per total [default: 5].
+    /// Throughput: iterations per total; server: throughput samples; async: rounds
+    /// [default: 5; async: 2 with --quick, 5 with --full].
     #[arg(long, value_name = "N")]
     pub iterations: Option<usize>,
     /// Throughput: most processes alive at once [default: 2 × cores + 1].
@@ -60,6 +63,9 @@ pub struct BenchArgs {
     /// Ps: how many sleeping processes to start [default: 1000 with --quick, 10000 with --full].
     #[arg(long, value_name = "N")]
     pub procs: Option<usize>,
+    /// Async: processes per row and round, at most 64 running [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub async_total: Option<usize>,
     /// Fence, ps: when bwrap, smem or psutil is missing, skip its row instead of installing it
     /// (bubblewrap and smem from Debian's packages with apt-get, psutil with pip).
     #[arg(long)]
@@ -90,6 +96,7 @@ impl BenchArgs {
             python: a.python,
             no_python: a.no_python,
             procs: a.procs,
+            async_total: a.async_total,
             no_install: a.no_install,
             steps: a.steps,
         }

@@ -67,6 +67,8 @@ fn every_method_every_row_in_the_json_file() {
         "6,12",
         "--iterations",
         "2",
+        "--async-total",
+        "8",
         "--no-python",
         "--no-install",
         "--json",
@@ -74,6 +76,10 @@ fn every_method_every_row_in_the_json_file() {
     ]);
     let stdout = ok(&out);
     let v = read_json(&json);
+
+    // Server and async: run by `all` too (checked in detail below).
+    assert_eq!(ids(&v["server"]["latency"]["rows"]), SERVER_ROWS);
+    assert_eq!(ids(&v["async"]["rows"]), ASYNC_ROWS);
 
     // Fence: every row, measured or skipped (checked in detail below).
     assert_eq!(ids(&v["fence"]["rows"]), FENCE_ROWS);
@@ -176,6 +182,8 @@ fn plots_are_png_and_svg() {
         "4,8",
         "--iterations",
         "2",
+        "--async-total",
+        "8",
         "--no-python",
         "--no-install",
         "--plot",
@@ -531,5 +539,107 @@ fn ps_rows_measured_or_skipped_with_a_reason() {
     for f in ["ps.png", "ps.svg"] {
         assert!(plots.join(f).metadata().unwrap().len() > 1000, "{f}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const SERVER_ROWS: [&str; 3] = ["vfork_exec", "spawnkit_local", "spawnkit_server"];
+const SERVER_RATIOS: [&str; 5] = [
+    "server/vfork",
+    "server_caller_cpu/vfork_cpu",
+    "server_throughput_1thread/vfork_throughput",
+    "py_server/py_local",
+    "py_server_cpu/py_local_cpu",
+];
+const ASYNC_ROWS: [&str; 6] = [
+    "tokio_process",
+    "spawnkit_tokio",
+    "spawnkit_tokio_server",
+    "asyncio",
+    "asyncio_pidfd",
+    "asyncio_spawnkit",
+];
+
+/// `spawnkit bench server` (a smoke run: a few spawns per row): every Rust row measured at
+/// both parent sizes, every ratio key there at "0" and "1GiB-touched"; the Python rows measured
+/// where the project's venv has the package, their ratios null otherwise.
+#[test]
+fn server_method_rows_and_ratios() {
+    let dir = tmp("server");
+    let json = dir.join("bench.json");
+    let out =
+        bench(&["server", "--runs", "6", "--iterations", "1", "--json", json.to_str().unwrap()]);
+    let stdout = ok(&out);
+    let v = read_json(&json);
+    let sv = &v["server"];
+    let lat = sv["latency"]["rows"].as_array().unwrap();
+    let rust: Vec<&Value> = lat.iter().filter(|r| r["kind"] != "python").collect();
+    assert_eq!(rust.iter().map(|r| r["id"].as_str().unwrap()).collect::<Vec<_>>(), SERVER_ROWS);
+    for section in ["caller_cpu", "throughput"] {
+        let rows = &sv[section]["rows"];
+        for id in SERVER_ROWS {
+            let row = rows.as_array().unwrap().iter().find(|r| r["id"] == id).unwrap();
+            for size in ["0", "1GiB-touched"] {
+                assert!(row["sizes"][size].as_f64().unwrap() > 0.0, "{section} {row}");
+            }
+        }
+    }
+    for row in rust {
+        for size in ["0", "1GiB-touched"] {
+            let s = &row["sizes"][size];
+            let (min, median) = (s["min_us"].as_f64().unwrap(), s["median_us"].as_f64().unwrap());
+            assert!(min > 0.0 && min <= median, "{} at {size}: {s}", row["id"]);
+        }
+    }
+    let py_measured = lat.iter().any(|r| r["id"] == "py_server" && r["skipped"].is_null());
+    for key in SERVER_RATIOS {
+        for size in ["0", "1GiB-touched"] {
+            let r = &v["ratios"][key][size];
+            if key.starts_with("py_") && !py_measured {
+                assert!(r.is_null(), "{key} {size}: {r}");
+            } else {
+                assert!(r.as_f64().unwrap() > 0.0, "{key} {size}: {r}\n{stdout}");
+            }
+        }
+    }
+    assert!(stdout.contains("spawnkit private server"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `spawnkit bench async` (a smoke run: 16 processes per row): the tokio rows measured with
+/// both programs, the server row skipped with its reason, the ratios there.
+#[test]
+fn async_method_rows_and_ratios() {
+    let dir = tmp("async");
+    let json = dir.join("bench.json");
+    let out = bench(&[
+        "async",
+        "--async-total",
+        "16",
+        "--iterations",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    let v = read_json(&json);
+    let rows = v["async"]["rows"].as_array().unwrap();
+    assert_eq!(ids(&v["async"]["rows"]), ASYNC_ROWS);
+    for row in rows {
+        if row["id"] == "spawnkit_tokio_server" {
+            assert!(row["skipped"].as_str().unwrap().contains("no async requests"), "{row}");
+            continue;
+        }
+        if row["kind"] == "asyncio" && !row["skipped"].is_null() {
+            continue; // no Python here, or no package: said in the notes
+        }
+        for prog in ["tiny", "bin_true"] {
+            let c = &row[prog];
+            assert!(c["per_s"].as_f64().unwrap() > 0.0, "{row}");
+            assert!(c["longest_stall_ms"].as_f64().unwrap() >= 0.0, "{row}");
+            assert!(c["threads_created"].as_i64().is_some(), "{row}");
+        }
+    }
+    assert!(v["ratios"]["async_spawnkit/tokio"].as_f64().unwrap() > 0.0, "{stdout}");
+    assert!(v["ratios"].get("asyncio_spawnkit/asyncio").is_some(), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }

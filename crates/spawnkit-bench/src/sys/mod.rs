@@ -346,3 +346,14 @@ pub fn glibc_version() -> String {
     // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }.to_string_lossy().into_owned()
 }
+
+/// User + system CPU time (µs) of the calling thread alone (getrusage(2), RUSAGE_THREAD):
+/// what a spawn costs the thread that asks for it, not the helpers or children it wakes.
+pub fn thread_cpu_us() -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    // SAFETY: zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}

@@ -1,0 +1,364 @@
+//! Method 7, async spawning (issue 15): start TOTAL processes (1,000) with at most LIMIT (64)
+//! running and wait for all of them, from one event loop, with the tiny static child and with
+//! /bin/true: `tokio::process` beside spawnkit's tokio face (`spawn_async`, waiting on the
+//! pidfd), on a current-thread tokio runtime (one per round, the same for both rows); and
+//! asyncio's `create_subprocess_exec` (default watcher, `PidfdChildWatcher`) beside
+//! `spawnkit.asyncio` through bench/python_async.py (embedded).
+//!
+//! Per row: the wall time, processes per second, the event loop's longest stall (the largest
+//! gap between two ticks of a 1 ms timer running on the same loop while the spawning runs,
+//! minus the 1 ms) and the threads created while it runs (the most threads the process had,
+//! sampled by that timer, minus those it had before). The rows take turns, ROUNDS times; each
+//! keeps its fastest round's wall time and the smallest of its rounds' longest stalls (a shared
+//! machine's noise only ever slows a round or lengthens a stall).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spawnkit::tokio::CommandExt;
+
+use super::Progress;
+
+const SCRIPT: &str = include_str!("../../../bench/python_async.py");
+
+/// Most running at once.
+pub const LIMIT: usize = 64;
+
+/// The two programs: the benchmark's tiny static child (by its bare name, along PATH) and a
+/// dynamically linked one.
+pub const TRUE: &str = "/bin/true";
+
+/// One row's result for one program.
+#[derive(Debug, Clone, Copy)]
+pub struct Cell {
+    pub wall_s: f64,
+    pub per_s: f64,
+    pub stall_ms: f64,
+    /// Threads created while spawning (the most seen minus those before).
+    pub threads: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct AsyncRow {
+    pub id: String,
+    pub name: String,
+    /// "tokio" or "asyncio".
+    pub kind: String,
+    /// Per program: [tiny child, /bin/true].
+    pub cells: [Option<Cell>; 2],
+    pub skipped: Option<String>,
+}
+
+pub struct AsyncResults {
+    pub total: usize,
+    pub limit: usize,
+    pub rounds: usize,
+    pub rows: Vec<AsyncRow>,
+    pub python_version: Option<String>,
+    pub notes: Vec<String>,
+}
+
+impl AsyncResults {
+    fn per_s(&self, id: &str, prog: usize) -> Option<f64> {
+        self.rows.iter().find(|r| r.id == id)?.cells[prog].map(|c| c.per_s)
+    }
+
+    /// `num`'s processes per second over `den`'s, for program 0 (tiny) or 1 (/bin/true).
+    pub fn ratio(&self, num: &str, den: &str, prog: usize) -> Option<f64> {
+        let (n, d) = (self.per_s(num, prog)?, self.per_s(den, prog)?);
+        (d > 0.0).then_some(n / d)
+    }
+}
+
+/// The ratios: (JSON key, numerator row, denominator row, target: at least).
+pub const RATIOS: [(&str, &str, &str, f64); 2] = [
+    ("async_spawnkit/tokio", "spawnkit_tokio", "tokio_process", 1.5),
+    ("asyncio_spawnkit/asyncio", "asyncio_spawnkit", "asyncio", 2.0),
+];
+
+/// More ratios worth having (in `other_ratios`): (key, numerator, denominator, program).
+pub const OTHER_RATIOS: [(&str, &str, &str, usize); 4] = [
+    ("async_spawnkit/tokio, /bin/true", "spawnkit_tokio", "tokio_process", 1),
+    ("asyncio_spawnkit/asyncio, /bin/true", "asyncio_spawnkit", "asyncio", 1),
+    ("asyncio_spawnkit/asyncio_pidfd", "asyncio_spawnkit", "asyncio_pidfd", 0),
+    ("asyncio_spawnkit/asyncio_pidfd, /bin/true", "asyncio_spawnkit", "asyncio_pidfd", 1),
+];
+
+const SERVER_SKIP: &str = "the spawn server has no async requests yet (a blocking Client \
+                           called from spawn_blocking is not what issue 15 asks for)";
+
+/// How many processes the method starts (for the progress bar).
+pub fn planned(rounds: usize, total: usize, python: bool) -> usize {
+    2 * rounds * total * (2 + if python { 3 } else { 0 })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tokio {
+    Process,
+    Spawnkit,
+}
+
+fn threads_now() -> i64 {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count() as i64)
+}
+
+/// One round of one tokio row: a fresh current-thread runtime, a 1 ms ticker task on it, and
+/// the spawning loop (at most LIMIT children alive, each waited for by a task of its own).
+fn tokio_round(row: Tokio, prog: &str, total: usize, progress: &Progress) -> Result<Cell, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let before = threads_now();
+    rt.block_on(async {
+        let done = Arc::new(AtomicBool::new(false));
+        let stall = Arc::new(Mutex::new(Duration::ZERO));
+        let most = Arc::new(AtomicUsize::new(before as usize));
+        let ticker = {
+            let (done, stall, most) = (done.clone(), stall.clone(), most.clone());
+            tokio::spawn(async move {
+                let mut last = Instant::now();
+                while !done.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let now = Instant::now();
+                    let gap = (now - last).saturating_sub(Duration::from_millis(1));
+                    let mut s = stall.lock().unwrap_or_else(|e| e.into_inner());
+                    *s = (*s).max(gap);
+                    last = now;
+                    most.fetch_max(threads_now() as usize, Ordering::Relaxed);
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await; // the ticker runs
+        let t = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        let mut started = 0;
+        while started < total || !set.is_empty() {
+            if started < total && set.len() < LIMIT {
+                match row {
+                    Tokio::Process => {
+                        let mut child = tokio::process::Command::new(prog)
+                            .stdin(std::process::Stdio::null())
+                            .stdout(std::process::Stdio::null())
+                            .spawn()
+                            .map_err(|e| format!("tokio::process {prog}: {e}"))?;
+                        set.spawn(async move {
+                            let st = child.wait().await.map_err(|e| e.to_string())?;
+                            if st.success() {
+                                Ok(())
+                            } else {
+                                Err(format!("{st}"))
+                            }
+                        });
+                    }
+                    Tokio::Spawnkit => {
+                        let mut child = spawnkit::Command::new(prog)
+                            .stdin(spawnkit::Stdio::Null)
+                            .stdout(spawnkit::Stdio::Null)
+                            .spawn_async()
+                            .map_err(|e| e.to_string())?;
+                        set.spawn(async move {
+                            let st = child.wait().await.map_err(|e| e.to_string())?;
+                            if st.success() {
+                                Ok(())
+                            } else {
+                                Err(format!("{st}"))
+                            }
+                        });
+                    }
+                }
+                started += 1;
+                continue;
+            }
+            if let Some(r) = set.join_next().await {
+                r.map_err(|e| format!("task: {e}"))?.map_err(|e| format!("{prog}: {e}"))?;
+                progress.inc(1);
+            }
+        }
+        let wall = t.elapsed().as_secs_f64();
+        done.store(true, Ordering::Relaxed);
+        let _ = ticker.await;
+        let stall = *stall.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(Cell {
+            wall_s: wall,
+            per_s: total as f64 / wall,
+            stall_ms: stall.as_secs_f64() * 1e3,
+            threads: most.load(Ordering::Relaxed) as i64 - before,
+        })
+    })
+}
+
+/// Keep the fastest round's wall time and the smallest longest stall; the most threads.
+fn best(old: Option<Cell>, new: Cell) -> Cell {
+    match old {
+        None => new,
+        Some(o) => {
+            let mut b = if new.wall_s < o.wall_s { new } else { o };
+            b.stall_ms = o.stall_ms.min(new.stall_ms);
+            b.threads = o.threads.max(new.threads);
+            b
+        }
+    }
+}
+
+/// Run every row on both programs; `tiny` is the tiny child's bare name (first in PATH, in
+/// `dir`), `python` the interpreter (None: `--no-python`).
+pub fn run(
+    tiny: &str,
+    dir: &Path,
+    rounds: usize,
+    total: usize,
+    python: Option<&Path>,
+    progress: &Progress,
+) -> Result<AsyncResults, String> {
+    let progs = [tiny, TRUE];
+    let mut cells = [[None; 2]; 2];
+    for (p, prog) in progs.iter().enumerate() {
+        progress.phase(&format!("async, tokio, {prog}"));
+        for round in 0..rounds {
+            let order = if round % 2 == 0 {
+                [Tokio::Process, Tokio::Spawnkit]
+            } else {
+                [Tokio::Spawnkit, Tokio::Process]
+            };
+            for row in order {
+                let i = usize::from(row == Tokio::Spawnkit);
+                let c = tokio_round(row, prog, total, progress)
+                    .map_err(|e| format!("async, tokio row {i}: {e}"))?;
+                cells[i][p] = Some(best(cells[i][p], c));
+            }
+        }
+    }
+    let mut res = AsyncResults {
+        total,
+        limit: LIMIT,
+        rounds,
+        rows: vec![
+            AsyncRow {
+                id: "tokio_process".into(),
+                name: "tokio::process".into(),
+                kind: "tokio".into(),
+                cells: cells[0],
+                skipped: None,
+            },
+            AsyncRow {
+                id: "spawnkit_tokio".into(),
+                name: "spawnkit tokio face (spawn_async)".into(),
+                kind: "tokio".into(),
+                cells: cells[1],
+                skipped: None,
+            },
+            AsyncRow {
+                id: "spawnkit_tokio_server".into(),
+                name: "spawnkit tokio face, server".into(),
+                kind: "tokio".into(),
+                cells: [None, None],
+                skipped: Some(SERVER_SKIP.into()),
+            },
+        ],
+        python_version: None,
+        notes: vec!["async: the tokio rows run on a current-thread runtime (a fresh one per \
+                     round), the 1 ms ticker a task on it"
+            .into()],
+    };
+    let names = [
+        ("asyncio", "asyncio create_subprocess_exec (default watcher)"),
+        ("asyncio_pidfd", "asyncio create_subprocess_exec (PidfdChildWatcher)"),
+        ("asyncio_spawnkit", "spawnkit.asyncio create_subprocess_exec"),
+    ];
+    let mut py_rows: Vec<AsyncRow> = names
+        .iter()
+        .map(|(id, name)| AsyncRow {
+            id: (*id).into(),
+            name: (*name).into(),
+            kind: "asyncio".into(),
+            cells: [None, None],
+            skipped: None,
+        })
+        .collect();
+    match python {
+        None => {
+            for r in &mut py_rows {
+                r.skipped = Some("--no-python".into());
+            }
+        }
+        Some(py) => {
+            for (p, prog) in progs.iter().enumerate() {
+                progress.phase(&format!("async, asyncio, {prog}"));
+                match run_python(py, dir, prog, total, rounds) {
+                    Ok((version, got)) => {
+                        res.python_version = Some(version);
+                        for r in &mut py_rows {
+                            match got.iter().find(|(id, _)| *id == r.id) {
+                                Some((_, Ok(c))) => r.cells[p] = Some(*c),
+                                Some((_, Err(why))) => r.skipped = Some(why.clone()),
+                                None => {}
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        for r in &mut py_rows {
+                            r.skipped = Some(e.clone());
+                        }
+                    }
+                }
+                progress.inc((3 * rounds * total) as u64);
+            }
+        }
+    }
+    for r in &py_rows {
+        if let Some(why) = &r.skipped {
+            res.notes.push(format!("async: {} skipped: {why}", r.name));
+        }
+    }
+    res.rows.extend(py_rows);
+    Ok(res)
+}
+
+type PyCells = Vec<(String, Result<Cell, String>)>;
+
+fn run_python(
+    py: &Path,
+    dir: &Path,
+    prog: &str,
+    total: usize,
+    rounds: usize,
+) -> Result<(String, PyCells), String> {
+    let script = dir.join("python_async.py");
+    std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    let out = std::process::Command::new(py)
+        .arg(&script)
+        .args([prog.to_string(), total.to_string(), LIMIT.to_string(), rounds.to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", py.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or("");
+        return Err(format!("{} failed ({}): {last}", py.display(), out.status));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("bench/python_async.py printed no JSON: {e}"))?;
+    let at_start = v["threads_at_start"].as_i64().unwrap_or(1);
+    let mut got = Vec::new();
+    for (id, r) in v["rows"].as_object().into_iter().flatten() {
+        let (Some(wall), Some(per), Some(stall), Some(threads)) = (
+            r["wall_s"].as_f64(),
+            r["per_s"].as_f64(),
+            r["stall_ms"].as_f64(),
+            r["threads"].as_i64(),
+        ) else {
+            continue;
+        };
+        got.push((
+            id.clone(),
+            Ok(Cell { wall_s: wall, per_s: per, stall_ms: stall, threads: threads - at_start }),
+        ));
+    }
+    for (id, why) in v["skipped"].as_object().into_iter().flatten() {
+        got.push((id.clone(), Err(why.as_str().unwrap_or("?").to_string())));
+    }
+    Ok((v["python"].as_str().unwrap_or("?").into(), got))
+}

@@ -1,0 +1,547 @@
+//! Method 6, the spawn server (issue 13): a spawn through a private `spawnkit::PrivateServer`
+//! (forked by this process first thing, before any ballast or thread) beside raw vfork+exec
+//! and spawnkit's local spawn, from a small parent and a parent holding 1 GiB touched:
+//!
+//! * latency, request → the tiny child's first instruction (Triplett's method, as `latency`);
+//! * the calling thread's own CPU per spawn (getrusage(RUSAGE_THREAD)), the child waited for:
+//!   for the server, 16 requests submitted, then their 16 answers received, then the 16
+//!   children waited for; for the others, spawn and wait, one at a time;
+//! * throughput from one calling thread: the server with up to 16 requests in flight (or
+//!   children not yet waited for), vfork+exec and the local spawn in a spawn-and-wait loop;
+//! * the floor under the server's latency: one round trip over a Unix socketpair to a thread
+//!   that answers at once (a request-sized write, a reply-sized read; no fds, no spawn);
+//! * Python (bench/python_server.py, embedded): `spawnkit.subprocess.Popen` local and through a
+//!   private `spawnkit.Server`, and CPython's multiprocessing forkserver start, for scale.
+//!
+//! Rows take turns in blocks everywhere, so noise on a shared machine hits them alike.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::{CStr, OsStr};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Instant;
+
+use spawnkit::{Client, Command, PrivateServer, Stdio};
+
+use super::latency::{LatencyRow, Size, Stats};
+use super::sys::{self, Ballast, Baseline};
+use super::Progress;
+
+const SCRIPT: &str = include_str!("../../../bench/python_server.py");
+
+/// The parent sizes of the method.
+pub const SIZES: [Size; 2] = [Size::Small, Size::Touched];
+
+/// Requests in flight from the one calling thread (CPU and throughput).
+pub const IN_FLIGHT: usize = 16;
+
+/// Spawns per turn of a row (latency: as the latency method's turns).
+pub const BLOCK: usize = 10;
+
+/// The Rust rows: how the tiny child is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Vfork,
+    Local,
+    Server,
+}
+
+const WAYS: [Way; 3] = [Way::Vfork, Way::Local, Way::Server];
+
+impl Way {
+    fn id(self) -> &'static str {
+        match self {
+            Way::Vfork => "vfork_exec",
+            Way::Local => "spawnkit_local",
+            Way::Server => "spawnkit_server",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Way::Vfork => "vfork+exec",
+            Way::Local => "spawnkit local (clone-vfork)",
+            Way::Server => "spawnkit private server",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Way::Vfork => "baseline",
+            _ => "spawnkit",
+        }
+    }
+}
+
+/// A row with one number per parent size (µs of CPU per spawn, or spawns per second).
+#[derive(Debug, Clone)]
+pub struct ValueRow {
+    pub id: String,
+    pub name: String,
+    pub values: BTreeMap<Size, f64>,
+}
+
+/// Everything the method measured.
+pub struct ServerResults {
+    /// The server's pid (a private server, forked before any ballast).
+    pub server_pid: u32,
+    /// Latency rows, Rust then Python (kind "python"), µs.
+    pub latency: Vec<LatencyRow>,
+    /// The calling thread's CPU per spawn, µs.
+    pub cpu: Vec<ValueRow>,
+    /// Spawns per second from one calling thread (median of the samples).
+    pub throughput: Vec<ValueRow>,
+    /// Spawns per throughput sample.
+    pub tp_spawns: usize,
+    /// The socket round trip alone: latency stats and the caller's CPU per round trip.
+    pub floor: BTreeMap<Size, (Stats, f64)>,
+    /// multiprocessing's forkserver: Process(no-op).start() + join(), µs.
+    pub forkserver: Option<LatencyRow>,
+    pub python_version: Option<String>,
+    pub notes: Vec<String>,
+}
+
+impl ServerResults {
+    fn latency_min(&self, id: &str, size: Size) -> Option<f64> {
+        self.latency.iter().find(|r| r.id == id)?.min(size)
+    }
+
+    fn value(rows: &[ValueRow], id: &str, size: Size) -> Option<f64> {
+        rows.iter().find(|r| r.id == id)?.values.get(&size).copied()
+    }
+
+    /// A ratio of the JSON file by its key, at one parent size.
+    pub fn ratio(&self, key: &str, size: Size) -> Option<f64> {
+        let div = |n: Option<f64>, d: Option<f64>| match (n, d) {
+            (Some(n), Some(d)) if d > 0.0 => Some(n / d),
+            _ => None,
+        };
+        let lat = |id| self.latency_min(id, size);
+        let cpu = |id| Self::value(&self.cpu, id, size);
+        let tp = |id| Self::value(&self.throughput, id, size);
+        match key {
+            "server/vfork" => div(lat("spawnkit_server"), lat("vfork_exec")),
+            "server_caller_cpu/vfork_cpu" => div(cpu("spawnkit_server"), cpu("vfork_exec")),
+            "server_throughput_1thread/vfork_throughput" => {
+                div(tp("spawnkit_server"), tp("vfork_exec"))
+            }
+            "py_server/py_local" => div(lat("py_server"), lat("py_local")),
+            "py_server_cpu/py_local_cpu" => div(cpu("py_server"), cpu("py_local")),
+            "floor: (socket round trip + vfork)/vfork" => {
+                let rtt = self.floor.get(&size).map(|f| f.0.min_us);
+                div(rtt.zip(lat("vfork_exec")).map(|(a, b)| a + b), lat("vfork_exec"))
+            }
+            "floor: socket round trip cpu/vfork_cpu" => {
+                div(self.floor.get(&size).map(|f| f.1), cpu("vfork_exec"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The ratios of the JSON file, with their targets (`<=` unless `at_least`).
+pub struct Target {
+    pub key: &'static str,
+    pub target: f64,
+    pub at_least: bool,
+}
+
+pub const RATIOS: [Target; 5] = [
+    Target { key: "server/vfork", target: 1.25, at_least: false },
+    Target { key: "server_caller_cpu/vfork_cpu", target: 0.15, at_least: false },
+    Target { key: "server_throughput_1thread/vfork_throughput", target: 1.5, at_least: true },
+    Target { key: "py_server/py_local", target: 1.10, at_least: false },
+    Target { key: "py_server_cpu/py_local_cpu", target: 0.5, at_least: false },
+];
+
+/// The floors under the first two ratios, measured in the same run (in `other_ratios`).
+pub const FLOORS: [&str; 2] =
+    ["floor: (socket round trip + vfork)/vfork", "floor: socket round trip cpu/vfork_cpu"];
+
+/// How many spawns the method makes (for the progress bar); Python counts its spawns too.
+pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
+    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs;
+    SIZES.len() * (per_size + if python { 3 * runs } else { 0 })
+}
+
+/// The private server, started by [`start`] before anything else of the run.
+pub struct Early(PrivateServer);
+
+/// Fork the private server now, while this process is small and has one thread.
+pub fn start() -> Result<Early, String> {
+    PrivateServer::start().map(Early).map_err(|e| format!("private spawn server: {e}"))
+}
+
+fn tiny(prog: &CStr, out_fd: RawFd) -> Command {
+    let mut cmd = Command::new(OsStr::from_bytes(prog.to_bytes()));
+    cmd.stdout(Stdio::Fd(out_fd));
+    cmd
+}
+
+fn wait_ok(mut child: spawnkit::Child) -> Result<(), String> {
+    let st = child.wait().map_err(|e| e.to_string())?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("the child ended with {st}"))
+    }
+}
+
+/// One latency sample: request → the child's own clock; the wait is outside the time.
+fn latency_once(
+    way: Way,
+    client: &mut Client,
+    prog: &CStr,
+    r: RawFd,
+    w: RawFd,
+) -> Result<i64, String> {
+    let mut buf = [0u8; 16];
+    let t0 = sys::mono_ns();
+    match way {
+        Way::Vfork => {
+            let pid = Baseline::VforkExec.call(prog, w)?;
+            let read = sys::read_exact(r, &mut buf);
+            sys::waited(sys::waitpid(pid)?)?;
+            read?;
+        }
+        Way::Local | Way::Server => {
+            let child = if way == Way::Local {
+                tiny(prog, w).spawn()
+            } else {
+                client.spawn(&tiny(prog, w))
+            }
+            .map_err(|e| e.to_string())?;
+            let read = sys::read_exact(r, &mut buf);
+            wait_ok(child)?;
+            read?;
+        }
+    }
+    Ok(sys::timestamp_ns(&buf) - t0)
+}
+
+/// `n` spawns and waits with at most [`IN_FLIGHT`] at once where the way allows (the
+/// server), else one at a time: the CPU and throughput work.
+fn spawn_wait(
+    way: Way,
+    client: &mut Client,
+    prog: &CStr,
+    null: RawFd,
+    n: usize,
+) -> Result<(), String> {
+    match way {
+        Way::Vfork => {
+            for _ in 0..n {
+                let pid = Baseline::VforkExec.call(prog, null)?;
+                sys::waited(sys::waitpid(pid)?)?;
+            }
+        }
+        Way::Local => {
+            let mut cmd = tiny(prog, null);
+            for _ in 0..n {
+                wait_ok(cmd.spawn().map_err(|e| e.to_string())?)?;
+            }
+        }
+        Way::Server => {
+            let cmd = tiny(prog, null);
+            let mut running = VecDeque::with_capacity(IN_FLIGHT);
+            let (mut sent, mut done) = (0, 0);
+            while done < n {
+                while sent < n && client.in_flight() + running.len() < IN_FLIGHT {
+                    client.submit(&cmd).map_err(|e| e.to_string())?;
+                    sent += 1;
+                }
+                if client.in_flight() > 0 {
+                    running.push_back(client.receive().map_err(|e| e.to_string())?.1);
+                }
+                if running.len() >= IN_FLIGHT / 2 || sent == n {
+                    if let Some(c) = running.pop_front() {
+                        wait_ok(c.map_err(|e| e.to_string())?)?;
+                        done += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The caller's CPU for `n` spawns of the server: submit [`IN_FLIGHT`], receive them all, wait
+/// for their children; the others spawn and wait one at a time.
+fn cpu_block(
+    way: Way,
+    client: &mut Client,
+    prog: &CStr,
+    null: RawFd,
+    n: usize,
+) -> Result<f64, String> {
+    let c0 = sys::thread_cpu_us();
+    if way == Way::Server {
+        let cmd = tiny(prog, null);
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(IN_FLIGHT);
+            for _ in 0..k {
+                client.submit(&cmd).map_err(|e| e.to_string())?;
+            }
+            let mut children = Vec::with_capacity(k);
+            for _ in 0..k {
+                children.push(client.receive().map_err(|e| e.to_string())?.1);
+            }
+            for c in children {
+                wait_ok(c.map_err(|e| e.to_string())?)?;
+            }
+            left -= k;
+        }
+    } else {
+        spawn_wait(way, client, prog, null, n)?;
+    }
+    Ok(sys::thread_cpu_us() - c0)
+}
+
+/// The floor: a request-sized message to a thread that answers at once with a reply-sized
+/// one, over a socketpair; latency samples (ns) and the caller's CPU per round trip (µs).
+fn round_trips(runs: usize) -> Result<(Vec<i64>, f64), String> {
+    const REQUEST: usize = 512;
+    const REPLY: usize = 64;
+    let (mut ours, mut theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let echo = std::thread::spawn(move || {
+        let mut req = [0u8; REQUEST];
+        while theirs.read_exact(&mut req).is_ok() {
+            if theirs.write_all(&req[..REPLY]).is_err() {
+                break;
+            }
+        }
+    });
+    let req = [7u8; REQUEST];
+    let mut reply = [0u8; REPLY];
+    let mut ns = Vec::with_capacity(runs);
+    let c0 = sys::thread_cpu_us();
+    for _ in 0..runs {
+        let t0 = sys::mono_ns();
+        ours.write_all(&req).map_err(|e| format!("write: {e}"))?;
+        ours.read_exact(&mut reply).map_err(|e| format!("read: {e}"))?;
+        ns.push(sys::mono_ns() - t0);
+    }
+    let cpu = (sys::thread_cpu_us() - c0) / runs.max(1) as f64;
+    drop(ours);
+    let _ = echo.join();
+    Ok((ns, cpu))
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// Measure the Rust rows at every size, then run the Python script.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    early: Early,
+    runs: usize,
+    tp_iterations: usize,
+    tp_spawns: usize,
+    prog: &CStr,
+    null_fd: RawFd,
+    python: Option<(&Path, &Path, &str)>,
+    forkserver_runs: usize,
+    progress: &Progress,
+) -> Result<ServerResults, String> {
+    let Early(mut server) = early;
+    let server_pid = server.pid();
+    let client = server.client();
+    let mut lat: Vec<BTreeMap<Size, Stats>> = vec![BTreeMap::new(); WAYS.len()];
+    let mut cpu: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
+    let mut tp: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
+    let mut floor = BTreeMap::new();
+    for size in SIZES {
+        progress.phase(&format!("server, {}", size.label()));
+        let ballast = match size {
+            Size::Small => None,
+            _ => Ballast::new(1 << 30, true)?,
+        };
+        let (r, w) = sys::pipe()?;
+        // (a) latency
+        let mut samples: Vec<Vec<i64>> = vec![Vec::with_capacity(runs); WAYS.len()];
+        for round in 0..runs.div_ceil(BLOCK) {
+            for k in 0..WAYS.len() {
+                let i = (round + k) % WAYS.len();
+                for _ in 0..BLOCK.min(runs - samples[i].len()) {
+                    let ns = latency_once(WAYS[i], client, prog, r.as_raw_fd(), w.as_raw_fd())
+                        .map_err(|e| format!("server latency, {}: {e}", WAYS[i].name()))?;
+                    samples[i].push(ns);
+                    progress.inc(1);
+                }
+            }
+        }
+        for (i, ns) in samples.into_iter().enumerate() {
+            if let Some(s) = Stats::of(ns) {
+                lat[i].insert(size, s);
+            }
+        }
+        // (b) the calling thread's CPU, in turns of 2 × IN_FLIGHT spawns
+        let turn = 2 * IN_FLIGHT;
+        let mut acc = vec![(0.0, 0usize); WAYS.len()];
+        for round in 0..runs.div_ceil(turn) {
+            for k in 0..WAYS.len() {
+                let i = (round + k) % WAYS.len();
+                let n = turn.min(runs - acc[i].1);
+                acc[i].0 += cpu_block(WAYS[i], client, prog, null_fd, n)
+                    .map_err(|e| format!("server cpu, {}: {e}", WAYS[i].name()))?;
+                acc[i].1 += n;
+                progress.inc(n as u64);
+            }
+        }
+        for (i, (us, n)) in acc.into_iter().enumerate() {
+            if n > 0 {
+                cpu[i].insert(size, us / n as f64);
+            }
+        }
+        // (c) throughput from this one thread
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
+        for it in 0..tp_iterations {
+            for k in 0..WAYS.len() {
+                let i = (it + k) % WAYS.len();
+                let t = Instant::now();
+                spawn_wait(WAYS[i], client, prog, null_fd, tp_spawns)
+                    .map_err(|e| format!("server throughput, {}: {e}", WAYS[i].name()))?;
+                rates[i].push(tp_spawns as f64 / t.elapsed().as_secs_f64());
+                progress.inc(tp_spawns as u64);
+            }
+        }
+        for (i, v) in rates.into_iter().enumerate() {
+            if let Some(m) = median(v) {
+                tp[i].insert(size, m);
+            }
+        }
+        // the floor: the socket round trip alone
+        let (ns, rtt_cpu) = round_trips(runs)?;
+        progress.inc(runs as u64);
+        if let Some(s) = Stats::of(ns) {
+            floor.insert(size, (s, rtt_cpu));
+        }
+        drop(ballast);
+    }
+    let mut res = ServerResults {
+        server_pid,
+        latency: WAYS
+            .iter()
+            .zip(lat)
+            .map(|(w, sizes)| LatencyRow {
+                id: w.id().into(),
+                name: w.name().into(),
+                kind: w.kind().into(),
+                sizes,
+                skipped: None,
+            })
+            .collect(),
+        cpu: WAYS
+            .iter()
+            .zip(cpu)
+            .map(|(w, values)| ValueRow { id: w.id().into(), name: w.name().into(), values })
+            .collect(),
+        throughput: WAYS
+            .iter()
+            .zip(tp)
+            .map(|(w, values)| {
+                let name = match w {
+                    Way::Server => format!("spawnkit private server, {IN_FLIGHT} in flight"),
+                    Way::Local => "spawnkit local, spawn+wait loop".into(),
+                    Way::Vfork => "vfork+exec, spawn+wait loop".into(),
+                };
+                ValueRow { id: w.id().into(), name, values }
+            })
+            .collect(),
+        tp_spawns,
+        floor,
+        forkserver: None,
+        python_version: None,
+        notes: Vec::new(),
+    };
+    drop(server);
+    match python {
+        None => res.notes.push("server: Python rows skipped (--no-python)".into()),
+        Some((py, dir, tiny_name)) => {
+            progress.phase("server, Python rows");
+            match run_python(py, dir, tiny_name, runs, forkserver_runs, &mut res) {
+                Ok(()) => progress.inc((SIZES.len() * 3 * runs) as u64),
+                Err(e) => res.notes.push(format!("server: Python rows skipped: {e}")),
+            }
+        }
+    }
+    Ok(res)
+}
+
+fn run_python(
+    python: &Path,
+    dir: &Path,
+    tiny: &str,
+    runs: usize,
+    forkserver_runs: usize,
+    res: &mut ServerResults,
+) -> Result<(), String> {
+    let script = dir.join("python_server.py");
+    std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .arg(tiny)
+        .arg(runs.to_string())
+        .arg(forkserver_runs.to_string())
+        .args(SIZES.iter().map(|s| s.key()))
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", python.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or("");
+        return Err(format!("{} failed ({}): {last}", python.display(), out.status));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("bench/python_server.py printed no JSON: {e}"))?;
+    res.python_version = v["python"].as_str().map(String::from);
+    for r in v["rows"].as_array().into_iter().flatten() {
+        let id = r["id"].as_str().unwrap_or("?").to_string();
+        let name = r["name"].as_str().unwrap_or("?").to_string();
+        let skipped = r["skipped"].as_str().map(String::from);
+        if let Some(why) = &skipped {
+            res.notes.push(format!("server: {name} skipped: {why}"));
+        }
+        let mut sizes = BTreeMap::new();
+        let mut cpu = BTreeMap::new();
+        for (key, s) in r["sizes"].as_object().into_iter().flatten() {
+            let Some(size) = Size::from_key(key) else { continue };
+            let (Some(min), Some(median), Some(n)) =
+                (s["min_us"].as_f64(), s["median_us"].as_f64(), s["runs"].as_u64())
+            else {
+                continue;
+            };
+            let mean = s["mean_us"].as_f64().unwrap_or(f64::NAN);
+            sizes.insert(
+                size,
+                Stats { min_us: min, median_us: median, mean_us: mean, runs: n as usize },
+            );
+            if let Some(c) = s["caller_cpu_us"].as_f64() {
+                cpu.insert(size, c);
+            }
+        }
+        let row = LatencyRow {
+            id: id.clone(),
+            name: name.clone(),
+            kind: "python".into(),
+            sizes,
+            skipped,
+        };
+        if id == "py_forkserver" {
+            res.forkserver = Some(row);
+            continue;
+        }
+        if !cpu.is_empty() {
+            res.cpu.push(ValueRow { id, name, values: cpu });
+        }
+        res.latency.push(row);
+    }
+    Ok(())
+}
