@@ -72,7 +72,7 @@ class Zygote:
         self.conns = {}
         self.idle = []  # [(pid, channel socket)]
         self.asked = 0  # workers asked of the template, not arrived yet
-        self.uid = os.getuid()
+        self.uid = os.geteuid()  # SO_PEERCRED reports the peer's effective uid
 
     # -- the pool (forked by the template)
     def refill(self):

@@ -380,3 +380,67 @@ fn exit_frames_carry_the_status_when_asked() {
     let e = private.client().spawn(&exit7).unwrap_err();
     assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "serve"), "{e}");
 }
+
+/// A client refuses a server run by another user, whatever key it holds, and a key file
+/// another user owns (review finding: a squatted socket path with a key file root can read
+/// would otherwise receive root's environment and fds).
+#[test]
+fn a_server_or_key_of_another_user_is_refused() {
+    if spawnkit::process::geteuid() != 0 {
+        return; // needs root to act as another user
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("squat");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sock = dir.path().join("s.sock");
+    // A listener run by nobody (it never answers: the check comes first).
+    let mut squatter = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import socket, time; s = socket.socket(socket.AF_UNIX); s.bind({:?}); \
+             s.listen(); c, _ = s.accept(); time.sleep(5)",
+            sock.to_str().unwrap()
+        ))
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let err = Client::connect_with_key(&sock, &Key::generate().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("runs as uid 65534"), "{err}");
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    // A key file of nobody's, mode 0600, is no key for us.
+    let key_file = dir.path().join("k.key");
+    Key::generate().unwrap().write_file_for(&key_file, Some(65534)).unwrap();
+    let err = Key::read_file(&key_file).unwrap_err();
+    assert!(err.to_string().contains("not owned by this user or root"), "{err}");
+}
+
+/// With --allow-uid, root refuses to create its socket and key where another user could swap
+/// a path component for a symlink (review finding: a chown by path once gave any root file
+/// away); the key is given to the allowed user through its open fd.
+#[test]
+fn allow_uid_refuses_a_socket_dir_others_can_write() {
+    if spawnkit::process::geteuid() != 0 {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = TempDir::new("allowuid");
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let opts = || spawnkit::ServerOptions { allow_uid: Some(65534), ..Default::default() };
+    let err = spawnkit::Server::bind(Some(&open.join("s.sock")), None, opts()).err().unwrap();
+    assert!(err.to_string().contains("must be root's"), "{err}");
+    assert!(!open.join("s.sock.key").exists(), "nothing is created before the check");
+    // A root-owned 0755 directory is fine; the key file is then the allowed user's.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = spawnkit::Server::bind(Some(&dir.path().join("s.sock")), None, opts()).unwrap();
+    let meta = std::fs::symlink_metadata(dir.path().join("s.sock.key")).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o600));
+    drop(server);
+}

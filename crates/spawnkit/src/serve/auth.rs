@@ -82,6 +82,16 @@ impl Key {
                 "not a regular file that only its owner can read (mode 0600)",
             ));
         }
+        // Ours, or root's (a root server with --allow-uid gives the key to the allowed user):
+        // a key another user wrote proves nothing about the server (root reads every file).
+        let me = crate::sys::parent::geteuid();
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(Error::invalid(
+                "key file",
+                quoted(path),
+                "not owned by this user or root: another user's key proves nothing",
+            ));
+        }
         let mut k = [0u8; KEY_LEN + 1];
         let mut n = 0;
         while n < k.len() {
@@ -104,6 +114,13 @@ impl Key {
     /// Write the key to a new file, mode 0600 (refusing to overwrite anything but a key file
     /// of ours: an existing file is replaced only if it is a regular file we own).
     pub fn write_file(&self, path: &Path) -> Result<()> {
+        self.write_file_for(path, None)
+    }
+
+    /// [`write_file`](Key::write_file), the file then given to `owner` through its open fd
+    /// (never by path: a path can be swapped for a symlink between the write and a chown)
+    /// before the key is written into it.
+    pub fn write_file_for(&self, path: &Path, owner: Option<u32>) -> Result<()> {
         let err = |step, e: std::io::Error| {
             Error::os(step, quoted(path), e.raw_os_error().unwrap_or(libc::EIO))
         };
@@ -125,6 +142,9 @@ impl Key {
             .open(path)
             .map_err(|e| err("open", e))?;
         f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| err("fchmod", e))?;
+        if let Some(uid) = owner {
+            std::os::unix::fs::fchown(&f, Some(uid), None).map_err(|e| err("fchown", e))?;
+        }
         std::io::Write::write_all(&mut f, &self.0).map_err(|e| err("write", e))?;
         f.sync_all().map_err(|e| err("fsync", e))
     }

@@ -126,6 +126,17 @@ impl Client {
 
     /// Authenticate over an already connected stream (a private server's socketpair end).
     pub fn from_stream(sock: UnixStream, key: &Key) -> Result<Client> {
+        // The server must be ours (or root's): a process of another user listening where we
+        // look (a squatted /tmp/spawnkit-UID, say) would otherwise get our environment, our
+        // fds and the power to forge our children's output, if it had a key we can read.
+        let (_, uid, _) =
+            sock::peer_cred(sock.as_fd()).map_err(|e| Error::os("getsockopt", "SO_PEERCRED", e))?;
+        let me = crate::sys::parent::geteuid();
+        if uid != me && uid != 0 {
+            return Err(protocol(format!(
+                "the server runs as uid {uid}, not as this user ({me}) or root: refused"
+            )));
+        }
         let mut io = Io {
             sock,
             next_id: 1,

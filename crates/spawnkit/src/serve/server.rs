@@ -227,6 +227,32 @@ pub struct Server {
     euid: u32,
 }
 
+/// Refuse a path root is to create things at for another user (`--allow-uid`) unless every
+/// directory on the way is a real directory (no symlink) of root's that no one else may
+/// write (a sticky one such as /tmp excepted: there others cannot rename root's entries).
+fn root_only_path(path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map_err(|e| Error::os("getcwd", "", errno_of(&e)))?.join(path)
+    };
+    for dir in abs.ancestors().skip(1) {
+        let meta = std::fs::symlink_metadata(dir)
+            .map_err(|e| Error::os("lstat", quoted(dir), errno_of(&e)))?;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if !meta.is_dir() || meta.uid() != 0 || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(Error::invalid(
+                "bind",
+                quoted(dir),
+                "with --allow-uid every directory of the socket's path must be root's and \
+                 writable by root alone (for example /run/spawnkit, mode 0755)",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The default socket directory: `$XDG_RUNTIME_DIR/spawnkit/`, else `/tmp/spawnkit-UID/`.
 pub fn default_socket_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
@@ -317,15 +343,21 @@ impl Server {
             std::fs::remove_file(&socket)
                 .map_err(|e| Error::os("unlink", quoted(&socket), errno_of(&e)))?;
         }
+        if opts.allow_uid.is_some() {
+            // Root works on these paths for another user: no one but root may be able to
+            // change what they resolve to.
+            for p in [&socket, &key_file] {
+                root_only_path(p)?;
+            }
+        }
         let key = Key::generate()?;
-        key.write_file(&key_file)?;
+        key.write_file_for(&key_file, opts.allow_uid)?;
         let listener = UnixListener::bind(&socket)
             .map_err(|e| Error::os("bind", quoted(&socket), errno_of(&e)))?;
         if let Some(uid) = opts.allow_uid {
-            for p in [&socket, &key_file] {
-                std::os::unix::fs::chown(p, Some(uid), None)
-                    .map_err(|e| Error::os("chown", quoted(p), errno_of(&e)))?;
-            }
+            // lchown: the socket itself, never what a symlink put in its place points to.
+            std::os::unix::fs::lchown(&socket, Some(uid), None)
+                .map_err(|e| Error::os("chown", quoted(&socket), errno_of(&e)))?;
         }
         let mut server = Server::new(Some(listener), key, opts)?;
         server.made = vec![socket, key_file];
