@@ -639,6 +639,22 @@ fn allow_uid_runs_the_child_as_the_peer_and_refuses_root_powers() {
     let st = parse_state(&out);
     assert_eq!(st["ppid"], s.pid().to_string());
     assert!(st["uid"].starts_with("65534"), "uid {}", st["uid"]);
+    // What the request leaves unset is the peer's own, not the root server's: its resource
+    // limits and its niceness (review finding: the child had root's hard limits).
+    let out = StdCommand::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "prlimit", "--nofile=64:64"])
+        .args(["--memlock=0:0", "nice", "-n", "5", spawnkit_bin(), "run", "--via"])
+        .arg(&socket)
+        .args(["--", p, "state"])
+        .current_dir("/")
+        .stdin(StdStdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st = parse_state(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(st["limit.NOFILE"], "64:64");
+    assert_eq!(st["limit.MEMLOCK"], "0:0");
+    assert_eq!(st["nice"], "5");
     // The chdir is checked with the peer's rights, not root's: a directory behind a
     // root-only one is out of reach.
     let hidden = s.dir.join("root-only");

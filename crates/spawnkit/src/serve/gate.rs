@@ -140,10 +140,49 @@ fn gate_foreign(cmd: &mut Command, peer: Peer) -> Result<()> {
             ));
         }
     }
+    // What the command leaves unset must be the peer's, not the root server's: every
+    // resource limit it does not set is the peer's own, and the child is at least as nice
+    // as the peer (nice is an increment on the server's niceness).
+    for res in crate::Resource::ALL.iter().copied() {
+        if cmd.rlimits.iter().any(|(r, _, _)| *r == res) {
+            continue;
+        }
+        let (soft, hard) = peer_limits(peer.pid, res.raw()).ok_or_else(|| {
+            refuse(format!("rlimit {}", res.name()), "the client's own limit cannot be read")
+        })?;
+        cmd.rlimits.push((res, soft, hard));
+    }
+    let peer_stat = format!("/proc/{}/stat", peer.pid);
+    let (Some(peer_nice), Some(own_nice)) = (nice_of(&peer_stat), nice_of("/proc/self/stat"))
+    else {
+        return Err(refuse("nice", "the client's niceness cannot be read"));
+    };
+    let need = peer_nice - own_nice;
+    if cmd.nice.unwrap_or(0) < need {
+        cmd.nice = Some(need);
+    }
     cmd.uid = Some(peer.uid);
     cmd.gid = Some(peer.gid);
     cmd.groups = Some(Vec::new());
     Ok(())
+}
+
+/// The niceness in a /proc/PID/stat (field 19).
+fn nice_of(path: &str) -> Option<i32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.rsplit_once(')')?.1.split_whitespace().nth(16)?.parse().ok()
+}
+
+/// The soft and hard limit of resource number `raw` of process `pid`, from /proc/PID/limits.
+fn peer_limits(pid: i32, raw: u32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = text.lines().nth(1 + raw as usize)?;
+    let mut values = line.get(26..)?.split_whitespace();
+    let parse = |v: &str| match v {
+        "unlimited" => Some(crate::RLIM_INFINITY),
+        n => n.parse().ok(),
+    };
+    Some((parse(values.next()?)?, parse(values.next()?)?))
 }
 
 /// The hard limit of resource number `raw` of process `pid`, from /proc/PID/limits (its rows
