@@ -177,7 +177,7 @@ impl Config {
         let runs = a.runs.unwrap_or(runs);
         let (forkserver_runs, async_rounds) = if a.full { (100, 5) } else { (20, 2) };
         let (mp_totals, mp_iterations) =
-            if a.full { (vec![32, 128, 512, 2048], 5) } else { (vec![32, 64], 2) };
+            if a.full { (vec![32, 128, 512, 2048], 3) } else { (vec![32, 64], 2) };
         let c = Config {
             preset,
             runs,

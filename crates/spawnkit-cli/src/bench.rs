@@ -28,7 +28,8 @@ pub struct BenchArgs {
     /// Small sizes that still cover every row (the default).
     #[arg(long, conflicts_with = "full")]
     pub quick: bool,
-    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (about 4 minutes on 2 cores).
+    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (about 4 minutes on 2 cores;
+    /// mp: 3 iterations, about 17 minutes more).
     #[arg(long)]
     pub full: bool,
     /// Throughput, mp: the process totals [default: 32,128,384 with --quick,
@@ -36,7 +37,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub totals: Option<Vec<usize>>,
     /// Throughput, mp: iterations per total; server: throughput samples; async: rounds
-    /// [default: 5; async and mp: 2 with --quick, 5 with --full].
+    /// [default: 5; async: 2 with --quick, 5 with --full; mp: 2 with --quick, 3 with --full].
     #[arg(long, value_name = "N")]
     pub iterations: Option<usize>,
     /// Throughput: most processes alive at once [default: 2 × cores + 1].
