@@ -335,6 +335,14 @@ def main():
     with os.fdopen(4, "rb") as f:
         config = json.loads(f.read().decode())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the owner
+    # What every worker needs, imported once here instead of once per process.
+    import io  # noqa: F401
+    import random  # noqa: F401
+    import traceback  # noqa: F401
+    from multiprocessing import process, reduction, resource_tracker, spawn  # noqa: F401
+
+    from . import multiprocessing as _registers_the_start_method  # noqa: F401
+
     sys.path[:0] = [p for p in config.get("sys_path", []) if p not in sys.path]
     for name in config.get("preload", []):
         try:

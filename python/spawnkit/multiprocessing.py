@@ -204,17 +204,27 @@ class _Client:
         self.frames = _native.Frames()
         self.next_id = 1
         self._handshake()
-        util.Finalize(self, _Client._stop, (self.sock, self.alive_w, self.proc, self.path),
-                      exitpriority=-100)
+        self.stop = util.Finalize(self, _Client._stop,
+                                  (self.sock, self.alive_w, self.proc, self.path),
+                                  exitpriority=-100)
 
     @staticmethod
     def _stop(sock, alive_w, proc, path):
+        """Close the connection and the alive pipe: the zygote exits (its workers follow when
+        their channels close); running processes keep running."""
         sock.close()
-        os.close(alive_w)
+        try:
+            os.close(alive_w)
+        except OSError:
+            pass
         try:
             proc.wait(5)
         except Exception:
-            proc.kill()
+            try:
+                proc.kill()
+                proc.wait(5)
+            except Exception:
+                pass
         try:
             os.unlink(path)
         except OSError:
@@ -259,6 +269,15 @@ class _Client:
 
 _client = None
 _client_lock = threading.Lock()
+
+
+def _shutdown():
+    """Stop this process's zygote now (the next use starts a new one)."""
+    global _client
+    with _client_lock:
+        client, _client = _client, None
+    if client is not None and client.owner == os.getpid():
+        client.stop()
 
 
 def _zygote():
