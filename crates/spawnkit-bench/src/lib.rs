@@ -19,7 +19,10 @@
 //!    and the local spawn: latency, the calling thread's CPU, one thread's throughput, from a
 //!    small and a 1 GiB touched parent; `spawnkit.subprocess` through the server in Python;
 //! 7. **async** (module `async_spawn`): 1,000 processes, at most 64 running, from one event
-//!    loop: tokio::process beside spawnkit's tokio face, asyncio beside spawnkit.asyncio.
+//!    loop: tokio::process beside spawnkit's tokio face, asyncio beside spawnkit.asyncio;
+//! 8. **mp** (module `mp`, Smith's method again, issue 14): processes per second of Python's
+//!    multiprocessing start methods fork, forkserver, spawn and spawnkit, from a small and a
+//!    1 GiB touched parent, and the time to a 4-worker Pool's first map result.
 //!
 //! Every row starts the same tiny static child (bench/tinychild.c, embedded) by the same bare
 //! name, found through the same PATH whose first entry is the directory it was written to; the
@@ -32,6 +35,7 @@ mod async_spawn;
 mod cpu;
 mod fence;
 mod latency;
+mod mp;
 pub mod out;
 mod plot;
 mod ps;
@@ -83,7 +87,11 @@ pub enum Method {
     /// 1,000 processes, at most 64 running, from one event loop: tokio::process beside
     /// spawnkit's tokio face, asyncio (default and pidfd watchers) beside spawnkit.asyncio.
     Async,
-    /// All seven.
+    /// Python multiprocessing start methods (Smith's method): processes per second of fork,
+    /// forkserver, spawn and spawnkit, small and 1 GiB touched parent; a 4-worker Pool's first
+    /// map result.
+    Mp,
+    /// All eight.
     All,
 }
 
@@ -151,6 +159,10 @@ pub struct Config {
     pub async_rounds: usize,
     /// Async: processes per row and round (at most 64 running).
     pub async_total: usize,
+    /// Mp: the process totals.
+    pub mp_totals: Vec<usize>,
+    /// Mp: iterations per total.
+    pub mp_iterations: usize,
 }
 
 impl Config {
@@ -164,6 +176,8 @@ impl Config {
         let (ps_procs, ps_runs, ps_mem_runs) = if a.full { (10_000, 10, 3) } else { (1000, 5, 2) };
         let runs = a.runs.unwrap_or(runs);
         let (forkserver_runs, async_rounds) = if a.full { (100, 5) } else { (20, 2) };
+        let (mp_totals, mp_iterations) =
+            if a.full { (vec![32, 128, 512, 2048], 3) } else { (vec![32, 64], 2) };
         let c = Config {
             preset,
             runs,
@@ -183,6 +197,8 @@ impl Config {
             forkserver_runs: forkserver_runs.min(runs),
             async_rounds: a.iterations.unwrap_or(async_rounds),
             async_total: a.async_total.unwrap_or(1000),
+            mp_totals: a.totals.clone().unwrap_or(mp_totals),
+            mp_iterations: a.iterations.unwrap_or(mp_iterations),
         };
         if c.runs == 0
             || c.iterations == 0
@@ -367,6 +383,7 @@ pub struct Results {
     pub ps: Option<ps::PsResults>,
     pub server: Option<server::ServerResults>,
     pub asyncs: Option<async_spawn::AsyncResults>,
+    pub mp: Option<mp::MpResults>,
     pub notes: Vec<String>,
     pub python: Option<python::PythonInfo>,
     pub seconds: f64,
@@ -404,6 +421,9 @@ fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row], pyth
     if matches!(m, Method::Async | Method::All) {
         n += async_spawn::planned(c.async_rounds, c.async_total, python);
     }
+    if matches!(m, Method::Mp | Method::All) {
+        n += mp::planned(&c.mp_totals, c.mp_iterations, python);
+    }
     n as u64
 }
 
@@ -433,6 +453,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         ps: None,
         server: None,
         asyncs: None,
+        mp: None,
         notes: cargo_note.into_iter().chain(early_err).collect(),
         python: None,
         seconds: 0.0,
@@ -557,6 +578,18 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         )?;
         res.notes.extend(r.notes.iter().cloned());
         res.asyncs = Some(r);
+    }
+    if matches!(m, Method::Mp | Method::All) {
+        let py = python::interpreter(args.python.as_deref());
+        let r = mp::run(
+            (!args.no_python).then_some(py.as_path()),
+            dir.path(),
+            &c.mp_totals,
+            c.mp_iterations,
+            &progress,
+        );
+        res.notes.extend(r.notes.iter().cloned());
+        res.mp = Some(r);
     }
     progress.0.finish_and_clear();
     res.seconds = started.elapsed().as_secs_f64();

@@ -6,6 +6,7 @@ use super::async_spawn::{self, AsyncResults};
 use super::cpu::{self, CpuRow};
 use super::fence::{self, FenceRow};
 use super::latency::{self, LatencyRow, Size};
+use super::mp::{self, MpResults};
 use super::server::{self, ServerResults};
 use super::Results;
 
@@ -336,6 +337,9 @@ pub fn render(res: &Results) -> String {
     if let Some(a) = &res.asyncs {
         print_async(o, a);
     }
+    if let Some(m) = &res.mp {
+        print_mp(o, m);
+    }
     for n in &res.notes {
         writeln!(o, "note: {n}");
     }
@@ -395,6 +399,21 @@ pub fn render(res: &Results) -> String {
                 fmt_ratio(a.ratio(num, den, 0)),
                 fmt_ratio(a.ratio(num, den, 1)),
                 target
+            );
+        }
+    }
+    if let Some(m) = &res.mp {
+        let at = m.ratio_total().map_or("-".into(), |t| t.to_string());
+        writeln!(o, "multiprocessing ratios, processes per second at total {at}:");
+        for (key, num, den, [t_small, t_touched]) in mp::RATIOS {
+            writeln!(
+                o,
+                "  {:<43} {:>5} small parent, {:>5} 1 GiB touched (target: ≥ {:.1}, ≥ {:.1})",
+                key,
+                fmt_ratio(m.ratio(num, den, Size::Small)),
+                fmt_ratio(m.ratio(num, den, Size::Touched)),
+                t_small,
+                t_touched
             );
         }
     }
@@ -534,6 +553,15 @@ pub fn json(res: &Results) -> Value {
             other.insert(key.into(), json!(a.ratio(num, den, prog)));
         }
     }
+    if let Some(m) = &res.mp {
+        for (key, num, den, _) in mp::RATIOS {
+            let mut per = Map::new();
+            for s in mp::SIZES {
+                per.insert(s.key().into(), json!(m.ratio(num, den, s)));
+            }
+            ratios.insert(key.into(), Value::Object(per));
+        }
+    }
     let [plain, captured] = cpu_vs_vfork(&res.cpu);
     other.insert("cpu spawnkit/vfork pct".into(), json!({"plain": plain, "captured": captured}));
     let tp: Map<String, Value> =
@@ -551,7 +579,8 @@ pub fn json(res: &Results) -> Value {
                    "ps_procs": c.ps_procs, "ps_runs": c.ps_runs, "ps_mem_runs": c.ps_mem_runs,
                    "server_runs": c.server_runs, "server_iterations": c.server_iterations,
                    "server_tp_spawns": c.server_tp_spawns, "forkserver_runs": c.forkserver_runs,
-                   "async_rounds": c.async_rounds, "async_total": c.async_total},
+                   "async_rounds": c.async_rounds, "async_total": c.async_total,
+                   "mp_totals": c.mp_totals, "mp_iterations": c.mp_iterations},
         "seconds": res.seconds,
         "latency": {"unit": "µs", "parent_sizes": res.latency_sizes.iter().map(|s| s.key()).collect::<Vec<_>>(),
                     "rows": latency},
@@ -569,6 +598,7 @@ pub fn json(res: &Results) -> Value {
         "notes": res.notes,
         "server": res.server.as_ref().map(server_json),
         "async": res.asyncs.as_ref().map(async_json),
+        "mp": res.mp.as_ref().map(mp_json),
         "ratios": ratios,
         "other_ratios": other,
         "ratios_doc": {
@@ -588,6 +618,10 @@ pub fn json(res: &Results) -> Value {
                 running: spawnkit's tokio face over tokio::process (current-thread runtime)",
             "asyncio_spawnkit/asyncio": "processes per second, the same: spawnkit.asyncio over \
                 asyncio's default child watcher",
+            "mp_spawnkit/mp_fork": "Smith's method (at most 2 x CPUs + 1 alive, a no-op \
+                target): processes per second (mean) of multiprocessing's spawnkit start method \
+                over fork's, at the largest total measured (mp.ratio_total), per parent size",
+            "mp_spawnkit/mp_forkserver": "the same, spawnkit over forkserver",
             "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
                 beside vfork+exec, the floor under the server ratios",
         },
@@ -678,6 +712,86 @@ fn async_json(a: &AsyncResults) -> Value {
         "python": a.python_version,
         "rows": rows,
     })
+}
+
+fn mp_json(m: &MpResults) -> Value {
+    let rows: Vec<Value> = m
+        .rows
+        .iter()
+        .map(|r| {
+            let per_s: Map<String, Value> = r
+                .per_s
+                .iter()
+                .map(|(s, points)| {
+                    let p: Vec<Value> = points
+                        .iter()
+                        .map(|p| json!({"total": p.total, "mean": p.mean, "sd": p.sd}))
+                        .collect();
+                    (s.key().to_string(), Value::Array(p))
+                })
+                .collect();
+            json!({"id": r.id, "name": r.name, "per_s": per_s,
+                   "first_map_s": per_size_json(&r.first_map_s), "skipped": r.skipped})
+        })
+        .collect();
+    json!({
+        "method": "Gregory P. Smith's (CPython PR #99309), bench/python_mp.py",
+        "measures": "per_s: start `total` multiprocessing Processes running a no-op, at most \
+                     `alive` at once (joining the oldest when full), processes per second, mean \
+                     and sd over `iterations` (methods taking turns); first_map_s: seconds from \
+                     creating a 4-worker Pool to its map's first result, the best of \
+                     `iterations`; from the script's process as it starts (\"0\") and holding a \
+                     1 GiB bytearray with every page written (\"1GiB-touched\")",
+        "unit": "processes/s",
+        "totals": m.totals, "iterations": m.iterations, "alive": m.alive,
+        "parent_sizes": mp::SIZES.iter().map(|s| s.key()).collect::<Vec<_>>(),
+        "ratio_total": m.ratio_total(),
+        "python": m.python_version,
+        "rows": rows,
+    })
+}
+
+fn print_mp(o: &mut Text, m: &MpResults) {
+    writeln!(
+        o,
+        "== Multiprocessing start methods (Smith's method): processes per second, mean ± sd"
+    );
+    writeln!(
+        o,
+        "   at most {} alive (2 × CPUs + 1), {} iterations per total, a no-op target; Python {}",
+        m.alive.map_or("?".into(), |a| a.to_string()),
+        m.iterations,
+        m.python_version.as_deref().unwrap_or("?")
+    );
+    let w = 44;
+    for size in mp::SIZES {
+        writeln!(o, "-- parent: {}", size.label());
+        write!(o, "{:<w$}", "start method \\ total");
+        for t in &m.totals {
+            write!(o, " | {t:>14}");
+        }
+        writeln!(o, " | {:>14}", "Pool first map");
+        for row in &m.rows {
+            write!(o, "{:<w$}", row.name);
+            if let Some(why) = &row.skipped {
+                let short: String = why.chars().take(70).collect();
+                writeln!(o, " | skipped: {short}");
+                continue;
+            }
+            let points = row.per_s.get(&size);
+            for t in &m.totals {
+                match points.and_then(|ps| ps.iter().find(|p| p.total == *t)) {
+                    Some(p) => write!(o, " | {:>14}", format!("{:.0} ± {:.0}", p.mean, p.sd)),
+                    None => write!(o, " | {:>14}", "-"),
+                }
+            }
+            match row.first_map_s.get(&size) {
+                Some(f) => writeln!(o, " | {:>11.1} ms", f * 1e3),
+                None => writeln!(o, " | {:>14}", "-"),
+            }
+        }
+    }
+    writeln!(o);
 }
 
 fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize) {

@@ -15,6 +15,7 @@ Examples:
   spawnkit bench ps --full                (10,000 sleeping processes: spawnkit ps beside ps, psutil, smem)
   spawnkit bench server --json s.json     (the spawn server beside vfork+exec and a local spawn)
   spawnkit bench async                    (1,000 processes from tokio and asyncio event loops)
+  spawnkit bench mp --full                (multiprocessing fork, forkserver, spawn, spawnkit)
   spawnkit bench all --full --json bench.json --plot docs/bench")]
 pub struct BenchArgs {
     /// Which method to run.
@@ -27,15 +28,16 @@ pub struct BenchArgs {
     /// Small sizes that still cover every row (the default).
     #[arg(long, conflicts_with = "full")]
     pub quick: bool,
-    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (about 4 minutes on 2 cores).
+    /// The published sizes: 2000 runs, totals up to 2048, 5 iterations (about 4 minutes on 2 cores;
+    /// mp: 3 iterations, about 17 minutes more).
     #[arg(long)]
     pub full: bool,
-    /// Throughput: the process totals [default: 32,128,384 with --quick,
-    /// 32,128,384,1024,2048 with --full].
+    /// Throughput, mp: the process totals [default: 32,128,384 with --quick,
+    /// 32,128,384,1024,2048 with --full; mp: 32,64 with --quick, 32,128,512,2048 with --full].
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub totals: Option<Vec<usize>>,
-    /// Throughput: iterations per total; server: throughput samples; async: rounds
-    /// [default: 5; async: 2 with --quick, 5 with --full].
+    /// Throughput, mp: iterations per total; server: throughput samples; async: rounds
+    /// [default: 5; async: 2 with --quick, 5 with --full; mp: 2 with --quick, 3 with --full].
     #[arg(long, value_name = "N")]
     pub iterations: Option<usize>,
     /// Throughput: most processes alive at once [default: 2 × cores + 1].

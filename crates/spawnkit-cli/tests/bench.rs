@@ -80,6 +80,14 @@ fn every_method_every_row_in_the_json_file() {
     // Server and async: run by `all` too (checked in detail below).
     assert_eq!(ids(&v["server"]["latency"]["rows"]), SERVER_ROWS);
     assert_eq!(ids(&v["async"]["rows"]), ASYNC_ROWS);
+    // Mp: run by `all` too, every row skipped with --no-python, the ratio keys there.
+    assert_eq!(ids(&v["mp"]["rows"]), MP_ROWS);
+    for row in v["mp"]["rows"].as_array().unwrap() {
+        assert_eq!(row["skipped"], "--no-python", "{row}");
+    }
+    for key in MP_RATIOS {
+        assert!(v["ratios"][key]["0"].is_null() && v["ratios"][key]["1GiB-touched"].is_null());
+    }
 
     // Fence: every row, measured or skipped (checked in detail below).
     assert_eq!(ids(&v["fence"]["rows"]), FENCE_ROWS);
@@ -641,5 +649,62 @@ fn async_method_rows_and_ratios() {
     }
     assert!(v["ratios"]["async_spawnkit/tokio"].as_f64().unwrap() > 0.0, "{stdout}");
     assert!(v["ratios"].get("asyncio_spawnkit/asyncio").is_some(), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const MP_ROWS: [&str; 4] = ["fork", "forkserver", "spawn", "spawnkit"];
+const MP_RATIOS: [&str; 2] = ["mp_spawnkit/mp_fork", "mp_spawnkit/mp_forkserver"];
+
+/// `spawnkit bench mp` (a smoke run: totals 4 and 8, one iteration): every start method a row,
+/// measured at both parent sizes for each total with a first Pool.map time, or skipped with a
+/// reason (no Python here; the spawnkit row without the package); the ratio keys there at "0"
+/// and "1GiB-touched", numbers when the spawnkit row was measured, null otherwise.
+#[test]
+fn mp_method_rows_and_ratios() {
+    let dir = tmp("mp");
+    let json = dir.join("bench.json");
+    let out =
+        bench(&["mp", "--totals", "4,8", "--iterations", "1", "--json", json.to_str().unwrap()]);
+    let stdout = ok(&out);
+    let v = read_json(&json);
+    let mp = &v["mp"];
+    assert_eq!(ids(&mp["rows"]), MP_ROWS);
+    assert_eq!(mp["ratio_total"], 8, "{mp}");
+    let mut measured = Vec::new();
+    for row in mp["rows"].as_array().unwrap() {
+        if let Some(why) = row["skipped"].as_str() {
+            assert!(!why.is_empty(), "{row}");
+            assert!(stdout.contains(&format!("mp: {} skipped", row["id"].as_str().unwrap())));
+            continue;
+        }
+        measured.push(row["id"].as_str().unwrap().to_string());
+        for size in ["0", "1GiB-touched"] {
+            let points = row["per_s"][size].as_array().unwrap();
+            let totals: Vec<u64> = points.iter().map(|p| p["total"].as_u64().unwrap()).collect();
+            assert_eq!(totals, [4, 8], "{row}");
+            for p in points {
+                assert!(p["mean"].as_f64().unwrap() > 0.0, "{row}");
+                assert!(p["sd"].as_f64().unwrap() >= 0.0, "{row}");
+            }
+            assert!(row["first_map_s"][size].as_f64().unwrap() > 0.0, "{row}");
+        }
+    }
+    if !measured.is_empty() {
+        // Python ran: the three CPython start methods are always there.
+        assert!(measured.len() >= 3, "{measured:?}");
+        assert!(stdout.contains("== Multiprocessing start methods"), "{stdout}");
+    }
+    let spawnkit_measured = measured.iter().any(|m| m == "spawnkit");
+    for key in MP_RATIOS {
+        for size in ["0", "1GiB-touched"] {
+            let r = &v["ratios"][key][size];
+            if spawnkit_measured {
+                assert!(r.as_f64().unwrap() > 0.0, "{key} {size}: {r}\n{stdout}");
+            } else {
+                assert!(r.is_null(), "{key} {size}: {r}");
+            }
+        }
+    }
+    assert!(stdout.contains("multiprocessing ratios"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
