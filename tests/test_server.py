@@ -172,3 +172,15 @@ def test_closed_server_and_its_children(tmp_path):
     # The private server is gone (reaped by close), its child runs on and is still waitable.
     assert not Path(f"/proc/{spid}").exists()
     assert p.wait(timeout=10) == 0
+
+
+def test_spawn_many_through_a_server_keeps_order_and_per_item_errors(private):
+    cmds = [Command("sh").args(["-c", f"echo {i} $PPID"]) for i in range(12)]
+    cmds.insert(5, Command("/no/such/program"))
+    got = spawnkit.spawn_many(cmds, via=private, stdout=PIPE)
+    assert isinstance(got[5], FileNotFoundError) and got[5].filename == "/no/such/program"
+    outs = [p.communicate(timeout=30)[0] for i, p in enumerate(got) if i != 5]
+    assert outs == [f"{i} {private.pid}\n".encode() for i in range(12)]
+    assert all(p.returncode == 0 for i, p in enumerate(got) if i != 5)
+    # The connection is in step afterwards.
+    assert Command("true").spawn(via=private).wait() == 0

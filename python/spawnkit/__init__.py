@@ -97,7 +97,7 @@ class Command(_native.Command):
     Nothing happens until :meth:`spawn`, :meth:`output`, :meth:`status` or :meth:`plan`.
     """
 
-    def spawn(self, *, via=None, **popen_kwargs):
+    def spawn(self, *, via=None, _submit_only=False, **popen_kwargs):
         """Start the child; returns a :class:`spawnkit.subprocess.Popen` (``pidfd``,
         ``wait``, ``poll``, ``communicate``, ``send_signal``...). Keyword arguments are
         ``Popen``'s stream arguments (``stdin``, ``stdout``, ``stderr``, ``text``,
@@ -115,6 +115,7 @@ class Command(_native.Command):
         p = Popen.__new__(Popen)
         p._sk_command = self
         p._sk_via = via
+        p._sk_submit_only = _submit_only
         p.__init__(argv, executable=program, **kwargs)
         return p
 
@@ -153,14 +154,24 @@ class Command(_native.Command):
 
 
 def spawn_many(commands, *, via=None, **popen_kwargs):
-    """Start every :class:`Command` in ``commands``, in order, from this thread: a list with a
+    """Start every :class:`Command` in ``commands``, in order: a list with a
     :class:`spawnkit.subprocess.Popen` for each child started and the exception (an
     ``OSError``, ``ValueError``...) for each that failed, so one failure does not hide the
-    others. Keyword arguments go to each :meth:`Command.spawn` (``via`` too)."""
-    out = []
+    others. Locally they start one after the other from this thread; through a spawn server
+    (``via``) every request is sent before the first answer is read, so the server works on
+    all of them at once. Keyword arguments go to each :meth:`Command.spawn`."""
+    started = []
     for cmd in commands:
         try:
-            out.append(cmd.spawn(via=via, **popen_kwargs))
+            started.append(cmd.spawn(via=via, _submit_only=via is not None, **popen_kwargs))
         except Exception as e:  # noqa: BLE001 - returned per item, by design
-            out.append(e)
+            started.append(e)
+    out = []
+    for p in started:
+        if isinstance(p, Popen) and p._sk_pending is not None:
+            try:
+                p._sk_finish()
+            except Exception as e:  # noqa: BLE001
+                p = e
+        out.append(p)
     return out

@@ -63,6 +63,9 @@ class Popen(_std.Popen):
     # The spawn server to start the child through (Command.spawn(via=...)); None: the
     # process-wide one (use_server, $SPAWNKIT_SERVER), if any.
     _sk_via = None
+    # spawnkit.spawn_many(via=...): submit in _execute_child, receive in _sk_finish.
+    _sk_submit_only = False
+    _sk_pending = None
 
     @property
     def pidfd(self):
@@ -153,13 +156,17 @@ class Popen(_std.Popen):
             via = self._sk_via
             if via is None and _server_state is not None:
                 via = _process_server()
-            self._child = child = cmd.spawn_child(
-                None if p2cread == -1 else p2cread,
-                None if c2pwrite == -1 else c2pwrite,
-                None if errwrite == -1 else errwrite,
-                via=via)
-            self.pid = child.pid
-            self._child_created = True
+            streams = (None if p2cread == -1 else p2cread,
+                       None if c2pwrite == -1 else c2pwrite,
+                       None if errwrite == -1 else errwrite)
+            if self._sk_submit_only and via is not None:
+                # spawnkit.spawn_many(via=...): the request goes now, the answer later
+                # (_sk_finish), so that every request is in flight at once.
+                self._sk_pending = (cmd, via, cmd.submit_child(*streams, via=via))
+            else:
+                self._child = child = cmd.spawn_child(*streams, via=via)
+                self.pid = child.pid
+                self._child_created = True
         finally:
             # The child's ends of the pipes and /dev/null, as CPython closes them (nothing to
             # close when no stream was redirected: skip the ExitStack).
@@ -169,6 +176,20 @@ class Popen(_std.Popen):
                                      errread, errwrite)
             else:
                 self._closed_child_pipe_fds = True
+
+    def _sk_finish(self):
+        """Take the server's answer to the request _execute_child sent (spawn_many)."""
+        cmd, via, request = self._sk_pending
+        self._sk_pending = None
+        try:
+            self._child = child = cmd.receive_child(request, via=via)
+        except BaseException:
+            for f in (self.stdin, self.stdout, self.stderr):
+                if f is not None:
+                    f.close()
+            raise
+        self.pid = child.pid
+        self._child_created = True
 
     def _get_handles(self, stdin, stdout, stderr):
         # Nothing redirected: CPython's answer, without its error-handling context manager.

@@ -777,6 +777,37 @@ impl Command {
         cmd.plan().map(|p| p.to_string()).map_err(|e| spawn_error(py, &e, &self.names(py), false))
     }
 
+    /// Send the request for this child to the spawn server `via` and return its id at once
+    /// (the fds are passed now); [`receive_child`](Command::receive_child) takes the answer.
+    /// Many requests can be in flight this way (`spawnkit.spawn_many(..., via=...)`).
+    #[pyo3(signature = (stdin = None, stdout = None, stderr = None, *, via))]
+    fn submit_child(
+        &self,
+        py: Python<'_>,
+        stdin: Option<i32>,
+        stdout: Option<i32>,
+        stderr: Option<i32>,
+        via: &Bound<'_, Server>,
+    ) -> PyResult<u64> {
+        let codes = [stdin, stdout, stderr].map(|c| c.map(stdio_code));
+        let cmd = self.copy_for_server(codes)?;
+        let server = via.get();
+        let result = py.detach(|| server.client().map(|mut c| c.get().submit(&cmd)))?;
+        result.map_err(|e| spawn_error(py, &e, &self.names(py), self.subprocess_rules))
+    }
+
+    /// The answer to request `id` sent by [`submit_child`](Command::submit_child): the child,
+    /// or the exception a spawn of this command raises.
+    #[pyo3(signature = (id, *, via))]
+    fn receive_child(&self, py: Python<'_>, id: u64, via: &Bound<'_, Server>) -> PyResult<Child> {
+        let server = via.get();
+        let result = py.detach(|| server.client().map(|mut c| c.get().receive_id(id)))?;
+        match result {
+            Ok(child) => Ok(Child::new(child)),
+            Err(e) => Err(spawn_error(py, &e, &self.names(py), self.subprocess_rules)),
+        }
+    }
+
     /// Start the child with these fds as its standard streams (`None`: the parent's), as
     /// `Popen` does with the pipes it made; through the spawn server `via` when given.
     /// Returns the engine's handle.
@@ -847,19 +878,24 @@ impl Command {
         codes: [Option<Stdio>; 3],
         server: &Server,
     ) -> PyResult<Child> {
-        if self.preexec.is_some() {
-            return Err(PyValueError::new_err(
-                "preexec_fn cannot run through a spawn server (it is Python code of this \
-                 process): spawn locally, or set what it did with the Command's options",
-            ));
-        }
-        let cmd = self.copy_with(codes)?;
+        let cmd = self.copy_for_server(codes)?;
         let result = py.detach(|| server.client().map(|mut c| c.get().spawn(&cmd)))?;
         drop(cmd);
         match result {
             Ok(child) => Ok(Child::new(child)),
             Err(e) => Err(spawn_error(py, &e, &self.names(py), self.subprocess_rules)),
         }
+    }
+
+    /// The copy a server receives; a `pre_exec` hook is Python code of this process.
+    fn copy_for_server(&self, codes: [Option<Stdio>; 3]) -> PyResult<spawnkit::Command> {
+        if self.preexec.is_some() {
+            return Err(PyValueError::new_err(
+                "preexec_fn cannot run through a spawn server (it is Python code of this \
+                 process): spawn locally, or set what it did with the Command's options",
+            ));
+        }
+        self.copy_with(codes)
     }
 
     /// The file names an exception may carry, as the caller gave them.
