@@ -20,6 +20,8 @@ children too::
 
 import asyncio as _asyncio
 import subprocess as _std_subprocess
+import time as _time
+import weakref as _weakref
 from asyncio import base_subprocess as _base_subprocess
 from asyncio import events as _events
 from asyncio import streams as _streams
@@ -87,11 +89,42 @@ def _check(universal_newlines, bufsize, text, encoding, errors):
         raise ValueError("errors must be None")
 
 
+#: At most this long (seconds) of spawning per turn of the event loop: many tasks ready to
+#: spawn at once take turns with the loop's other work instead of holding it for all of them.
+SPAWN_SLICE = 0.002
+
+# Per loop: [seconds spent spawning in this turn, a reset is scheduled].
+_turns = _weakref.WeakKeyDictionary()
+
+
+def _reset_turn(state):
+    state[0] = 0.0
+    state[1] = False
+
+
+async def _take_turn(loop):
+    """Wait for the next turn of the loop if this one has had its slice of spawning."""
+    state = _turns.get(loop)
+    if state is None:
+        state = _turns[loop] = [0.0, False]
+    while state[0] >= SPAWN_SLICE:
+        await _asyncio.sleep(0)
+    return state
+
+
 async def _make_transport(loop, protocol, args, shell, stdin, stdout, stderr, bufsize,
                           extra=None, **kwargs):
+    state = await _take_turn(loop)
     waiter = loop.create_future()
-    transport = _Transport(loop, protocol, args, shell, stdin, stdout, stderr, bufsize,
-                           waiter=waiter, extra=extra, **kwargs)
+    started = _time.perf_counter()
+    try:
+        transport = _Transport(loop, protocol, args, shell, stdin, stdout, stderr, bufsize,
+                               waiter=waiter, extra=extra, **kwargs)
+    finally:
+        state[0] += _time.perf_counter() - started
+        if not state[1]:
+            state[1] = True
+            loop.call_soon(_reset_turn, state)
     _watch(loop, transport)
     try:
         await waiter

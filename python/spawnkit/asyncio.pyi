@@ -22,6 +22,7 @@ _T = TypeVar("_T")
 _P = TypeVar("_P", bound=asyncio.BaseProtocol)
 _File = int | IO[Any] | None
 
+SPAWN_SLICE: float
 PIPE: int
 STDOUT: int
 DEVNULL: int
