@@ -44,9 +44,9 @@ pub struct ServerOptions {
     /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
     /// otherwise, and when false, the server reaps each child through its pidfd.
     pub kernel_reaps: bool,
-    /// Threads that spawn (at least 1). With more, a kernel-reaping server hands a request
-    /// to another thread when more bytes wait behind it on the connection, so several
-    /// clone+exec run at once; a lone request is spawned by the loop itself (no thread hop).
+    /// Threads that spawn (at least 1). With more, a kernel-reaping server hands every
+    /// decoded request to a spawner thread (see `hand_off`), so several clone+exec run at once
+    /// and the loop stays free to read; the loop itself helps when two or more are queued.
     pub spawn_threads: usize,
 }
 
