@@ -87,7 +87,10 @@ class Zygote:
             raise SystemExit(1)  # the template is gone
         pids = struct.unpack(f"<{len(data) // 4}I", data[: len(data) // 4 * 4])
         for pid, fd in zip(pids, fds):
-            self.idle.append((pid, socket.socket(fileno=fd)))
+            chan = socket.socket(fileno=fd)
+            # A worker never writes to its channel: readable means it died unused (EOF).
+            self.sel.register(chan, selectors.EVENT_READ, (pid, chan))
+            self.idle.append((pid, chan))
         self.asked -= len(pids)
 
     def take_worker(self):
@@ -98,7 +101,16 @@ class Zygote:
             self.template.setblocking(True)
             self.worker_arrived()
             self.template.setblocking(False)
-        return self.idle.pop(0)
+        pid, chan = self.idle.pop(0)
+        self.sel.unregister(chan)
+        return pid, chan
+
+    def worker_gone(self, worker):
+        """An idle worker's channel read EOF: it died unused; refill replaces it."""
+        if worker in self.idle:
+            self.idle.remove(worker)
+            self.sel.unregister(worker[1])
+            worker[1].close()
 
     # -- clients
     def accept(self):
@@ -195,7 +207,7 @@ class Zygote:
         self.sel.register(self.template, selectors.EVENT_READ, "template")
         self.refill()
         while True:
-            for key, _ in self.sel.select(timeout=1.0):
+            for key, _ in self.sel.select():
                 if key.data == "listener":
                     self.accept()
                 elif key.data == "alive":
@@ -205,14 +217,12 @@ class Zygote:
                         self.worker_arrived()
                     except BlockingIOError:
                         pass
+                elif isinstance(key.data, tuple):
+                    self.worker_gone(key.data)
                 else:
                     self.readable(key.data)
-            # A worker that died unused is replaced; replacements are asked for here, off
-            # the request path.
-            for pid, chan in list(self.idle):
-                if _dead(pid):
-                    chan.close()
-                    self.idle.remove((pid, chan))
+            # Replacements for the workers handed out or gone, asked for here, off the
+            # request path.
             self.refill()
 
 
@@ -225,6 +235,8 @@ def template_main(ctl):
             asked = ctl.recv(64)
         except InterruptedError:
             continue
+        except ConnectionResetError:
+            asked = b""  # the zygote is gone (with workers' pids it had not read yet)
         if not asked:
             os._exit(0)
         for _ in asked:
@@ -235,7 +247,10 @@ def template_main(ctl):
                 ours.close()
                 worker_main(theirs)  # never returns
             theirs.close()
-            socket.send_fds(ctl, [struct.pack("<I", pid)], [ours.fileno()])
+            try:
+                socket.send_fds(ctl, [struct.pack("<I", pid)], [ours.fileno()])
+            except OSError:
+                os._exit(0)  # the zygote is gone; the worker reads EOF and exits
             ours.close()
 
 
@@ -264,14 +279,6 @@ def worker_main(chan):
             except Exception:
                 pass
     os._exit(code)
-
-
-def _dead(pid):
-    try:
-        os.kill(pid, 0)
-        return False
-    except ProcessLookupError:
-        return True
 
 
 def send_job(chan, payload, fds):

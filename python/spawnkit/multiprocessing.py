@@ -21,6 +21,7 @@ import json
 import os
 import pickle
 import socket
+import stat
 import struct
 import sys
 import threading
@@ -293,8 +294,6 @@ def _socket_dir():
     d = os.path.join(base, "spawnkit") if base else f"/tmp/spawnkit-{os.getuid()}"
     os.makedirs(d, mode=0o700, exist_ok=True)
     st = os.lstat(d)  # the directory itself: a symlink named so is refused
-    import stat
-
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise PermissionError(f"{d} is not private to this user (owner {st.st_uid}, mode "
                               f"{st.st_mode & 0o777:o})")
