@@ -87,10 +87,11 @@ fn bpf<T: Attr>(cmd: libc::c_long, attr: &mut T) -> Result<OwnedFd, i32> {
     let mut again = 5;
     loop {
         let (attr, size) = (attr as *mut T, std::mem::size_of::<T>() as u32);
-        // SAFETY: `attr` (an `Attr`) is a live `#[repr(C)]` prefix of `union bpf_attr` without
+        // `attr` (an `Attr`) is a live `#[repr(C)]` prefix of `union bpf_attr` without
         // padding, so initialised, of the size passed; every pointer in it refers to memory
-        // the caller borrows for this call (instructions and license read, log buffer written
-        // up to its stated size).
+        // the caller borrows for this call (instructions and license read, log buffer
+        // written up to its stated size).
+        // SAFETY: per the above, the kernel reads and writes only memory valid for the call.
         let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size) };
         if fd >= 0 {
             // SAFETY: the fd was just created and is owned by nobody else.
