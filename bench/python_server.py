@@ -35,43 +35,18 @@ if __name__ == "__main__":  # not in the forkserver's children, which import thi
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import resource  # noqa: E402
-import struct  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
-GIB = 1 << 30
+# The latency rows' own helpers (written beside this file by the spawnkit binary).
+from python_rows import ballast, once  # noqa: E402
+
 BLOCK = 10
-
-
-def ballast(key):
-    if key == "0":
-        return None
-    if key == "1GiB-touched":
-        b = bytearray(GIB)  # calloc: untouched until written
-        b[::4096] = b"\x01" * (GIB // 4096)  # one write per page
-        return b
-    raise SystemExit("unknown parent size " + key)
 
 
 def thread_cpu_us():
     ru = resource.getrusage(resource.RUSAGE_THREAD)
     return (ru.ru_utime + ru.ru_stime) * 1e6
-
-
-def once(popen, prog, r, w):
-    t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    p = popen([prog], stdout=w)
-    data = b""
-    while len(data) < 16:
-        chunk = os.read(r, 16 - len(data))
-        if not chunk:
-            break
-        data += chunk
-    code = p.wait()
-    if len(data) != 16 or code != 0:
-        raise SystemExit(f"{prog}: wrote {len(data)} bytes, exit status {code}")
-    sec, nsec = struct.unpack("=qq", data)
-    return sec * 1_000_000_000 + nsec - t0
 
 
 def stats(ns, cpu_us, spawns):

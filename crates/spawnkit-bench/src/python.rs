@@ -8,7 +8,7 @@ use std::process::Command;
 
 use super::latency::{LatencyRow, Size, Stats};
 
-const SCRIPT: &str = include_str!("../../../bench/python_rows.py");
+pub(crate) const SCRIPT: &str = include_str!("../../../bench/python_rows.py");
 
 /// The row ids and names, also used for rows that could not run at all.
 pub const ROWS: [(&str, &str); 2] = [

@@ -484,6 +484,9 @@ fn run_python(
 ) -> Result<(), String> {
     let script = dir.join("python_server.py");
     std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    // It imports the latency rows' helpers (`ballast`, `once`) from beside it.
+    let rows = dir.join("python_rows.py");
+    std::fs::write(&rows, super::python::SCRIPT).map_err(|e| format!("{}: {e}", rows.display()))?;
     let out = std::process::Command::new(python)
         .arg(&script)
         .arg(tiny)
