@@ -79,25 +79,27 @@ pub const RATIOS: [(&str, &str, &str, f64); 2] = [
 ];
 
 /// More ratios worth having (in `other_ratios`): (key, numerator, denominator, program).
-pub const OTHER_RATIOS: [(&str, &str, &str, usize); 4] = [
+pub const OTHER_RATIOS: [(&str, &str, &str, usize); 6] = [
+    ("async_spawnkit_server/tokio", "spawnkit_tokio_server", "tokio_process", 0),
+    ("async_spawnkit_server/tokio, /bin/true", "spawnkit_tokio_server", "tokio_process", 1),
     ("async_spawnkit/tokio, /bin/true", "spawnkit_tokio", "tokio_process", 1),
     ("asyncio_spawnkit/asyncio, /bin/true", "asyncio_spawnkit", "asyncio", 1),
     ("asyncio_spawnkit/asyncio_pidfd", "asyncio_spawnkit", "asyncio_pidfd", 0),
     ("asyncio_spawnkit/asyncio_pidfd, /bin/true", "asyncio_spawnkit", "asyncio_pidfd", 1),
 ];
 
-const SERVER_SKIP: &str = "the spawn server has no async requests yet (a blocking Client \
-                           called from spawn_blocking is not what issue 15 asks for)";
-
 /// How many processes the method starts (for the progress bar).
 pub fn planned(rounds: usize, total: usize, python: bool) -> usize {
-    2 * rounds * total * (2 + if python { 3 } else { 0 })
+    2 * rounds * total * (3 + if python { 3 } else { 0 })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tokio {
     Process,
     Spawnkit,
+    /// Through a private spawn server, with `spawnkit::tokio::Client` (a task per child
+    /// submits, awaits the answer, then awaits the exit).
+    Server,
 }
 
 fn threads_now() -> i64 {
@@ -106,7 +108,13 @@ fn threads_now() -> i64 {
 
 /// One round of one tokio row: a fresh current-thread runtime, a 1 ms ticker task on it, and
 /// the spawning loop (at most LIMIT children alive, each waited for by a task of its own).
-fn tokio_round(row: Tokio, prog: &str, total: usize, progress: &Progress) -> Result<Cell, String> {
+fn tokio_round(
+    row: Tokio,
+    prog: &str,
+    total: usize,
+    server: Option<&spawnkit::Client>,
+    progress: &Progress,
+) -> Result<Cell, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -131,6 +139,17 @@ fn tokio_round(row: Tokio, prog: &str, total: usize, progress: &Progress) -> Res
                 }
             })
         };
+        // The async face of the private server's connection (registered with this runtime).
+        let client = match (row, server) {
+            (Tokio::Server, Some(c)) => {
+                Some(spawnkit::tokio::Client::new(c).map_err(|e| format!("async client: {e}"))?)
+            }
+            (Tokio::Server, None) => return Err("no private server".into()),
+            _ => None,
+        };
+        let mut server_cmd = spawnkit::Command::new(prog);
+        server_cmd.stdin(spawnkit::Stdio::Null).stdout(spawnkit::Stdio::Null);
+        let server_cmd = Arc::new(server_cmd);
         tokio::time::sleep(Duration::from_millis(5)).await; // the ticker runs
         let t = Instant::now();
         let mut set = tokio::task::JoinSet::new();
@@ -145,6 +164,19 @@ fn tokio_round(row: Tokio, prog: &str, total: usize, progress: &Progress) -> Res
                             .spawn()
                             .map_err(|e| format!("tokio::process {prog}: {e}"))?;
                         set.spawn(async move {
+                            let st = child.wait().await.map_err(|e| e.to_string())?;
+                            if st.success() {
+                                Ok(())
+                            } else {
+                                Err(format!("{st}"))
+                            }
+                        });
+                    }
+                    Tokio::Server => {
+                        let (client, cmd) = (client.clone(), server_cmd.clone());
+                        set.spawn(async move {
+                            let Some(client) = client else { return Err("no client".into()) };
+                            let mut child = client.spawn(&cmd).await.map_err(|e| e.to_string())?;
                             let st = child.wait().await.map_err(|e| e.to_string())?;
                             if st.success() {
                                 Ok(())
@@ -211,21 +243,27 @@ pub fn run(
     rounds: usize,
     total: usize,
     python: Option<&Path>,
+    server: Result<&mut spawnkit::PrivateServer, String>,
     progress: &Progress,
 ) -> Result<AsyncResults, String> {
     let progs = [tiny, TRUE];
-    let mut cells = [[None; 2]; 2];
+    let mut cells = [[None; 2]; 3];
+    let (server, server_skip) = match server {
+        Ok(s) => (Some(&*s.client()), None),
+        Err(why) => (None, Some(why)),
+    };
     for (p, prog) in progs.iter().enumerate() {
         progress.phase(&format!("async, tokio, {prog}"));
         for round in 0..rounds {
-            let order = if round % 2 == 0 {
-                [Tokio::Process, Tokio::Spawnkit]
-            } else {
-                [Tokio::Spawnkit, Tokio::Process]
-            };
+            let mut order = [Tokio::Process, Tokio::Spawnkit, Tokio::Server];
+            order.rotate_left(round % 3);
             for row in order {
-                let i = usize::from(row == Tokio::Spawnkit);
-                let c = tokio_round(row, prog, total, progress)
+                let i = row as usize;
+                if row == Tokio::Server && server.is_none() {
+                    progress.inc(total as u64);
+                    continue;
+                }
+                let c = tokio_round(row, prog, total, server, progress)
                     .map_err(|e| format!("async, tokio row {i}: {e}"))?;
                 cells[i][p] = Some(best(cells[i][p], c));
             }
@@ -254,8 +292,8 @@ pub fn run(
                 id: "spawnkit_tokio_server".into(),
                 name: "spawnkit tokio face, server".into(),
                 kind: "tokio".into(),
-                cells: [None, None],
-                skipped: Some(SERVER_SKIP.into()),
+                cells: cells[2],
+                skipped: server_skip.clone(),
             },
         ],
         python_version: None,
@@ -263,6 +301,9 @@ pub fn run(
                      round), the 1 ms ticker a task on it"
             .into()],
     };
+    if let Some(why) = &server_skip {
+        res.notes.push(format!("async: spawnkit tokio face, server skipped: {why}"));
+    }
     let names = [
         ("asyncio", "asyncio create_subprocess_exec (default watcher)"),
         ("asyncio_pidfd", "asyncio create_subprocess_exec (PidfdChildWatcher)"),

@@ -438,6 +438,11 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
             Some(Err(e)) => (None, Some(format!("server: the method was skipped: {e}"))),
             None => (None, None),
         };
+    // The async method's tokio row through a server: a private server of its own, forked
+    // here for the same reason.
+    let mut async_server = matches!(args.method, Method::Async | Method::All).then(|| {
+        spawnkit::PrivateServer::start().map_err(|e| format!("private spawn server: {e}"))
+    });
     let cargo_note = drop_cargo_library_path();
     let dir = ChildDir::create()?;
     let prog = CString::new(TINY_NAME).map_err(|e| e.to_string())?;
@@ -574,6 +579,11 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
             c.async_rounds,
             c.async_total,
             (!args.no_python).then_some(py.as_path()),
+            match async_server.as_mut() {
+                Some(Ok(s)) => Ok(s),
+                Some(Err(e)) => Err(e.clone()),
+                None => Err("not started".into()),
+            },
             &progress,
         )?;
         res.notes.extend(r.notes.iter().cloned());

@@ -29,6 +29,9 @@ use ::tokio::net::unix::pipe;
 use crate::error::{Error, Result};
 use crate::{Command, ExitStatus, Output, Signal};
 
+mod client;
+pub use client::Client;
+
 /// The child's stdin: an async pipe writer.
 pub type ChildStdin = pipe::Sender;
 /// The child's stdout: an async pipe reader.

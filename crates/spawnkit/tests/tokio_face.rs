@@ -189,3 +189,104 @@ async fn a_cancelled_wait_leaves_the_child_waitable() {
     assert!(tokio::time::timeout(Duration::from_millis(20), child.wait()).await.is_err());
     assert!(child.wait().await.unwrap().success());
 }
+
+// ---- The spawn server's async client (`spawnkit::tokio::Client`) ----
+
+/// 60 requests in flight from one task, answered in order, each child its own: its exit code
+/// and its output are the ones its request asked for; a bad program is that item's error.
+#[tokio::test]
+async fn server_spawn_many_keeps_every_request_in_flight_and_in_order() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let mut cmds: Vec<Command> = (0..60)
+        .map(|i| {
+            let mut c = sh(&format!("echo child-{i}; exit {}", i % 7));
+            c.stdout(Stdio::Pipe);
+            c
+        })
+        .collect();
+    cmds[17] = Command::new("/nonexistent/spawnkit-test-program");
+    let results = client.spawn_many(&cmds).await.expect("the connection holds");
+    assert_eq!(results.len(), 60);
+    for (i, r) in results.into_iter().enumerate() {
+        if i == 17 {
+            let e = r.err().expect("a missing program is an error");
+            assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+            assert_eq!(e.step(), "execve", "{e}");
+            continue;
+        }
+        let child = r.unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert!(child.inner().is_remote());
+        let out = child.wait_with_output().await.expect("output");
+        assert_eq!(out.stdout, format!("child-{i}\n").as_bytes());
+        assert_eq!(out.status.code(), Some(i as i32 % 7));
+    }
+}
+
+/// Eight tasks on two worker threads share one connection: every answer reaches the task
+/// that asked (the child's output names its task and round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_client_shared_by_many_tasks() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..15 {
+                let mut cmd = Command::new("echo");
+                cmd.arg(format!("{t}/{round}")).stdout(Stdio::Pipe);
+                let child = client.spawn(&cmd).await.expect("spawn via server");
+                let out = child.wait_with_output().await.expect("output");
+                assert_eq!(out.stdout, format!("{t}/{round}\n").as_bytes());
+                assert!(out.status.success());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+}
+
+/// Waiting for an answer never blocks the runtime's one thread: with the server stopped
+/// (SIGSTOP), a timer on the same current-thread runtime still fires; once it continues,
+/// the same request is answered.
+#[tokio::test(flavor = "current_thread")]
+async fn server_answers_are_awaited_without_blocking_the_thread() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let pid = server.pid() as libc::pid_t;
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    // SAFETY: signals to the private server's own pid (our child, not yet reaped).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let mut cmd = Command::new("true");
+    let id = client.submit(&cmd).await.expect("the request fits in the socket");
+    let waited = tokio::time::timeout(Duration::from_millis(300), client.receive(id)).await;
+    assert!(waited.is_err(), "no answer from a stopped server, and the timer still fired");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let mut child = client.receive(id).await.expect("answered once the server runs");
+    assert!(child.wait().await.unwrap().success());
+    assert!(cmd.status_async().await.unwrap().success(), "a local spawn beside it");
+}
+
+/// Requests larger than the socket holds (300 × 96 KiB of environment, ~28 MiB) go out in
+/// parts while answers are read: nothing is lost, and the children see the whole variable.
+#[tokio::test]
+async fn server_requests_larger_than_the_socket_go_through() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let big = "x".repeat(96 * 1024);
+    let cmds: Vec<Command> = (0..300)
+        .map(|_| {
+            let mut c = sh("test ${#BIG} -eq 98304");
+            c.env("BIG", &big);
+            c
+        })
+        .collect();
+    let results = client.spawn_many(&cmds).await.expect("the connection holds");
+    assert_eq!(results.len(), 300);
+    for r in results {
+        let mut child = r.expect("spawned");
+        assert!(child.wait().await.unwrap().success(), "the child saw all 98304 bytes");
+    }
+}

@@ -72,6 +72,9 @@ pub(crate) struct Io {
     want_exit: bool,
     /// Exit frames received: pid -> status, until the child asks.
     exits: HashMap<i32, ExitStatus>,
+    /// The unsent tail of a request the async face could send only in part (the socket
+    /// filled up): it goes out before any other byte.
+    out_rest: Vec<u8>,
 }
 
 impl std::fmt::Debug for Client {
@@ -148,6 +151,7 @@ impl Client {
             broken: None,
             want_exit: !super::server::kernel_has_pidfd_exit_info(),
             exits: HashMap::new(),
+            out_rest: Vec::new(),
         };
         io.handshake(key)?;
         Ok(Client { io: Arc::new(Mutex::new(io)) })
@@ -222,6 +226,12 @@ impl Client {
             .into_iter()
             .map(|id| got.remove(&id).unwrap_or_else(|| Err(protocol("lost"))))
             .collect())
+    }
+
+    /// The connection, for the async face (which shares it).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn io(&self) -> &Arc<Mutex<Io>> {
+        &self.io
     }
 
     /// A child whose status comes in Exit frames gets a handle on this connection.
@@ -350,6 +360,11 @@ impl Io {
         parts: &[&[u8]],
         fds: &[RawFd],
     ) -> std::result::Result<(), (Error, bool)> {
+        if !self.out_rest.is_empty() {
+            // What the async face left half sent goes first, whole.
+            let rest = std::mem::take(&mut self.out_rest);
+            self.send_all_counted(&[&rest], &[]).map_err(|(e, _)| (e, true))?;
+        }
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut sent = 0;
         let mut fds = fds;
@@ -403,6 +418,13 @@ impl Io {
     /// Send a request; its answer comes from [`receive`](Client::receive) under the id
     /// returned. Nothing waits for the server here (unless the socket is full).
     fn submit(&mut self, cmd: &Command) -> Result<u64> {
+        match self.submit_with(cmd, false)? {
+            Some(id) => Ok(id),
+            None => unreachable!("a blocking submit sends or fails"),
+        }
+    }
+
+    fn submit_with(&mut self, cmd: &Command, nonblocking: bool) -> Result<Option<u64>> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
@@ -434,20 +456,126 @@ impl Io {
             return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
         }
         let id = self.next_id;
-        self.next_id += 1;
         let flags = if self.want_exit { super::frame::FLAG_WANT_EXIT } else { 0 };
         let h =
             Header { len: bytes.len() as u32, kind: Kind::Spawn, flags, nfds: fds.len() as u8, id };
-        self.pending.insert(id, Pending { pipes, kill_on_drop: cmd.kill_on_drop });
-        if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &bytes], &fds) {
-            self.pending.remove(&id);
+        if nonblocking {
+            match self.send_some(&[&h.encode(), &bytes], &fds) {
+                Ok(true) => {}
+                Ok(false) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        } else if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &bytes], &fds) {
             if out_of_step {
                 self.broken = Some(e.clone());
             }
             return Err(e);
         }
+        self.next_id += 1;
+        self.pending.insert(id, Pending { pipes, kill_on_drop: cmd.kill_on_drop });
         drop(child_ends);
-        Ok(id)
+        Ok(Some(id))
+    }
+
+    /// The async face's send: without waiting. False when the socket is full and nothing
+    /// went out (try again when it is writable); a part sent leaves the rest in `out_rest`,
+    /// which must go out (`flush_rest`) before anything else.
+    fn send_some(&mut self, parts: &[&[u8]], fds: &[RawFd]) -> Result<bool> {
+        if !self.flush_rest()? {
+            return Ok(false);
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        match sock::send_with_fds(self.sock.as_fd(), parts, fds, true) {
+            Ok(n) if n == total => Ok(true),
+            Ok(n) => {
+                self.out_rest = parts.concat().split_off(n);
+                Ok(true)
+            }
+            Err(libc::EAGAIN) => Ok(false),
+            Err(libc::EBADF) if !fds.is_empty() => {
+                Err(Error::os("sendmsg", "the fds to pass", libc::EBADF)
+                    .with_reason("a fd to pass to the server is not open in this process"))
+            }
+            Err(e) => {
+                let e = Error::os("sendmsg", "server connection", e);
+                self.broken = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Send what is left of a request sent in part, without waiting; true once nothing is.
+    pub(crate) fn flush_rest(&mut self) -> Result<bool> {
+        while !self.out_rest.is_empty() {
+            match sock::send_with_fds(self.sock.as_fd(), &[&self.out_rest], &[], true) {
+                Ok(n) => {
+                    self.out_rest.drain(..n);
+                }
+                Err(libc::EAGAIN) => return Ok(false),
+                Err(e) => {
+                    let e = Error::os("sendmsg", "server connection", e);
+                    self.broken = Some(e.clone());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The async face: submit without waiting (`None`: the socket is full, nothing sent).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_submit(&mut self, cmd: &Command) -> Result<Option<u64>> {
+        self.submit_with(cmd, true)
+    }
+
+    /// The async face: read what has arrived and turn it into answers, without waiting.
+    /// The ids answered by this call (false: nothing to read).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_collect(&mut self, answered: &mut Vec<u64>) -> Result<bool> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let before = self.done.len();
+        let got = self.recv(true).and_then(|got| self.collect().map(|_| got));
+        if let Err(e) = &got {
+            self.broken = Some(e.clone());
+        }
+        answered.extend(self.done.iter().skip(before).map(|(id, _)| *id));
+        got
+    }
+
+    /// The async face: the answer to `id` if it has come (`Err` if `id` is not in flight
+    /// or the connection broke).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn take_answer(&mut self, id: u64) -> Option<Result<Child>> {
+        if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
+            return self.done.remove(pos).map(|d| d.1);
+        }
+        if let Some(e) = &self.broken {
+            return Some(Err(e.clone()));
+        }
+        if !self.pending.contains_key(&id) {
+            return Some(Err(Error::invalid("receive", format!("request {id}"), "not in flight")));
+        }
+        None
+    }
+
+    /// Whether the connection failed (every request on it fails).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken.is_some()
+    }
+
+    /// Whether children of this connection learn their status from Exit frames.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn wants_exit_frames(&self) -> bool {
+        self.want_exit
+    }
+
+    /// The connection's socket (for readiness).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn socket(&self) -> &UnixStream {
+        &self.sock
     }
 
     /// The next answer: the request's id and its child or error (in the order the server
