@@ -846,7 +846,7 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
     );
     writeln!(
         o,
-        "   the server: {} requests submitted, then received, then waited for; the others one at a time",
+        "   the server: {} requests submitted in one message, then received, then waited for; the others one at a time",
         server::IN_FLIGHT
     );
     write!(o, "{:<w$}", "row");

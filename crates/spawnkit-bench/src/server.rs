@@ -4,8 +4,9 @@
 //!
 //! * latency, request → the tiny child's first instruction (Triplett's method, as `latency`);
 //! * the calling thread's own CPU per spawn (getrusage(RUSAGE_THREAD)), the child waited for:
-//!   for the server, 16 requests submitted, then their 16 answers received, then the 16
-//!   children waited for; for the others, spawn and wait, one at a time;
+//!   for the server, 16 requests submitted in one message (`submit_many`), then their 16
+//!   answers received, then the 16 children waited for; for the others, spawn and wait,
+//!   one at a time;
 //! * throughput from one calling thread: the server with up to 16 requests in flight (or
 //!   children not yet waited for), vfork+exec and the local spawn in a spawn-and-wait loop;
 //! * the floor under the server's latency: one round trip over a Unix socketpair to a thread
@@ -283,9 +284,8 @@ fn cpu_block(
         let mut left = n;
         while left > 0 {
             let k = left.min(IN_FLIGHT);
-            for _ in 0..k {
-                client.submit(&cmd).map_err(|e| e.to_string())?;
-            }
+            // One message for the k requests (a SpawnMany frame): the batched API.
+            client.submit_many(std::iter::repeat_n(&cmd, k)).map_err(|e| e.to_string())?;
             let mut children = Vec::with_capacity(k);
             for _ in 0..k {
                 children.push(client.receive().map_err(|e| e.to_string())?.1);

@@ -17,6 +17,26 @@ pub(crate) fn adopt(pidfd: OwnedFd) {
     COUNT.store(list.len(), Ordering::Relaxed);
 }
 
+/// In a freshly forked process about to close every inherited fd (a private spawn server):
+/// forget the parent's list without closing anything. Its fd numbers are about to be closed
+/// and reused for the new process's own files, which a later `reap` would otherwise close.
+/// The lock is only tried: another thread of the parent may have held it at the fork (it
+/// then stays held here, and with the count at zero `reap` never takes it; a spawn server
+/// never adopts orphans of its own).
+pub(crate) fn forget_inherited() {
+    let list = match ORPHANS.try_lock() {
+        Ok(list) => Some(list),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    };
+    if let Some(mut list) = list {
+        for fd in list.drain(..) {
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        }
+    }
+    COUNT.store(0, Ordering::Relaxed);
+}
+
 /// Reap the dropped children that have exited; returns how many still run.
 pub(crate) fn reap() -> usize {
     if COUNT.load(Ordering::Relaxed) == 0 {

@@ -214,6 +214,47 @@ fn many_requests_in_flight_from_one_thread() {
     assert_eq!(got, ids);
 }
 
+/// `submit_many` sends one frame for many commands (the same one repeated, and others with
+/// pipes of their own): every child is the one asked for. In `spawn_many`, a command over
+/// the protocol's limits is its own item's error and the others of its batch still run.
+#[test]
+fn batched_requests_and_answers() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let same = {
+        let mut c = Command::new(probe());
+        c.args(["exit", "7"]);
+        c
+    };
+    let ids = client.submit_many(std::iter::repeat_n(&same, 40)).unwrap();
+    assert_eq!(ids.len(), 40);
+    assert_eq!(client.in_flight(), 40);
+    for id in ids {
+        assert_eq!(client.receive_id(id).unwrap().wait().unwrap(), ExitStatus::Exited(7));
+    }
+    let mut cmds: Vec<Command> = (0..30)
+        .map(|i| {
+            let mut c = Command::new("/bin/sh");
+            c.args(["-c", &format!("echo item-{i}; exit {}", i % 4)]).stdout(Stdio::Pipe);
+            c
+        })
+        .collect();
+    cmds[11] = Command::new(probe());
+    cmds[11].arg("x".repeat(5 << 20)); // over the 4 MiB frame limit
+    let children = client.spawn_many(&cmds, 16).unwrap();
+    for (i, child) in children.into_iter().enumerate() {
+        if i == 11 {
+            let e = child.err().expect("an oversized command is its own error");
+            assert_eq!(e.step(), "encode", "{e}");
+            continue;
+        }
+        let out = child.unwrap().communicate(None, Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(out.stdout, format!("item-{i}\n").as_bytes());
+        assert_eq!(out.status, ExitStatus::Exited(i as i32 % 4));
+    }
+    assert_eq!(client.in_flight(), 0);
+}
+
 #[test]
 fn a_megabyte_request_goes_through() {
     let server = ThreadServer::start();

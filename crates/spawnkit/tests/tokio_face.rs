@@ -290,3 +290,116 @@ async fn server_requests_larger_than_the_socket_go_through() {
         assert!(child.wait().await.unwrap().success(), "the child saw all 98304 bytes");
     }
 }
+
+/// A command whose environment is `kib` KiB (more than a Unix socket holds).
+fn big_env_command(kib: usize) -> Command {
+    let mut c = Command::new("true");
+    let v = "y".repeat(100 * 1024);
+    for i in 0..kib / 100 {
+        c.env(format!("BIG{i}"), &v);
+    }
+    c
+}
+
+fn signal(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: a signal to the private server's own pid (our child, not yet reaped).
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// One request larger than the socket, from one task, with nothing else going on: its tail
+/// goes out before the answer is awaited (else the server, holding half a frame, never
+/// answers). With the server stopped first, so the socket surely fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_one_request_larger_than_the_socket() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let pid = server.pid() as libc::pid_t;
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    for kib in [800, 2000] {
+        let cmd = big_env_command(kib);
+        let r = tokio::time::timeout(Duration::from_secs(20), client.spawn(&cmd));
+        let mut child = r.await.expect("answered").expect("spawned");
+        assert!(child.wait().await.unwrap().success());
+    }
+    signal(pid, libc::SIGSTOP);
+    let c2 = client.clone();
+    let t = tokio::spawn(async move { c2.spawn(&big_env_command(800)).await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(pid, libc::SIGCONT);
+    let r = tokio::time::timeout(Duration::from_secs(20), t).await;
+    r.expect("an 800 KiB request is answered").expect("task").expect("spawned");
+}
+
+/// A receive cancelled (by a timeout) while another task waits does not strand that task;
+/// nor does a submit cancelled while the socket is full.
+#[tokio::test(flavor = "current_thread")]
+async fn server_cancelled_waits_strand_no_other_task() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let pid = server.pid() as libc::pid_t;
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    signal(pid, libc::SIGSTOP);
+    let c2 = client.clone();
+    let a = tokio::spawn(async move { c2.spawn(&Command::new("true")).await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(100)).await; // A waits for its answer
+    let id = client.submit(&Command::new("true")).await.unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), client.receive(id)).await;
+    assert!(cancelled.is_err(), "a stopped server does not answer");
+    let big = big_env_command(300);
+    let mut timed_out = false;
+    for _ in 0..10 {
+        if tokio::time::timeout(Duration::from_millis(100), client.submit(&big)).await.is_err() {
+            timed_out = true;
+            break;
+        }
+    }
+    assert!(timed_out, "the socket filled and a submit was cancelled");
+    signal(pid, libc::SIGCONT);
+    let r = tokio::time::timeout(Duration::from_secs(20), a).await;
+    r.expect("task A was woken").expect("task").expect("spawned");
+    // The connection is still usable afterwards.
+    let mut child = client.spawn(&Command::new("true")).await.expect("spawn after");
+    assert!(child.wait().await.unwrap().success());
+}
+
+/// Two tasks submitting into a full socket are both woken when it drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_two_submitters_on_a_full_socket() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let pid = server.pid() as libc::pid_t;
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    signal(pid, libc::SIGSTOP);
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let cmds: Vec<Command> = (0..3).map(|_| big_env_command(300)).collect();
+            c.spawn_many(&cmds).await.map(|v| v.into_iter().filter(|r| r.is_ok()).count())
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    signal(pid, libc::SIGCONT);
+    for (i, t) in tasks.into_iter().enumerate() {
+        let r = tokio::time::timeout(Duration::from_secs(20), t).await;
+        let n = r.unwrap_or_else(|_| panic!("submitter {i} was woken")).expect("task");
+        assert_eq!(n.expect("the connection holds"), 3);
+    }
+}
+
+/// Remote children dropped unwaited go to this process's orphan list; a private server
+/// forked afterwards must not take that list's fd numbers for its own (it closes what it
+/// inherits, and its spawns reap orphans): 40 spawns with pipes through it all work.
+#[tokio::test]
+async fn remote_children_dropped_unwaited_do_not_reach_a_later_server() {
+    let mut first = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(first.client()).expect("async client");
+    for _ in 0..20 {
+        drop(client.spawn(&sh("sleep 0.3")).await.expect("spawn"));
+    }
+    let mut second = spawnkit::PrivateServer::start().expect("second private server");
+    let c2 = spawnkit::tokio::Client::new(second.client()).expect("async client");
+    for i in 0..40 {
+        let mut cmd = Command::new("echo");
+        cmd.arg(format!("n{i}")).stdout(Stdio::Pipe);
+        let out = c2.spawn(&cmd).await.expect("spawn").wait_with_output().await.expect("out");
+        assert_eq!(out.stdout, format!("n{i}\n").as_bytes());
+    }
+}

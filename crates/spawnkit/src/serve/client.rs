@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
-use super::frame::{Expect, Header, Inbox, Kind, MAX_BODY};
+use super::frame::{self as frames, Expect, Header, Inbox, Kind, FLAG_BATCH_REPLY, MAX_BODY};
 use super::reply;
 use super::server::key_path_for;
 use crate::error::{quoted, Error, ErrorKind, Result};
@@ -28,8 +28,11 @@ pub const KEY_ENV: &str = "SPAWNKIT_SERVER_KEY";
 /// face; the library reads it only in [`Client::from_env`]).
 pub const SERVER_ENV: &str = "SPAWNKIT_SERVER";
 
-const EXPECT_REPLY: Expect =
-    Expect { kinds: &[Kind::Spawned, Kind::Error, Kind::Exit], max_body: MAX_BODY, fds: true };
+const EXPECT_REPLY: Expect = Expect {
+    kinds: &[Kind::Spawned, Kind::SpawnedMany, Kind::Error, Kind::Exit],
+    max_body: MAX_BODY,
+    fds: true,
+};
 
 /// A request sent and not answered yet: the parent ends of the pipes made for it.
 struct Pending {
@@ -75,6 +78,8 @@ pub(crate) struct Io {
     /// The unsent tail of a request the async face could send only in part (the socket
     /// filled up): it goes out before any other byte.
     out_rest: Vec<u8>,
+    /// Requests whose answer nobody will take (an async receive dropped): dropped on arrival.
+    abandoned: std::collections::HashSet<u64>,
 }
 
 impl std::fmt::Debug for Client {
@@ -152,6 +157,7 @@ impl Client {
             want_exit: !super::server::kernel_has_pidfd_exit_info(),
             exits: HashMap::new(),
             out_rest: Vec::new(),
+            abandoned: std::collections::HashSet::new(),
         };
         io.handshake(key)?;
         Ok(Client { io: Arc::new(Mutex::new(io)) })
@@ -197,35 +203,71 @@ impl Client {
         self.receive_id(id)
     }
 
-    /// Submit all of `cmds` (keeping at most `window` in flight) and return their children
-    /// or errors in order.
+    /// Send several requests in one message (a SpawnMany frame per 64 commands, the
+    /// caller's cwd and environment read once for all): their ids, in order; the answers
+    /// come from [`receive`](Client::receive) as for [`submit`](Client::submit). A command
+    /// that cannot be encoded fails the call before anything is sent.
+    pub fn submit_many<'c>(
+        &mut self,
+        cmds: impl IntoIterator<Item = &'c Command>,
+    ) -> Result<Vec<u64>> {
+        let cmds: Vec<&Command> = cmds.into_iter().collect();
+        lock(&self.io).submit_many(&cmds)
+    }
+
+    /// Submit all of `cmds` (keeping at most `window` in flight, sent in batches: one
+    /// message for as many as the window has room for) and return their children or
+    /// errors in order.
     pub fn spawn_many<'c>(
         &mut self,
         cmds: impl IntoIterator<Item = &'c Command>,
         window: usize,
     ) -> Result<Vec<Result<Child>>> {
         let window = window.max(1);
-        let mut ids = Vec::new();
-        let mut got: HashMap<u64, Result<Child>> = HashMap::new();
-        let mut waiting = 0usize;
-        for cmd in cmds {
-            while waiting >= window {
+        let cmds: Vec<&Command> = cmds.into_iter().collect();
+        let mut out: Vec<Option<Result<Child>>> = (0..cmds.len()).map(|_| None).collect();
+        let mut index: HashMap<u64, usize> = HashMap::new();
+        let mut next = 0;
+        while next < cmds.len() {
+            while index.len() >= window {
                 let (id, r) = self.receive()?;
-                got.insert(id, r);
-                waiting -= 1;
+                if let Some(i) = index.remove(&id) {
+                    out[i] = Some(r);
+                }
             }
-            ids.push(self.submit(cmd)?);
-            waiting += 1;
+            let room = (window - index.len()).min(cmds.len() - next);
+            let chunk = &cmds[next..next + room];
+            let batch = lock(&self.io).submit_many(chunk);
+            match batch {
+                Ok(ids) => {
+                    for (k, id) in ids.into_iter().enumerate() {
+                        index.insert(id, next + k);
+                    }
+                }
+                Err(e) if lock(&self.io).broken.is_some() => return Err(e),
+                // A command that cannot be encoded (nothing was sent): one by one, so that
+                // its error is that item's alone.
+                Err(_) => {
+                    for (k, c) in chunk.iter().enumerate() {
+                        match self.submit(c) {
+                            Ok(id) => {
+                                index.insert(id, next + k);
+                            }
+                            Err(e) if lock(&self.io).broken.is_some() => return Err(e),
+                            Err(e) => out[next + k] = Some(Err(e)),
+                        }
+                    }
+                }
+            }
+            next += room;
         }
-        while waiting > 0 {
+        while !index.is_empty() {
             let (id, r) = self.receive()?;
-            got.insert(id, r);
-            waiting -= 1;
+            if let Some(i) = index.remove(&id) {
+                out[i] = Some(r);
+            }
         }
-        Ok(ids
-            .into_iter()
-            .map(|id| got.remove(&id).unwrap_or_else(|| Err(protocol("lost"))))
-            .collect())
+        Ok(out.into_iter().map(|r| r.unwrap_or_else(|| Err(protocol("lost")))).collect())
     }
 
     /// The connection, for the async face (which shares it).
@@ -424,57 +466,115 @@ impl Io {
         }
     }
 
+    fn flags(&self) -> u8 {
+        let exit = if self.want_exit { super::frame::FLAG_WANT_EXIT } else { 0 };
+        exit | FLAG_BATCH_REPLY
+    }
+
     fn submit_with(&mut self, cmd: &Command, nonblocking: bool) -> Result<Option<u64>> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        let mut pipes: [Option<OwnedFd>; 3] = [None, None, None];
-        let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
-        let mut fill_stdio: [Option<RawFd>; 3] = [None, None, None];
-        for i in 0..3 {
-            match &cmd.stdio[i] {
-                None | Some(Stdio::Inherit) => fill_stdio[i] = Some(i as RawFd),
-                Some(Stdio::Pipe) => {
-                    let (r, w) = parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
-                    let (ours, theirs) = if i == 0 { (w, r) } else { (r, w) };
-                    fill_stdio[i] = Some(theirs.as_raw_fd());
-                    child_ends[i] = Some(theirs);
-                    pipes[i] = Some(ours);
-                }
-                _ => {}
-            }
-        }
-        let cwd = match &cmd.cwd {
-            Some(_) => None,
-            None => Some(std::env::current_dir().map_err(|e| io_err("getcwd", "", &e))?),
-        };
-        let base_env: Option<Vec<(OsString, OsString)>> =
-            (!cmd.env_clear && cmd.base_env.is_none()).then(|| std::env::vars_os().collect());
-        let fill = Fill { cwd, base_env, stdio: fill_stdio };
-        let (bytes, fds) = cmd.to_wire_filled(&fill)?;
-        if bytes.len() > MAX_BODY || fds.len() > super::frame::MAX_FDS {
-            return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
-        }
+        let req = encode_request(cmd, &mut Filler::default())?;
         let id = self.next_id;
-        let flags = if self.want_exit { super::frame::FLAG_WANT_EXIT } else { 0 };
-        let h =
-            Header { len: bytes.len() as u32, kind: Kind::Spawn, flags, nfds: fds.len() as u8, id };
+        let flags = self.flags();
+        let h = Header {
+            len: req.bytes.len() as u32,
+            kind: Kind::Spawn,
+            flags,
+            nfds: req.fds.len() as u8,
+            id,
+        };
         if nonblocking {
-            match self.send_some(&[&h.encode(), &bytes], &fds) {
+            match self.send_some(&[&h.encode(), &req.bytes], &req.fds) {
                 Ok(true) => {}
                 Ok(false) => return Ok(None),
                 Err(e) => return Err(e),
             }
-        } else if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &bytes], &fds) {
+        } else if let Err((e, out_of_step)) =
+            self.send_all_counted(&[&h.encode(), &req.bytes], &req.fds)
+        {
             if out_of_step {
                 self.broken = Some(e.clone());
             }
             return Err(e);
         }
         self.next_id += 1;
-        self.pending.insert(id, Pending { pipes, kill_on_drop: cmd.kill_on_drop });
-        drop(child_ends);
+        self.pending.insert(id, Pending { pipes: req.pipes, kill_on_drop: req.kill_on_drop });
         Ok(Some(id))
+    }
+
+    /// Send `cmds` in as few SpawnMany frames as the limits allow (entries, fds, bytes), the
+    /// cwd and environment read once for all; their ids in order. A command that cannot be
+    /// encoded fails the call before anything is sent.
+    fn submit_many(&mut self, cmds: &[&Command]) -> Result<Vec<u64>> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let mut fill = Filler::default();
+        let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
+        for (i, c) in cmds.iter().enumerate() {
+            // The same command again (spawn N alike): its bytes do not change unless it has
+            // pipes, which are made per request.
+            let again = i > 0
+                && std::ptr::eq(*c, cmds[i - 1])
+                && !c.stdio.iter().any(|s| matches!(s, Some(Stdio::Pipe)));
+            match reqs.last() {
+                Some(prev) if again => {
+                    let copy = Request {
+                        bytes: prev.bytes.clone(),
+                        fds: prev.fds.clone(),
+                        pipes: [None, None, None],
+                        _child_ends: [None, None, None],
+                        kill_on_drop: prev.kill_on_drop,
+                    };
+                    reqs.push(copy);
+                }
+                _ => reqs.push(encode_request(c, &mut fill)?),
+            }
+        }
+        let mut ids = Vec::with_capacity(reqs.len());
+        let mut reqs = reqs.into_iter().peekable();
+        while reqs.peek().is_some() {
+            let mut body = Vec::new();
+            let mut fds: Vec<RawFd> = Vec::new();
+            let mut batch: Vec<Request> = Vec::new();
+            while let Some(r) = reqs.peek() {
+                let fits = batch.len() < super::frame::MAX_BATCH_REPLY
+                    && fds.len() + r.fds.len() <= super::frame::MAX_FDS
+                    && body.len() + 5 + r.bytes.len() <= MAX_BODY;
+                if !fits && !batch.is_empty() {
+                    break;
+                }
+                let Some(r) = reqs.next() else { break };
+                body.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
+                body.push(r.fds.len() as u8);
+                body.extend_from_slice(&r.bytes);
+                fds.extend_from_slice(&r.fds);
+                batch.push(r);
+            }
+            let first = self.next_id;
+            let h = Header {
+                len: body.len() as u32,
+                kind: Kind::SpawnMany,
+                flags: self.flags(),
+                nfds: fds.len() as u8,
+                id: first,
+            };
+            if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &body], &fds) {
+                if out_of_step {
+                    self.broken = Some(e.clone());
+                }
+                return Err(e);
+            }
+            self.next_id = first + batch.len() as u64;
+            for (i, r) in batch.into_iter().enumerate() {
+                let id = first + i as u64;
+                self.pending.insert(id, Pending { pipes: r.pipes, kill_on_drop: r.kill_on_drop });
+                ids.push(id);
+            }
+        }
+        Ok(ids)
     }
 
     /// The async face's send: without waiting. False when the socket is full and nothing
@@ -547,17 +647,35 @@ impl Io {
     /// The async face: the answer to `id` if it has come (`Err` if `id` is not in flight
     /// or the connection broke).
     #[cfg(feature = "tokio")]
-    pub(crate) fn take_answer(&mut self, id: u64) -> Option<Result<Child>> {
+    /// The outer error is the connection's (every request fails); the inner one this
+    /// request's own (its spawn failed).
+    pub(crate) fn take_answer(&mut self, id: u64) -> Result<Option<Result<Child>>> {
         if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
-            return self.done.remove(pos).map(|d| d.1);
+            return Ok(self.done.remove(pos).map(|d| d.1));
         }
         if let Some(e) = &self.broken {
-            return Some(Err(e.clone()));
+            return Err(e.clone());
         }
         if !self.pending.contains_key(&id) {
-            return Some(Err(Error::invalid("receive", format!("request {id}"), "not in flight")));
+            return Ok(Some(Err(Error::invalid(
+                "receive",
+                format!("request {id}"),
+                "not in flight",
+            ))));
         }
-        None
+        Ok(None)
+    }
+
+    /// The async face: nobody will take the answer to `id` (its future was dropped). If it
+    /// has come, its child is dropped now (killed if the command asked for `kill_on_drop`);
+    /// else when it comes.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn abandon(&mut self, id: u64) {
+        if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
+            drop(self.done.remove(pos));
+        } else if self.pending.contains_key(&id) {
+            self.abandoned.insert(id);
+        }
     }
 
     /// Whether the connection failed (every request on it fails).
@@ -626,6 +744,22 @@ impl Io {
                 Err(e) => return Err(protocol(e.to_string())),
             };
             let id = frame.header.id;
+            if frame.header.kind == Kind::SpawnedMany {
+                let entries =
+                    frames::split_spawned_many(body, frame.fds.len()).map_err(protocol)?;
+                for ((id, pid), pidfd) in entries.into_iter().zip(frame.fds) {
+                    let Some(p) = self.pending.remove(&id) else {
+                        return Err(protocol(format!(
+                            "an answer to request {id}, which is not in flight"
+                        )));
+                    };
+                    let child = Child::new_remote(pid, pidfd, p.pipes, p.kill_on_drop);
+                    if !self.abandoned.remove(&id) {
+                        self.done.push_back((id, Ok(child)));
+                    }
+                }
+                continue;
+            }
             let result = match frame.header.kind {
                 Kind::Exit => {
                     let (pid, status) = reply::decode_exit(body)?;
@@ -647,7 +781,68 @@ impl Io {
             };
             let child =
                 result.map(|(pid, pidfd)| Child::new_remote(pid, pidfd, p.pipes, p.kill_on_drop));
-            self.done.push_back((id, child));
+            if !self.abandoned.remove(&id) {
+                self.done.push_back((id, child));
+            }
         }
     }
+}
+
+/// A command encoded for the server, with what must live until it is sent and after.
+struct Request {
+    bytes: Vec<u8>,
+    /// The fds to pass (borrowed from the command or from `child_ends`).
+    fds: Vec<RawFd>,
+    /// Our ends of the pipes made for it.
+    pipes: [Option<OwnedFd>; 3],
+    /// The child's ends, passed with the request and closed here once it is sent.
+    _child_ends: [Option<OwnedFd>; 3],
+    kill_on_drop: bool,
+}
+
+/// What the caller's process fills in (its cwd and environment), read once per call however
+/// many commands need it.
+#[derive(Default)]
+struct Filler {
+    cwd: Option<PathBuf>,
+    env: Option<Vec<(OsString, OsString)>>,
+}
+
+fn encode_request(cmd: &Command, filler: &mut Filler) -> Result<Request> {
+    let mut pipes: [Option<OwnedFd>; 3] = [None, None, None];
+    let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
+    let mut fill_stdio: [Option<RawFd>; 3] = [None, None, None];
+    for i in 0..3 {
+        match &cmd.stdio[i] {
+            None | Some(Stdio::Inherit) => fill_stdio[i] = Some(i as RawFd),
+            Some(Stdio::Pipe) => {
+                let (r, w) = parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
+                let (ours, theirs) = if i == 0 { (w, r) } else { (r, w) };
+                fill_stdio[i] = Some(theirs.as_raw_fd());
+                child_ends[i] = Some(theirs);
+                pipes[i] = Some(ours);
+            }
+            _ => {}
+        }
+    }
+    if cmd.cwd.is_none() && filler.cwd.is_none() {
+        filler.cwd = Some(std::env::current_dir().map_err(|e| io_err("getcwd", "", &e))?);
+    }
+    if !cmd.env_clear && cmd.base_env.is_none() && filler.env.is_none() {
+        filler.env = Some(std::env::vars_os().collect());
+    }
+    let fill = Fill {
+        cwd: if cmd.cwd.is_none() { filler.cwd.as_deref() } else { None },
+        base_env: if !cmd.env_clear && cmd.base_env.is_none() {
+            filler.env.as_deref()
+        } else {
+            None
+        },
+        stdio: fill_stdio,
+    };
+    let (bytes, fds) = cmd.to_wire_filled(&fill)?;
+    if bytes.len() > MAX_BODY || fds.len() > super::frame::MAX_FDS {
+        return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
+    }
+    Ok(Request { bytes, fds, pipes, _child_ends: child_ends, kill_on_drop: cmd.kill_on_drop })
 }

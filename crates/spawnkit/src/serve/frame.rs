@@ -21,6 +21,18 @@ pub const MAX_FDS: usize = 253;
 /// without `PIDFD_INFO_EXIT`).
 pub const FLAG_WANT_EXIT: u8 = 1;
 
+/// Request flag: the client reads [`Kind::SpawnedMany`]: the server may answer this request
+/// together with others of the same connection that finish at about the same time (one
+/// message, one `recvmsg` for the client, however many pidfds).
+pub const FLAG_BATCH_REPLY: u8 = 2;
+
+/// Bytes per entry of a [`Kind::SpawnedMany`] body: the request id (u64 LE) and the pid
+/// (i32 LE).
+pub const SPAWNED_ENTRY: usize = 12;
+
+/// The most answers one [`Kind::SpawnedMany`] frame carries.
+pub const MAX_BATCH_REPLY: usize = 64;
+
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -41,6 +53,14 @@ pub enum Kind {
     Error = 18,
     /// Server → client: the child was reaped; its pid and status (only when asked for).
     Exit = 19,
+    /// Client → server: several commands in one frame (entries of a u32 LE length, a u8 fd
+    /// count and a command's wire form); request ids `id`, `id + 1`, ...; the fds of every
+    /// entry beside it, in order (`nfds` is their sum).
+    SpawnMany = 20,
+    /// Server → client: several children at once (entries of [`SPAWNED_ENTRY`] bytes: id,
+    /// pid), their pidfds beside it in the same order; only to requests flagged
+    /// [`FLAG_BATCH_REPLY`].
+    SpawnedMany = 21,
     /// Client → the Python zygote (`spawnkit.multiprocessing`): a pickled process to start
     /// in a pooled worker, its fds beside it. The spawn server refuses it.
     Fork = 32,
@@ -57,6 +77,8 @@ impl Kind {
             17 => Kind::Spawned,
             18 => Kind::Error,
             19 => Kind::Exit,
+            20 => Kind::SpawnMany,
+            21 => Kind::SpawnedMany,
             32 => Kind::Fork,
             _ => return None,
         })
@@ -292,6 +314,68 @@ impl Inbox {
     }
 }
 
+/// One entry of a [`Kind::SpawnMany`] body: a command's wire bytes and its fds.
+pub type ManyEntry<'a> = (&'a [u8], Vec<OwnedFd>);
+
+/// Split a [`Kind::SpawnMany`] body and its fds into entries. Every byte is checked: an
+/// entry cut short, an empty body, fd counts that do not add up to the fds passed, or more
+/// entries than `max` are refused (the whole frame).
+pub fn split_many(
+    body: &[u8],
+    fds: Vec<OwnedFd>,
+    max: usize,
+) -> Result<Vec<ManyEntry<'_>>, &'static str> {
+    let mut out = Vec::new();
+    let mut fds = fds.into_iter();
+    let mut rest = body;
+    while !rest.is_empty() {
+        if out.len() >= max {
+            return Err("more commands than one frame may carry");
+        }
+        if rest.len() < 5 {
+            return Err("an entry cut short");
+        }
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let nfds = rest[4] as usize;
+        rest = &rest[5..];
+        if len > rest.len() {
+            return Err("an entry longer than the frame");
+        }
+        let entry_fds: Vec<OwnedFd> = fds.by_ref().take(nfds).collect();
+        if entry_fds.len() != nfds {
+            return Err("entries declare more fds than were passed");
+        }
+        out.push((&rest[..len], entry_fds));
+        rest = &rest[len..];
+    }
+    if out.is_empty() {
+        return Err("no command");
+    }
+    if fds.next().is_some() {
+        return Err("fds passed that no entry declares");
+    }
+    Ok(out)
+}
+
+/// Split a [`Kind::SpawnedMany`] body: (id, pid) per entry; its fds must number the same.
+pub fn split_spawned_many(body: &[u8], nfds: usize) -> Result<Vec<(u64, i32)>, &'static str> {
+    if body.is_empty() || !body.len().is_multiple_of(SPAWNED_ENTRY) {
+        return Err("a batch of answers of the wrong size");
+    }
+    let n = body.len() / SPAWNED_ENTRY;
+    if n != nfds || n > MAX_BATCH_REPLY {
+        return Err("a batch of answers whose pidfds do not match its entries");
+    }
+    Ok(body
+        .chunks_exact(SPAWNED_ENTRY)
+        .map(|e| {
+            let mut id = [0u8; 8];
+            id.copy_from_slice(&e[..8]);
+            (u64::from_le_bytes(id), i32::from_le_bytes([e[8], e[9], e[10], e[11]]))
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,5 +489,81 @@ mod tests {
                 }
             }
         }
+
+        /// A SpawnMany body of arbitrary bytes with arbitrary fds: never a panic; when it is
+        /// accepted, the entries cover the body exactly, every fd belongs to exactly one
+        /// entry, and there are at most `max` of them.
+        #[test]
+        fn arbitrary_spawn_many_bodies(bytes in proptest::collection::vec(any::<u8>(), 0..300),
+                                       nfds in 0usize..6, max in 1usize..8) {
+            let fds: Vec<OwnedFd> = (0..nfds).map(|_| devnull()).collect();
+            if let Ok(entries) = split_many(&bytes, fds, max) {
+                prop_assert!(!entries.is_empty() && entries.len() <= max);
+                let covered: usize = entries.iter().map(|(b, _)| 5 + b.len()).sum();
+                prop_assert_eq!(covered, bytes.len());
+                prop_assert_eq!(entries.iter().map(|(_, f)| f.len()).sum::<usize>(), nfds);
+            }
+        }
+
+        /// Well-formed SpawnMany bodies split back into what was put in.
+        #[test]
+        fn spawn_many_round_trip(cmds in proptest::collection::vec(
+                                     (proptest::collection::vec(any::<u8>(), 0..40), 0u8..3), 1..6)) {
+            let mut body = Vec::new();
+            let mut total = 0;
+            for (b, n) in &cmds {
+                body.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                body.push(*n);
+                body.extend_from_slice(b);
+                total += *n as usize;
+            }
+            let fds: Vec<OwnedFd> = (0..total).map(|_| devnull()).collect();
+            let entries = split_many(&body, fds, 8).expect("well formed");
+            prop_assert_eq!(entries.len(), cmds.len());
+            for ((b, f), (want, n)) in entries.iter().zip(&cmds) {
+                prop_assert_eq!(*b, &want[..]);
+                prop_assert_eq!(f.len(), *n as usize);
+            }
+        }
+
+        /// A SpawnedMany body of arbitrary bytes: accepted only with one pidfd per entry.
+        #[test]
+        fn arbitrary_spawned_many_bodies(bytes in proptest::collection::vec(any::<u8>(), 0..200),
+                                         nfds in 0usize..20) {
+            if let Ok(entries) = split_spawned_many(&bytes, nfds) {
+                prop_assert_eq!(entries.len(), nfds);
+                prop_assert_eq!(entries.len() * SPAWNED_ENTRY, bytes.len());
+            }
+        }
+    }
+
+    #[test]
+    fn spawn_many_refusals() {
+        let entry = |len: u32, n: u8, b: &[u8]| {
+            let mut v = len.to_le_bytes().to_vec();
+            v.push(n);
+            v.extend_from_slice(b);
+            v
+        };
+        assert_eq!(split_many(&[], vec![], 4).err(), Some("no command"));
+        assert_eq!(split_many(&[1, 0, 0], vec![], 4).err(), Some("an entry cut short"));
+        assert_eq!(
+            split_many(&entry(9, 0, b"abc"), vec![], 4).err(),
+            Some("an entry longer than the frame")
+        );
+        assert_eq!(
+            split_many(&entry(3, 1, b"abc"), vec![], 4).err(),
+            Some("entries declare more fds than were passed")
+        );
+        assert_eq!(
+            split_many(&entry(3, 0, b"abc"), vec![devnull()], 4).err(),
+            Some("fds passed that no entry declares")
+        );
+        let two = [entry(1, 0, b"a"), entry(1, 0, b"b")].concat();
+        assert_eq!(
+            split_many(&two, vec![], 1).err(),
+            Some("more commands than one frame may carry")
+        );
+        assert_eq!(split_many(&two, vec![], 2).map(|v| v.len()), Ok(2));
     }
 }

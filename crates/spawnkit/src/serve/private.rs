@@ -53,6 +53,9 @@ impl PrivateServer {
             let (Some(sock_end), Some(alive)) = (theirs.take(), alive_r.take()) else { return 1 };
             let mut keep = [sock_end.as_raw_fd(), alive.as_raw_fd()];
             keep.sort_unstable();
+            // The owner's dropped children are not this server's: forget their pidfds before
+            // their numbers are closed below (and reused by the server's own fds).
+            crate::orphans::forget_inherited();
             sock::private_server_setup(&keep);
             let Ok(mut server) = Server::new(
                 None,

@@ -13,7 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
-use super::frame::{Expect, FrameError, Header, Inbox, Kind, FLAG_WANT_EXIT};
+use super::frame::{
+    self as frames, Expect, FrameError, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_WANT_EXIT,
+    MAX_BATCH_REPLY,
+};
 use super::gate::{gate, Peer};
 use super::reply;
 use crate::error::{quoted, Error, Result};
@@ -87,7 +90,7 @@ const KIND_MASK: u64 = 0xF << 60;
 const EXPECT_ANSWER: Expect =
     Expect { kinds: &[Kind::Answer], max_body: NONCE_LEN + auth::MAC_LEN, fds: false };
 const EXPECT_REQUEST: Expect =
-    Expect { kinds: &[Kind::Spawn], max_body: super::frame::MAX_BODY, fds: true };
+    Expect { kinds: &[Kind::Spawn, Kind::SpawnMany], max_body: super::frame::MAX_BODY, fds: true };
 
 enum State {
     /// Sent this nonce; waiting for the answer until the deadline.
@@ -98,8 +101,17 @@ enum State {
 struct Out {
     bytes: Vec<u8>,
     sent: usize,
-    /// A pidfd to pass with the first byte (a duplicate: the child record keeps its own).
-    fd: Option<OwnedFd>,
+    /// Pidfds to pass with the first byte (duplicates: the child record keeps its own).
+    fds: Vec<OwnedFd>,
+}
+
+/// Answers held back to go out together (see [`ConnTx::finished`]).
+#[derive(Default)]
+struct Held {
+    /// This connection's requests handed to the spawner threads and not finished.
+    in_progress: usize,
+    /// Children started for requests that take batched answers: (id, pid, pidfd).
+    spawned: Vec<(u64, i32, OwnedFd)>,
 }
 
 /// The sending side of a connection, shared with the spawner threads: replies go out in
@@ -107,6 +119,7 @@ struct Out {
 struct ConnTx {
     sock: UnixStream,
     out: Mutex<VecDeque<Out>>,
+    held: Mutex<Held>,
 }
 
 impl ConnTx {
@@ -114,17 +127,13 @@ impl ConnTx {
         self.out.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Send now if nothing waits before it, else queue (with the fd to pass). True when
+    /// Send now if nothing waits before it, else queue (with the fds to pass). True when
     /// something waits in the queue afterwards (the loop must watch for EPOLLOUT).
-    fn send(&self, parts: &[&[u8]], fd: Option<RawFd>) -> bool {
+    fn send(&self, parts: &[&[u8]], fds: &[RawFd]) -> bool {
         let mut out = self.queue();
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut sent = 0;
         if out.is_empty() {
-            let fds: &[RawFd] = match &fd {
-                Some(f) => std::slice::from_ref(f),
-                None => &[],
-            };
             match sock::send_with_fds(self.sock.as_fd(), parts, fds, true) {
                 Ok(n) if n == total => return false,
                 Ok(n) => sent = n,
@@ -132,26 +141,92 @@ impl ConnTx {
             }
         }
         let bytes = parts.concat();
-        // The slow path: the pidfd waits in the queue as a duplicate of its own, so the child
+        // The slow path: the pidfds wait in the queue as duplicates of their own, so a child
         // can be reaped (and its record closed) before the reply leaves.
-        let fd = if sent > 0 { None } else { fd.and_then(|f| parent::dup_cloexec(f).ok()) };
-        out.push_back(Out { bytes, sent, fd });
+        let fds = if sent > 0 {
+            Vec::new()
+        } else {
+            fds.iter().filter_map(|&f| parent::dup_cloexec(f).ok()).collect()
+        };
+        out.push_back(Out { bytes, sent, fds });
         true
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request of this connection went to the spawner threads.
+    fn started(&self) {
+        self.held().in_progress += 1;
+    }
+
+    /// A handed-off request finished: its answer goes out now, or, when it takes batched
+    /// answers and others of this connection are still being spawned, waits for them (up to
+    /// [`MAX_BATCH_REPLY`]) so that they all leave in one message. The last one to finish
+    /// sends what is held: a client that sent many requests at once reads their answers
+    /// with one `recvmsg`, and a lone request is answered at once. True when a reply had to
+    /// queue (as [`send`](ConnTx::send)).
+    fn finished(&self, id: u64, batch: bool, result: Result<(i32, OwnedFd)>) -> bool {
+        let mut held = self.held();
+        held.in_progress = held.in_progress.saturating_sub(1);
+        let mut queued = false;
+        match result {
+            Ok((pid, pidfd)) if batch => held.spawned.push((id, pid, pidfd)),
+            Ok((pid, pidfd)) => {
+                let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
+                queued |= self.send(&[&h.encode(), &pid.to_le_bytes()], &[pidfd.as_raw_fd()]);
+            }
+            Err(e) => {
+                let mut body = Vec::new();
+                reply::encode_error(&e, &mut body);
+                let h = Header { len: body.len() as u32, kind: Kind::Error, flags: 0, nfds: 0, id };
+                queued |= self.send(&[&h.encode(), &body], &[]);
+            }
+        }
+        if held.in_progress == 0 || held.spawned.len() >= MAX_BATCH_REPLY {
+            let spawned = std::mem::take(&mut held.spawned);
+            queued |= self.send_spawned(spawned);
+        }
+        queued
+    }
+
+    /// Answers for started children: a Spawned frame for one, a SpawnedMany for several.
+    fn send_spawned(&self, spawned: Vec<(u64, i32, OwnedFd)>) -> bool {
+        match spawned.as_slice() {
+            [] => false,
+            [(id, pid, pidfd)] => {
+                let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id: *id };
+                self.send(&[&h.encode(), &pid.to_le_bytes()], &[pidfd.as_raw_fd()])
+            }
+            many => {
+                let mut body = Vec::with_capacity(many.len() * frames::SPAWNED_ENTRY);
+                for (id, pid, _) in many {
+                    body.extend_from_slice(&id.to_le_bytes());
+                    body.extend_from_slice(&pid.to_le_bytes());
+                }
+                let fds: Vec<RawFd> = many.iter().map(|(_, _, f)| f.as_raw_fd()).collect();
+                let h = Header {
+                    len: body.len() as u32,
+                    kind: Kind::SpawnedMany,
+                    flags: 0,
+                    nfds: many.len() as u8,
+                    id: many[0].0,
+                };
+                self.send(&[&h.encode(), &body], &fds)
+            }
+        }
     }
 
     /// Send what is queued; false if the connection broke.
     fn flush(&self) -> bool {
         let mut out = self.queue();
         while let Some(o) = out.front_mut() {
-            let fd = o.fd.as_ref().map(|f| f.as_raw_fd());
-            let fds: &[RawFd] = match &fd {
-                Some(f) => std::slice::from_ref(f),
-                None => &[],
-            };
-            match sock::send_with_fds(self.sock.as_fd(), &[&o.bytes[o.sent..]], fds, true) {
+            let fds: Vec<RawFd> = o.fds.iter().map(|f| f.as_raw_fd()).collect();
+            match sock::send_with_fds(self.sock.as_fd(), &[&o.bytes[o.sent..]], &fds, true) {
                 Ok(n) => {
                     o.sent += n;
-                    o.fd = None;
+                    o.fds.clear();
                     if o.sent >= o.bytes.len() {
                         out.pop_front();
                     }
@@ -174,6 +249,8 @@ struct Job {
     token: u64,
     peer: Peer,
     id: u64,
+    /// The client takes batched answers (`FLAG_BATCH_REPLY`).
+    batch: bool,
     cmd: Command,
 }
 
@@ -616,7 +693,11 @@ impl<'a> Looper<'a> {
             return;
         }
         self.conns[idx] = Some(Conn {
-            tx: Arc::new(ConnTx { sock, out: Mutex::new(VecDeque::new()) }),
+            tx: Arc::new(ConnTx {
+                sock,
+                out: Mutex::new(VecDeque::new()),
+                held: Mutex::new(Held::default()),
+            }),
             generation,
             peer: Peer { pid, uid, gid },
             state: State::Challenged(ns, Instant::now() + HANDSHAKE_TIMEOUT),
@@ -753,6 +834,7 @@ impl<'a> Looper<'a> {
                     };
                     let id = frame.header.id;
                     let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
+                    let batch = frame.header.flags & FLAG_BATCH_REPLY != 0;
                     if want_exit && self.kernel_reaps {
                         drop(frame);
                         let e = Error::unsupported(
@@ -763,17 +845,35 @@ impl<'a> Looper<'a> {
                         self.send_error(conn, id, &e);
                         continue;
                     }
-                    match Command::from_wire(body, frame.fds) {
-                        // More bytes behind this request (likely another one): let a spawner
-                        // thread take this one while the loop goes on.
-                        Ok(cmd) if self.hand_off(conn) => {
-                            let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
-                            let tx = conn.tx.clone();
-                            let job = Job { tx, token, peer: conn.peer, id, cmd };
-                            self.jobs.lock().0.push_back(job);
-                            self.jobs.ready.notify_one();
+                    if frame.header.kind == Kind::SpawnMany {
+                        // Split and decode every entry before any is spawned: a frame with one
+                        // bad entry is malformed as a whole (answered once, then closed).
+                        let decoded: Result<Vec<Command>> =
+                            frames::split_many(body, frame.fds, MAX_BATCH_REPLY)
+                                .map_err(|why| Error::invalid("decode", "SpawnMany", why))
+                                .and_then(|entries| {
+                                    entries
+                                        .into_iter()
+                                        .map(|(b, fds)| Command::from_wire(b, fds))
+                                        .collect()
+                                });
+                        match decoded {
+                            Ok(cmds) => {
+                                for (i, cmd) in cmds.into_iter().enumerate() {
+                                    let sub = id.wrapping_add(i as u64);
+                                    self.take_request(conn, idx, sub, want_exit, batch, cmd);
+                                }
+                            }
+                            Err(e) => {
+                                self.send_error(conn, id, &e);
+                                let _ = conn.tx.flush();
+                                return false;
+                            }
                         }
-                        Ok(cmd) => self.spawn_one(conn, idx, id, want_exit, cmd),
+                        continue;
+                    }
+                    match Command::from_wire(body, frame.fds) {
+                        Ok(cmd) => self.take_request(conn, idx, id, want_exit, batch, cmd),
                         Err(e) => {
                             // Bytes that do not decode: answer once, then close (malformed).
                             self.send_error(conn, id, &e);
@@ -783,6 +883,28 @@ impl<'a> Looper<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// A decoded request: to a spawner thread, or spawned here when there is none.
+    fn take_request(
+        &mut self,
+        conn: &mut Conn,
+        idx: usize,
+        id: u64,
+        want_exit: bool,
+        batch: bool,
+        cmd: Command,
+    ) {
+        if self.hand_off(conn) {
+            let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
+            let tx = conn.tx.clone();
+            tx.started();
+            let job = Job { tx, token, peer: conn.peer, id, batch, cmd };
+            self.jobs.lock().0.push_back(job);
+            self.jobs.ready.notify_one();
+        } else {
+            self.spawn_one(conn, idx, id, want_exit, cmd);
         }
     }
 
@@ -824,7 +946,7 @@ impl<'a> Looper<'a> {
     }
 
     fn send(&mut self, conn: &mut Conn, parts: &[&[u8]], fd: Option<RawFd>) {
-        conn.tx.send(parts, fd);
+        conn.tx.send(parts, fd.as_slice());
     }
 
     fn start_spawners(&mut self) -> Result<()> {
@@ -978,20 +1100,7 @@ fn spawn_for(cmd: &mut Command, peer: Peer, euid: u32) -> Result<(i32, OwnedFd)>
 fn run_job(mut job: Job, euid: u32, wake: Option<&OwnedFd>) -> Option<u64> {
     let result = spawn_for(&mut job.cmd, job.peer, euid);
     drop(job.cmd);
-    let queued = match result {
-        Ok((pid, pidfd)) => {
-            let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id: job.id };
-            job.tx.send(&[&h.encode(), &pid.to_le_bytes()], Some(pidfd.as_raw_fd()))
-        }
-        Err(e) => {
-            let mut body = Vec::new();
-            reply::encode_error(&e, &mut body);
-            let h =
-                Header { len: body.len() as u32, kind: Kind::Error, flags: 0, nfds: 0, id: job.id };
-            job.tx.send(&[&h.encode(), &body], None)
-        }
-    };
-    if !queued {
+    if !job.tx.finished(job.id, job.batch, result) {
         return None;
     }
     if let Some(w) = wake {

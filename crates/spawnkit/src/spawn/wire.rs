@@ -159,9 +159,9 @@ struct WireCommand<'a> {
 /// be the spawning process's: its own cwd and environment (used only where the command sets
 /// none), and per standard stream a fd of its own to pass instead (its 0-2 for `Inherit`,
 /// the child's end of a pipe it made for `Pipe`).
-pub(crate) struct Fill {
-    pub cwd: Option<PathBuf>,
-    pub base_env: Option<Vec<(OsString, OsString)>>,
+pub(crate) struct Fill<'f> {
+    pub cwd: Option<&'f Path>,
+    pub base_env: Option<&'f [(OsString, OsString)]>,
     pub stdio: [Option<RawFd>; 3],
 }
 
@@ -213,11 +213,11 @@ impl Command {
 
     /// [`to_wire`](Command::to_wire) with what a spawn server's client fills in where the
     /// command leaves it to the spawning process (see [`Fill`]).
-    pub(crate) fn to_wire_filled(&self, fill: &Fill) -> Result<(Vec<u8>, Vec<RawFd>)> {
+    pub(crate) fn to_wire_filled(&self, fill: &Fill<'_>) -> Result<(Vec<u8>, Vec<RawFd>)> {
         self.encode(Some(fill))
     }
 
-    fn encode(&self, fill: Option<&Fill>) -> Result<(Vec<u8>, Vec<RawFd>)> {
+    fn encode(&self, fill: Option<&Fill<'_>>) -> Result<(Vec<u8>, Vec<RawFd>)> {
         // Exhaustive on purpose: a new option fails to compile here until it is on the wire.
         let Command {
             program,
@@ -297,10 +297,10 @@ impl Command {
             env_clear: *env_clear,
             env: env.iter().map(|(k, v)| (Bytes::of(k), v.as_deref().map(Bytes::of))).collect(),
             base_env: base_env
-                .as_ref()
-                .or(fill.and_then(|f| if *env_clear { None } else { f.base_env.as_ref() }))
+                .as_deref()
+                .or(fill.and_then(|f| if *env_clear { None } else { f.base_env }))
                 .map(|b| b.iter().map(|(k, v)| (Bytes::of(k), Bytes::of(v))).collect()),
-            cwd: cwd.as_deref().or(fill.and_then(|f| f.cwd.as_deref())).map(Bytes::path),
+            cwd: cwd.as_deref().or(fill.and_then(|f| f.cwd)).map(Bytes::path),
             stdio: wire_stdio,
             fds: wire_fds,
             close_other_fds: *close_other_fds,

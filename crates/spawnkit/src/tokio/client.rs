@@ -1,28 +1,27 @@
 //! [`Client`]: the spawn server's connection, async. Requests go out without waiting for the
 //! server and their answers are awaited by id, so one task can keep many in flight
 //! ([`Client::spawn_many`]) and many tasks can share one connection.
+//!
+//! Waiting: every task that waits awaits the socket's readiness with futures of its own
+//! (`AsyncFd::readable`/`writable`, which wake every waiter and unregister when dropped), and
+//! a task that reads answers meant for others wakes them all through a `Notify` (each then
+//! looks for its own answer). A task whose future is dropped after its request went out
+//! abandons the answer: its child is dropped when it comes (killed if `kill_on_drop`).
 
-use std::collections::HashMap;
-use std::future::poll_fn;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
 
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::Interest;
+use ::tokio::sync::Notify;
 
 use super::Child;
 use crate::error::{Error, ErrorKind, Result};
 use crate::serve::client::Io;
 use crate::Command;
 
-/// Tasks waiting for an answer, by request id. Locked after the connection's lock.
-#[derive(Default)]
-struct Waiters(HashMap<u64, Waker>);
-
-/// An async connection to a spawn server, sharing the connection of a [`crate::Client`]
-/// (requests from both are in flight on it). Cheap to clone; every clone is the same
-/// connection.
+/// An async connection to a spawn server, on the connection of a [`crate::Client`]. Cheap to
+/// clone; every clone is the same connection, shared by the tasks that hold them.
 ///
 /// ```no_run
 /// # async fn f(server: &mut spawnkit::PrivateServer) -> spawnkit::Result<()> {
@@ -35,12 +34,19 @@ struct Waiters(HashMap<u64, Waker>);
 ///
 /// Nothing here blocks the runtime's thread: a request that does not fit in the socket waits
 /// for it to drain (reading answers meanwhile), an answer is awaited through the socket's
-/// readiness, and the child's exit through its pidfd ([`Child::wait`]).
+/// readiness, and the child's exit through its pidfd ([`Child::wait`]). Use the blocking
+/// `Client` it was made from for nothing else meanwhile: its calls read answers without
+/// waking the tasks they belong to.
 #[derive(Clone)]
 pub struct Client {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     io: Arc<Mutex<Io>>,
-    fd: Arc<AsyncFd<OwnedFd>>,
-    waiters: Arc<Mutex<Waiters>>,
+    fd: AsyncFd<OwnedFd>,
+    /// Signalled when a task read answers (or the connection broke): waiting tasks look again.
+    answered: Notify,
 }
 
 impl std::fmt::Debug for Client {
@@ -51,6 +57,41 @@ impl std::fmt::Debug for Client {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn reactor_error(e: std::io::Error) -> Error {
+    Error::os("epoll_wait", "server connection", e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Abandons a submitted request's answer unless disarmed (its receive finished).
+struct Abandon<'a> {
+    io: &'a Mutex<Io>,
+    id: Option<u64>,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            lock(self.io).abandon(id);
+        }
+    }
+}
+
+/// Abandons the answers of requests a dropped `spawn_many` sent and did not collect.
+struct AbandonAll<'a> {
+    io: &'a Mutex<Io>,
+    ids: Vec<u64>,
+}
+
+impl Drop for AbandonAll<'_> {
+    fn drop(&mut self) {
+        if !self.ids.is_empty() {
+            let mut io = lock(self.io);
+            for &id in &self.ids {
+                io.abandon(id);
+            }
+        }
+    }
 }
 
 impl Client {
@@ -66,7 +107,7 @@ impl Client {
                 return Err(Error::new(ErrorKind::Unsupported, "serve", "async client")
                     .with_reason(
                         "this kernel cannot tell a non-parent a child's exit status \
-                                  (PIDFD_INFO_EXIT, Linux 6.15): use the blocking Client",
+                         (PIDFD_INFO_EXIT, Linux 6.15): use the blocking Client",
                     ));
             }
             io.socket().try_clone().map_err(|e| {
@@ -79,161 +120,156 @@ impl Client {
             Interest::READABLE | Interest::WRITABLE,
         )
         .map_err(|e| Error::os("epoll_ctl", "server connection", e.raw_os_error().unwrap_or(0)))?;
-        Ok(Client { io, fd: Arc::new(fd), waiters: Arc::new(Mutex::new(Waiters::default())) })
+        Ok(Client { shared: Arc::new(Shared { io, fd, answered: Notify::new() }) })
     }
 
-    /// Send a request without waiting for its answer (only for room in the socket); the
-    /// answer comes from [`receive`](Client::receive) under the id returned.
+    /// Send a request; its answer comes from [`receive`](Client::receive) under the id
+    /// returned. Waits only while the socket is full (reading answers meanwhile), never for
+    /// the server's answer: the whole request has gone out when this returns.
     pub async fn submit(&self, cmd: &Command) -> Result<u64> {
-        poll_fn(|cx| self.poll_submit(cmd, cx)).await
+        let sh = &*self.shared;
+        let id = loop {
+            {
+                let mut io = lock(&sh.io);
+                if let Some(id) = io.try_submit(cmd)? {
+                    break id;
+                }
+                if self.read_answers(&mut io)? {
+                    continue;
+                }
+            }
+            self.await_socket(true).await?;
+        };
+        // Until the tail of a request that went out in part has followed, nothing else can
+        // go out: finish it here (a dropped submit leaves it to the next send).
+        let mut guard = Abandon { io: &sh.io, id: Some(id) };
+        loop {
+            {
+                let mut io = lock(&sh.io);
+                if io.flush_rest()? {
+                    break;
+                }
+                if self.read_answers(&mut io)? {
+                    continue;
+                }
+            }
+            self.await_socket(true).await?;
+        }
+        guard.id = None;
+        Ok(id)
     }
 
-    /// The child (or the spawn's error) of request `id`.
+    /// The child (or the spawn's error) of request `id`. Cancel-safe: dropping the future
+    /// leaves the answer for a later `receive(id)`.
     pub async fn receive(&self, id: u64) -> Result<Child> {
-        let child = poll_fn(|cx| self.poll_answer(id, cx)).await?;
+        let child = self.answer(id, false).await??;
         Child::new(child)
     }
 
     /// Spawn through the server: submit, then await the answer. The [`Child`] is the tokio
-    /// face's (its parent is the server; see docs/protocol.md for what differs).
+    /// face's (its parent is the server; see docs/protocol.md for what differs). Dropping
+    /// the future once the request is out abandons it: the child, when it comes, is dropped
+    /// (killed if the command is `kill_on_drop`).
     pub async fn spawn(&self, cmd: &Command) -> Result<Child> {
         let id = self.submit(cmd).await?;
-        self.receive(id).await
+        let child = self.answer(id, true).await??;
+        Child::new(child)
     }
 
     /// Submit every command (all in flight at once, as far as the socket takes them), then
-    /// collect the children in order, a failed spawn as its own error. An error of the
-    /// connection itself fails the whole call.
+    /// collect the children in order; a command that fails, to encode or to spawn, is its
+    /// own item's error. Only a failure of the connection itself fails the call. Dropping
+    /// the future abandons the requests sent (as [`spawn`](Client::spawn)).
     pub async fn spawn_many<'c>(
         &self,
         cmds: impl IntoIterator<Item = &'c Command>,
     ) -> Result<Vec<Result<Child>>> {
-        let mut ids = Vec::new();
+        let mut sent: Vec<Result<u64>> = Vec::new();
+        let mut all = AbandonAll { io: &self.shared.io, ids: Vec::new() };
         for cmd in cmds {
-            ids.push(self.submit(cmd).await?);
+            match self.submit(cmd).await {
+                Ok(id) => {
+                    all.ids.push(id);
+                    sent.push(Ok(id));
+                }
+                Err(e) if lock(&self.shared.io).is_broken() => return Err(e),
+                Err(e) => sent.push(Err(e)),
+            }
         }
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            out.push(match poll_fn(|cx| self.poll_answer(id, cx)).await {
-                Ok(child) => Child::new(child),
-                Err(e) if lock(&self.io).is_broken() => return Err(e),
+        let mut out = Vec::with_capacity(sent.len());
+        for s in sent {
+            out.push(match s {
+                Ok(id) => match self.answer(id, true).await? {
+                    Ok(child) => Child::new(child),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             });
         }
+        all.ids.clear();
         Ok(out)
     }
 
-    fn poll_submit(&self, cmd: &Command, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+    /// The answer to `id`: the outer error is the connection's, the inner this spawn's.
+    /// With `abandon`, dropping the future abandons the answer.
+    async fn answer(&self, id: u64, abandon: bool) -> Result<Result<crate::Child>> {
+        let sh = &*self.shared;
+        let mut guard = Abandon { io: &sh.io, id: abandon.then_some(id) };
         loop {
-            let mut io = lock(&self.io);
-            if let Some(id) = io.try_submit(cmd)? {
-                return Poll::Ready(Ok(id));
-            }
-            // The socket is full: the server may be waiting for us to read its answers
-            // (it stops reading a client whose answers queue), so read them meanwhile.
-            let mut answered = Vec::new();
-            let read = io.try_collect(&mut answered)?;
-            drop(io);
-            self.wake(&answered);
-            if read {
-                continue;
-            }
-            match self.fd.poll_write_ready(cx) {
-                Poll::Ready(Ok(mut guard)) => {
-                    guard.clear_ready();
-                    // Registered for reading too, so an answer also wakes this task.
-                    if let Poll::Ready(Ok(mut g)) = self.fd.poll_read_ready(cx) {
-                        g.clear_ready();
-                    }
+            // Registered before looking, so an answer read by another task after the look
+            // wakes this one.
+            let notified = sh.answered.notified();
+            ::tokio::pin!(notified);
+            notified.as_mut().enable();
+            let tail_waits = {
+                let mut io = lock(&sh.io);
+                let found = io.take_answer(id);
+                if let Err(e) = &found {
+                    drop(io);
+                    sh.answered.notify_waiters();
+                    guard.id = None;
+                    return Err(e.clone());
+                }
+                if let Ok(Some(answer)) = found {
+                    guard.id = None;
+                    return Ok(answer);
+                }
+                // A request's tail still waiting (its submit was dropped) goes out first:
+                // the server cannot answer before it has the whole frame.
+                let tail_waits = !io.flush_rest()?;
+                if self.read_answers(&mut io)? {
                     continue;
                 }
-                Poll::Ready(Err(e)) => {
-                    return Poll::Ready(Err(Error::os(
-                        "epoll_wait",
-                        "server connection",
-                        e.raw_os_error().unwrap_or(0),
-                    )))
-                }
-                Poll::Pending => {
-                    let _ = self.fd.poll_read_ready(cx);
-                    return Poll::Pending;
-                }
-            }
-        }
-    }
-
-    fn poll_answer(&self, id: u64, cx: &mut Context<'_>) -> Poll<Result<crate::Child>> {
-        loop {
-            let mut io = lock(&self.io);
-            if let Some(answer) = io.take_answer(id) {
-                drop(io);
-                self.done_waiting(id);
-                return Poll::Ready(answer);
-            }
-            if let Err(e) = io.flush_rest() {
-                drop(io);
-                self.done_waiting(id);
-                return Poll::Ready(Err(e));
-            }
-            let mut answered = Vec::new();
-            let read = match io.try_collect(&mut answered) {
-                Ok(read) => read,
-                Err(e) => {
-                    drop(io);
-                    self.done_waiting(id);
-                    return Poll::Ready(Err(e));
-                }
+                tail_waits
             };
-            if read {
-                drop(io);
-                self.wake(&answered);
-                continue;
-            }
-            // Nothing to read: wait for the socket, under the connection's lock so that no
-            // answer can be read by another task between this check and the registration.
-            lock(&self.waiters).0.insert(id, cx.waker().clone());
-            match self.fd.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut guard)) => {
-                    guard.clear_ready();
-                    continue;
-                }
-                Poll::Ready(Err(e)) => {
-                    drop(io);
-                    self.done_waiting(id);
-                    return Poll::Ready(Err(Error::os(
-                        "epoll_wait",
-                        "server connection",
-                        e.raw_os_error().unwrap_or(0),
-                    )));
-                }
-                Poll::Pending => return Poll::Pending,
+            ::tokio::select! {
+                r = sh.fd.readable() => r.map_err(reactor_error)?.clear_ready(),
+                w = sh.fd.writable(), if tail_waits => w.map_err(reactor_error)?.clear_ready(),
+                () = &mut notified => {}
             }
         }
     }
 
-    /// Wake the tasks whose answers another task read.
-    fn wake(&self, answered: &[u64]) {
-        if answered.is_empty() {
-            return;
+    /// Read what has arrived into answers, without waiting; tell the waiting tasks when some
+    /// came (or the connection broke). False when there was nothing to read.
+    fn read_answers(&self, io: &mut Io) -> Result<bool> {
+        let mut answered = Vec::new();
+        let read = io.try_collect(&mut answered);
+        if read.is_err() || !answered.is_empty() {
+            self.shared.answered.notify_waiters();
         }
-        let mut w = lock(&self.waiters);
-        for id in answered {
-            if let Some(waker) = w.0.remove(id) {
-                waker.wake();
-            }
-        }
+        read
     }
 
-    /// `id` has its answer. The reactor wakes only the last task that registered for the
-    /// socket's readiness, and that may have been this one: wake another waiting task, which
-    /// registers itself when it polls.
-    fn done_waiting(&self, id: u64) {
-        let mut w = lock(&self.waiters);
-        w.0.remove(&id);
-        let next = w.0.keys().next().copied();
-        if let Some(waker) = next.and_then(|k| w.0.remove(&k)) {
-            drop(w);
-            waker.wake();
+    /// Wait until the socket is readable, or writable too when `write`. Called right after
+    /// a read (and, for `write`, a send) found nothing to do, so a readiness it clears is one
+    /// already used up (a newer event keeps the socket ready: tokio clears by event).
+    async fn await_socket(&self, write: bool) -> Result<()> {
+        let fd = &self.shared.fd;
+        ::tokio::select! {
+            r = fd.readable() => r.map_err(reactor_error)?.clear_ready(),
+            w = fd.writable(), if write => w.map_err(reactor_error)?.clear_ready(),
         }
+        Ok(())
     }
 }
