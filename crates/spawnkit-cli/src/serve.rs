@@ -64,6 +64,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_clients: Option<u32>,
 
+    /// Close a connection whose request stays half sent for SECS (default 30).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub frame_timeout: Option<Duration>,
+
     /// Root only: also let this user in (name or number); its children run as it.
     #[arg(long, value_name = "USER|UID", value_parser = str::parse::<spawnkit::User>)]
     pub allow_uid: Option<spawnkit::User>,
@@ -94,6 +98,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let opts = ServerOptions {
         idle_exit: args.idle_exit,
         max_clients: args.max_clients.map(|n| n as usize),
+        frame_timeout: args.frame_timeout,
         allow_uid,
         // This process is the server's alone: the kernel reaps its children.
         kernel_reaps: true,

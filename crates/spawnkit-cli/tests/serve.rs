@@ -541,6 +541,43 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     s.settles_at(base);
 }
 
+/// A request left half sent (a header alone, then half a body) is cut off after
+/// `--frame-timeout`, with its fds closed; a client that keeps still between whole frames is
+/// not.
+#[test]
+fn a_stalled_half_frame_is_cut_off() {
+    let s = Serve::start(&["--frame-timeout", "0.3"]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let dir = TempDir::new("stall");
+    let marker = dir.join("spawned");
+    let (req, fds) = touch_request(&marker, 1, None);
+    let mut header_only = authenticated(&s);
+    header_only.write_all(&req[..16]).unwrap();
+    let mut half = authenticated(&s);
+    send_fds(&half, &req[..req.len() / 2], &fds);
+    let mut idle = authenticated(&s);
+    for c in [&header_only, &half] {
+        // Without the timeout this would wait forever: fail instead.
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    }
+    let t = Instant::now();
+    closed(&mut header_only);
+    closed(&mut half);
+    assert!(t.elapsed() < Duration::from_secs(10), "cut off after about 0.3 s");
+    assert!(!marker.exists());
+    s.settles_at(base + 1); // the idle client's connection
+                            // The idle client is still served after the timeout.
+    std::thread::sleep(Duration::from_millis(500));
+    let (req, fds) = touch_request(&marker, 2, None);
+    send_fds(&idle, &req, &fds);
+    let mut reply = [0u8; 20];
+    idle.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[5], frame::Kind::Spawned as u8);
+    drop(idle);
+    s.settles_at(base);
+}
+
 #[test]
 fn a_killed_client_leaves_no_fd_or_zombie() {
     let s = Serve::start(&[]);

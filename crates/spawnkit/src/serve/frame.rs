@@ -251,6 +251,11 @@ impl Inbox {
         self.fds.extend(fds);
     }
 
+    /// Whether a frame has begun to arrive and is not complete (its header or body cut).
+    pub fn partial(&self) -> bool {
+        self.current.is_some() || self.end > self.start
+    }
+
     /// How many bytes are buffered and not yet part of a returned frame.
     pub fn buffered(&self) -> usize {
         self.end - self.start

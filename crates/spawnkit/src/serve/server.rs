@@ -32,6 +32,11 @@ const QUEUE_LIMIT: usize = 32;
 /// How long a new connection has to answer the challenge.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a request may stay half sent (the rest of its frame not arriving while the
+/// server is reading) before the connection is closed, unless `ServerOptions::frame_timeout`
+/// says otherwise.
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What a server accepts and when it stops.
 #[derive(Debug, Clone, Default)]
 pub struct ServerOptions {
@@ -47,6 +52,10 @@ pub struct ServerOptions {
     /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
     /// otherwise, and when false, the server reaps each child through its pidfd.
     pub kernel_reaps: bool,
+    /// Close a connection whose request stays half sent this long (default
+    /// [`FRAME_TIMEOUT`]): a client cannot hold a frame's worth of the server's memory and
+    /// its fds by stalling mid-frame.
+    pub frame_timeout: Option<Duration>,
     /// Threads that spawn (at least 1). With more, a kernel-reaping server hands every
     /// decoded request to a spawner thread (see `hand_off`), so several clone+exec run at once
     /// and the loop stays free to read; the loop itself helps when two or more are queued.
@@ -277,6 +286,8 @@ struct Conn {
     inbox: Inbox,
     /// EPOLLOUT is in the interest set (replies are waiting).
     writing: bool,
+    /// Since when a frame has been half received (while nothing of ours waited to go out).
+    partial_since: Option<Instant>,
 }
 
 struct ChildRec {
@@ -607,8 +618,13 @@ impl<'a> Looper<'a> {
     /// Wake for the nearest handshake deadline or idle exit; else sleep until an event.
     fn timeout_ms(&self) -> i32 {
         let mut next: Option<Instant> = None;
+        let frame_timeout = self.server.opts.frame_timeout.unwrap_or(FRAME_TIMEOUT);
         for c in self.conns.iter().flatten() {
             if let State::Challenged(_, d) = c.state {
+                next = Some(next.map_or(d, |n| n.min(d)));
+            }
+            if let Some(p) = c.partial_since {
+                let d = p + frame_timeout;
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
         }
@@ -631,12 +647,18 @@ impl<'a> Looper<'a> {
 
     fn expire_handshakes(&mut self) {
         let now = Instant::now();
+        let frame_timeout = self.server.opts.frame_timeout.unwrap_or(FRAME_TIMEOUT);
         let expired: Vec<usize> = self
             .conns
             .iter()
             .enumerate()
             .filter_map(|(i, c)| match c {
                 Some(Conn { state: State::Challenged(_, d), .. }) if *d <= now => Some(i),
+                Some(c) if c.partial_since.is_some_and(|p| p + frame_timeout <= now) => {
+                    // Stalled mid-frame; unless our own replies wait for it to read (then
+                    // the server is not reading either: backpressure, not a stall).
+                    c.tx.idle().then_some(i)
+                }
                 _ => None,
             })
             .collect();
@@ -703,6 +725,7 @@ impl<'a> Looper<'a> {
             state: State::Challenged(ns, Instant::now() + HANDSHAKE_TIMEOUT),
             inbox: Inbox::new(),
             writing: false,
+            partial_since: None,
         });
         self.live += 1;
         self.idle_since = None;
@@ -772,6 +795,11 @@ impl<'a> Looper<'a> {
                 return false;
             }
         }
+        conn.partial_since = match (conn.inbox.partial(), conn.partial_since) {
+            (false, _) => None,
+            (true, Some(t)) => Some(t),
+            (true, None) => Some(Instant::now()),
+        };
         self.update_interest(conn, idx)
     }
 
