@@ -244,7 +244,7 @@ fn batched_requests_and_answers() {
     let children = client.spawn_many(&cmds, 16).unwrap();
     for (i, child) in children.into_iter().enumerate() {
         if i == 11 {
-            let e = child.err().expect("an oversized command is its own error");
+            let Err(e) = child else { panic!("an oversized command is its own error") };
             assert_eq!(e.step(), "encode", "{e}");
             continue;
         }
