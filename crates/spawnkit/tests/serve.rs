@@ -217,10 +217,9 @@ fn many_requests_in_flight_from_one_thread() {
 /// `submit_many` sends one frame for many commands (the same one repeated, and others with
 /// pipes of their own): every child is the one asked for. In `spawn_many`, a command over
 /// the protocol's limits is its own item's error and the others of its batch still run.
-#[test]
-fn batched_requests_and_answers() {
-    let server = ThreadServer::start();
-    let mut client = server.client();
+/// Against a server on a thread (one spawning thread, answers one by one) and a private
+/// server (spawner threads, a frame's answers coalesced into SpawnedMany).
+fn batched_requests_and_answers(client: &mut Client) {
     let same = {
         let mut c = Command::new(probe());
         c.args(["exit", "7"]);
@@ -251,6 +250,82 @@ fn batched_requests_and_answers() {
         let out = child.unwrap().communicate(None, Some(Duration::from_secs(20))).unwrap();
         assert_eq!(out.stdout, format!("item-{i}\n").as_bytes());
         assert_eq!(out.status, ExitStatus::Exited(i as i32 % 4));
+    }
+    // A command just under the frame limit alone: too large for a batch entry's header, it
+    // goes as a plain Spawn and the connection goes on.
+    let near_limit = |fill: usize| {
+        let mut c = Command::new(probe());
+        c.args(["exit", "5"]).current_dir("/").env_clear();
+        c.stdin(Stdio::Fd(0)).stdout(Stdio::Fd(1)).stderr(Stdio::Fd(2));
+        c.arg("y".repeat(fill));
+        c
+    };
+    let target = spawnkit::serve::frame::MAX_BODY - 2;
+    let over = near_limit(target).to_wire().unwrap().0.len() - target;
+    let near = near_limit(target - over);
+    assert_eq!(near.to_wire().unwrap().0.len(), target);
+    let ids = client.submit_many([&near]).unwrap();
+    // The server got it whole: the kernel refuses a 4 MiB argument (E2BIG at execve), as it
+    // would locally; the connection is fine.
+    let Err(e) = client.receive_id(ids[0]) else { panic!("a 4 MiB argument cannot be exec'd") };
+    assert_eq!((e.step(), e.raw_os_error()), ("execve", Some(libc::E2BIG)), "{e}");
+    assert_eq!(client.spawn(&same).unwrap().wait().unwrap(), ExitStatus::Exited(7));
+    assert_eq!(client.in_flight(), 0);
+}
+
+#[test]
+fn batched_requests_and_answers_thread_server() {
+    let server = ThreadServer::start();
+    batched_requests_and_answers(&mut server.client());
+}
+
+#[test]
+fn batched_requests_and_answers_private_server() {
+    let mut server = PrivateServer::start().expect("private server");
+    batched_requests_and_answers(server.client());
+}
+
+/// A batch whose second frame cannot be sent (a fd to pass is not open: nothing of that
+/// frame goes out) spawns the first frame's 64 commands once, not twice, and fails only the
+/// bad command.
+#[test]
+fn a_batch_that_fails_midway_spawns_nothing_twice() {
+    let mut server = PrivateServer::start().expect("private server");
+    let client = server.client();
+    let dir = TempDir::new("twice");
+    let log = dir.join("log");
+    let mut good = Command::new("/bin/sh");
+    good.args(["-c", &format!("echo x >> {}", log.display())]);
+    let mut bad = Command::new("/bin/true");
+    bad.stdin(Stdio::Fd(977)); // not open
+    let mut cmds: Vec<&Command> = vec![&good; 64];
+    cmds.push(&bad);
+    let out = client.spawn_many(cmds, 100).expect("the connection holds");
+    assert_eq!(out.len(), 65);
+    for (i, r) in out.into_iter().enumerate() {
+        match r {
+            Ok(mut c) => assert!(c.wait().unwrap().success()),
+            Err(e) => assert_eq!(i, 64, "only the bad command fails: {e}"),
+        }
+    }
+    let lines = std::fs::read_to_string(&log).unwrap_or_default().lines().count();
+    assert_eq!(lines, 64, "one child per good command");
+    assert_eq!(client.in_flight(), 0);
+}
+
+/// Exit frames asked of a kernel-reaping server in a SpawnMany: every request of the frame
+/// gets its own refusal (none is left waiting).
+#[test]
+fn exit_frames_refused_for_every_request_of_a_batch() {
+    let mut server = PrivateServer::start().expect("private server");
+    let client = server.client();
+    client.use_exit_frames(true);
+    let cmd = Command::new("/bin/true");
+    let ids = client.submit_many([&cmd, &cmd, &cmd]).expect("submit_many");
+    assert_eq!(ids.len(), 3);
+    for id in ids {
+        let Err(e) = client.receive_id(id) else { panic!("refused") };
+        assert!(e.to_string().contains("Exit frames"), "{e}");
     }
     assert_eq!(client.in_flight(), 0);
 }

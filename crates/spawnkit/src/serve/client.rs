@@ -206,13 +206,16 @@ impl Client {
     /// Send several requests in one message (a SpawnMany frame per 64 commands, the
     /// caller's cwd and environment read once for all): their ids, in order; the answers
     /// come from [`receive`](Client::receive) as for [`submit`](Client::submit). A command
-    /// that cannot be encoded fails the call before anything is sent.
+    /// that cannot be encoded fails the call before anything is sent. On an error after
+    /// some frames went out (a fd to pass that is not open, in a later frame), the requests
+    /// sent are in flight: [`in_flight`](Client::in_flight) counts them and
+    /// [`receive`](Client::receive) answers them.
     pub fn submit_many<'c>(
         &mut self,
         cmds: impl IntoIterator<Item = &'c Command>,
     ) -> Result<Vec<u64>> {
         let cmds: Vec<&Command> = cmds.into_iter().collect();
-        lock(&self.io).submit_many(&cmds)
+        lock(&self.io).submit_many(&cmds).map_err(|(_, e)| e)
     }
 
     /// Submit all of `cmds` (keeping at most `window` in flight, sent in batches: one
@@ -244,11 +247,16 @@ impl Client {
                         index.insert(id, next + k);
                     }
                 }
-                Err(e) if lock(&self.io).broken.is_some() => return Err(e),
-                // A command that cannot be encoded (nothing was sent): one by one, so that
-                // its error is that item's alone.
-                Err(_) => {
-                    for (k, c) in chunk.iter().enumerate() {
+                Err((_, e)) if lock(&self.io).broken.is_some() => return Err(e),
+                // A command that cannot be encoded or sent: the ones before it that went
+                // out are in flight; the others one by one, so that its error is that
+                // item's alone.
+                Err((sent, _)) => {
+                    let done = sent.len();
+                    for (k, id) in sent.into_iter().enumerate() {
+                        index.insert(id, next + k);
+                    }
+                    for (k, c) in chunk.iter().enumerate().skip(done) {
                         match self.submit(c) {
                             Ok(id) => {
                                 index.insert(id, next + k);
@@ -506,10 +514,15 @@ impl Io {
 
     /// Send `cmds` in as few SpawnMany frames as the limits allow (entries, fds, bytes), the
     /// cwd and environment read once for all; their ids in order. A command that cannot be
-    /// encoded fails the call before anything is sent.
-    fn submit_many(&mut self, cmds: &[&Command]) -> Result<Vec<u64>> {
+    /// encoded fails the call before anything is sent; a frame that cannot be sent (a fd to
+    /// pass is not open) fails it with the ids of the frames sent before it, which are in
+    /// flight.
+    fn submit_many(
+        &mut self,
+        cmds: &[&Command],
+    ) -> std::result::Result<Vec<u64>, (Vec<u64>, Error)> {
         if let Some(e) = &self.broken {
-            return Err(e.clone());
+            return Err((Vec::new(), e.clone()));
         }
         let mut fill = Filler::default();
         let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
@@ -530,7 +543,7 @@ impl Io {
                     };
                     reqs.push(copy);
                 }
-                _ => reqs.push(encode_request(c, &mut fill)?),
+                _ => reqs.push(encode_request(c, &mut fill).map_err(|e| (Vec::new(), e))?),
             }
         }
         let mut ids = Vec::with_capacity(reqs.len());
@@ -554,9 +567,15 @@ impl Io {
                 batch.push(r);
             }
             let first = self.next_id;
+            // A lone command too large for a batch's entry header goes as a plain Spawn.
+            let (kind, body) = if batch.len() == 1 && body.len() > MAX_BODY {
+                (Kind::Spawn, body.split_off(5))
+            } else {
+                (Kind::SpawnMany, body)
+            };
             let h = Header {
                 len: body.len() as u32,
-                kind: Kind::SpawnMany,
+                kind,
                 flags: self.flags(),
                 nfds: fds.len() as u8,
                 id: first,
@@ -565,7 +584,7 @@ impl Io {
                 if out_of_step {
                     self.broken = Some(e.clone());
                 }
-                return Err(e);
+                return Err((ids, e));
             }
             self.next_id = first + batch.len() as u64;
             for (i, r) in batch.into_iter().enumerate() {

@@ -114,13 +114,22 @@ struct Out {
     fds: Vec<OwnedFd>,
 }
 
-/// Answers held back to go out together (see [`ConnTx::finished`]).
-#[derive(Default)]
-struct Held {
-    /// This connection's requests handed to the spawner threads and not finished.
-    in_progress: usize,
-    /// Children started for requests that take batched answers: (id, pid, pidfd).
-    spawned: Vec<(u64, i32, OwnedFd)>,
+/// The requests of one SpawnMany frame whose client takes batched answers: the children
+/// started wait here until every request of the frame has finished (or 64 wait), then go
+/// out as one SpawnedMany. Nothing else is ever held: a lone Spawn, an Error, and the
+/// requests of other frames are answered as they finish.
+struct FrameBatch {
+    /// (requests of the frame not finished, answers waiting)
+    state: Mutex<(usize, Vec<Started>)>,
+}
+
+/// A started child's answer: request id, pid, pidfd.
+type Started = (u64, i32, OwnedFd);
+
+impl FrameBatch {
+    fn new(n: usize) -> Arc<FrameBatch> {
+        Arc::new(FrameBatch { state: Mutex::new((n, Vec::new())) })
+    }
 }
 
 /// The sending side of a connection, shared with the spawner threads: replies go out in
@@ -128,7 +137,6 @@ struct Held {
 struct ConnTx {
     sock: UnixStream,
     out: Mutex<VecDeque<Out>>,
-    held: Mutex<Held>,
 }
 
 impl ConnTx {
@@ -136,95 +144,95 @@ impl ConnTx {
         self.out.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Send now if nothing waits before it, else queue (with the fds to pass). True when
-    /// something waits in the queue afterwards (the loop must watch for EPOLLOUT).
-    fn send(&self, parts: &[&[u8]], fds: &[RawFd]) -> bool {
+    /// Send now if nothing waits before it, else queue it with the fds it passes (which it
+    /// owns: the caller keeps no pidfd it must still send). True when something waits in the
+    /// queue afterwards (the loop must watch for EPOLLOUT).
+    fn send(&self, parts: &[&[u8]], fds: Vec<OwnedFd>) -> bool {
         let mut out = self.queue();
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut sent = 0;
         if out.is_empty() {
-            match sock::send_with_fds(self.sock.as_fd(), parts, fds, true) {
+            let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+            match sock::send_with_fds(self.sock.as_fd(), parts, &raw, true) {
                 Ok(n) if n == total => return false,
                 Ok(n) => sent = n,
                 Err(_) => {}
             }
         }
         let bytes = parts.concat();
-        // The slow path: the pidfds wait in the queue as duplicates of their own, so a child
-        // can be reaped (and its record closed) before the reply leaves.
-        let fds = if sent > 0 {
-            Vec::new()
-        } else {
-            fds.iter().filter_map(|&f| parent::dup_cloexec(f).ok()).collect()
-        };
+        // Once a byte is out, the fds went with it.
+        let fds = if sent > 0 { Vec::new() } else { fds };
         out.push_back(Out { bytes, sent, fds });
         true
     }
 
-    fn held(&self) -> MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A request of this connection went to the spawner threads.
-    fn started(&self) {
-        self.held().in_progress += 1;
-    }
-
-    /// A handed-off request finished: its answer goes out now, or, when it takes batched
-    /// answers and others of this connection are still being spawned, waits for them (up to
-    /// [`MAX_BATCH_REPLY`]) so that they all leave in one message. The last one to finish
-    /// sends what is held: a client that sent many requests at once reads their answers
-    /// with one `recvmsg`, and a lone request is answered at once. True when a reply had to
+    /// A handed-off request finished: its answer goes out now, or, for a request of a
+    /// SpawnMany frame whose client takes batched answers, when the frame's last request
+    /// finishes (or 64 answers wait), all of them in one message: a client that sent many
+    /// requests at once reads their answers with one `recvmsg`. True when a reply had to
     /// queue (as [`send`](ConnTx::send)).
-    fn finished(&self, id: u64, batch: bool, result: Result<(i32, OwnedFd)>) -> bool {
-        let mut held = self.held();
-        held.in_progress = held.in_progress.saturating_sub(1);
+    fn finished(
+        &self,
+        id: u64,
+        batch: Option<&FrameBatch>,
+        result: Result<(i32, OwnedFd)>,
+    ) -> bool {
         let mut queued = false;
-        match result {
-            Ok((pid, pidfd)) if batch => held.spawned.push((id, pid, pidfd)),
-            Ok((pid, pidfd)) => {
-                let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
-                queued |= self.send(&[&h.encode(), &pid.to_le_bytes()], &[pidfd.as_raw_fd()]);
+        let mut flush = Vec::new();
+        match (result, batch) {
+            (Ok((pid, pidfd)), Some(b)) => {
+                let mut st = b.state.lock().unwrap_or_else(|e| e.into_inner());
+                st.0 = st.0.saturating_sub(1);
+                st.1.push((id, pid, pidfd));
+                if st.0 == 0 || st.1.len() >= MAX_BATCH_REPLY {
+                    flush = std::mem::take(&mut st.1);
+                }
             }
-            Err(e) => {
+            (Ok((pid, pidfd)), None) => {
+                let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
+                queued |= self.send(&[&h.encode(), &pid.to_le_bytes()], vec![pidfd]);
+            }
+            (Err(e), b) => {
                 let mut body = Vec::new();
                 reply::encode_error(&e, &mut body);
                 let h = Header { len: body.len() as u32, kind: Kind::Error, flags: 0, nfds: 0, id };
-                queued |= self.send(&[&h.encode(), &body], &[]);
+                queued |= self.send(&[&h.encode(), &body], Vec::new());
+                if let Some(b) = b {
+                    let mut st = b.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.0 = st.0.saturating_sub(1);
+                    if st.0 == 0 {
+                        flush = std::mem::take(&mut st.1);
+                    }
+                }
             }
         }
-        if held.in_progress == 0 || held.spawned.len() >= MAX_BATCH_REPLY {
-            let spawned = std::mem::take(&mut held.spawned);
-            queued |= self.send_spawned(spawned);
-        }
-        queued
+        queued | self.send_spawned(flush)
     }
 
     /// Answers for started children: a Spawned frame for one, a SpawnedMany for several.
-    fn send_spawned(&self, spawned: Vec<(u64, i32, OwnedFd)>) -> bool {
-        match spawned.as_slice() {
-            [] => false,
-            [(id, pid, pidfd)] => {
-                let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id: *id };
-                self.send(&[&h.encode(), &pid.to_le_bytes()], &[pidfd.as_raw_fd()])
-            }
-            many => {
-                let mut body = Vec::with_capacity(many.len() * frames::SPAWNED_ENTRY);
-                for (id, pid, _) in many {
-                    body.extend_from_slice(&id.to_le_bytes());
-                    body.extend_from_slice(&pid.to_le_bytes());
-                }
-                let fds: Vec<RawFd> = many.iter().map(|(_, _, f)| f.as_raw_fd()).collect();
-                let h = Header {
-                    len: body.len() as u32,
-                    kind: Kind::SpawnedMany,
-                    flags: 0,
-                    nfds: many.len() as u8,
-                    id: many[0].0,
-                };
-                self.send(&[&h.encode(), &body], &fds)
-            }
+    fn send_spawned(&self, spawned: Vec<Started>) -> bool {
+        if spawned.is_empty() {
+            return false;
         }
+        if spawned.len() == 1 {
+            let Some((id, pid, pidfd)) = spawned.into_iter().next() else { return false };
+            let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
+            return self.send(&[&h.encode(), &pid.to_le_bytes()], vec![pidfd]);
+        }
+        let mut body = Vec::with_capacity(spawned.len() * frames::SPAWNED_ENTRY);
+        for (id, pid, _) in &spawned {
+            body.extend_from_slice(&id.to_le_bytes());
+            body.extend_from_slice(&pid.to_le_bytes());
+        }
+        let h = Header {
+            len: body.len() as u32,
+            kind: Kind::SpawnedMany,
+            flags: 0,
+            nfds: spawned.len() as u8,
+            id: spawned[0].0,
+        };
+        let fds: Vec<OwnedFd> = spawned.into_iter().map(|(_, _, f)| f).collect();
+        self.send(&[&h.encode(), &body], fds)
     }
 
     /// Send what is queued; false if the connection broke.
@@ -258,8 +266,8 @@ struct Job {
     token: u64,
     peer: Peer,
     id: u64,
-    /// The client takes batched answers (`FLAG_BATCH_REPLY`).
-    batch: bool,
+    /// The SpawnMany frame it came in, when its client takes batched answers.
+    batch: Option<Arc<FrameBatch>>,
     cmd: Command,
 }
 
@@ -564,9 +572,19 @@ impl<'a> Looper<'a> {
             sock::let_kernel_reap_children().map_err(|e| sys_err("sigaction", e))?;
         }
         let result = self.serve();
-        // Stop the spawner threads: queued requests are dropped (their connections close).
-        self.jobs.lock().1 = true;
+        // Stop the spawner threads. Requests still queued are answered with an error (which
+        // also lets their frames' held answers out) before the connections close.
+        let queued: Vec<Job> = {
+            let mut q = self.jobs.lock();
+            q.1 = true;
+            q.0.drain(..).collect()
+        };
         self.jobs.ready.notify_all();
+        for job in queued {
+            let stopping = Error::unsupported("serve", "the server is stopping");
+            let _ = job.tx.finished(job.id, job.batch.as_deref(), Err(stopping));
+            let _ = job.tx.flush();
+        }
         for t in self.spawners.drain(..) {
             let _ = t.join();
         }
@@ -715,11 +733,7 @@ impl<'a> Looper<'a> {
             return;
         }
         self.conns[idx] = Some(Conn {
-            tx: Arc::new(ConnTx {
-                sock,
-                out: Mutex::new(VecDeque::new()),
-                held: Mutex::new(Held::default()),
-            }),
+            tx: Arc::new(ConnTx { sock, out: Mutex::new(VecDeque::new()) }),
             generation,
             peer: Peer { pid, uid, gid },
             state: State::Challenged(ns, Instant::now() + HANDSHAKE_TIMEOUT),
@@ -850,7 +864,7 @@ impl<'a> Looper<'a> {
                         nfds: 0,
                         id: 0,
                     };
-                    self.send(conn, &[&h.encode(), &mac], None);
+                    self.send(conn, &[&h.encode(), &mac]);
                     conn.state = State::Ready;
                 }
                 State::Ready => {
@@ -862,17 +876,7 @@ impl<'a> Looper<'a> {
                     };
                     let id = frame.header.id;
                     let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
-                    let batch = frame.header.flags & FLAG_BATCH_REPLY != 0;
-                    if want_exit && self.kernel_reaps {
-                        drop(frame);
-                        let e = Error::unsupported(
-                            "serve",
-                            "no Exit frames from this server: its kernel reaps the children \
-                             and records their status in their pidfds (PIDFD_INFO_EXIT)",
-                        );
-                        self.send_error(conn, id, &e);
-                        continue;
-                    }
+                    let batch_reply = frame.header.flags & FLAG_BATCH_REPLY != 0;
                     if frame.header.kind == Kind::SpawnMany {
                         // Split and decode every entry before any is spawned: a frame with one
                         // bad entry is malformed as a whole (answered once, then closed).
@@ -885,23 +889,36 @@ impl<'a> Looper<'a> {
                                         .map(|(b, fds)| Command::from_wire(b, fds))
                                         .collect()
                                 });
-                        match decoded {
-                            Ok(cmds) => {
-                                for (i, cmd) in cmds.into_iter().enumerate() {
-                                    let sub = id.wrapping_add(i as u64);
-                                    self.take_request(conn, idx, sub, want_exit, batch, cmd);
-                                }
-                            }
+                        let cmds = match decoded {
+                            Ok(cmds) => cmds,
                             Err(e) => {
                                 self.send_error(conn, id, &e);
                                 let _ = conn.tx.flush();
                                 return false;
                             }
+                        };
+                        if want_exit && self.kernel_reaps {
+                            // Every request of the frame gets its answer (the same refusal).
+                            for i in 0..cmds.len() {
+                                self.send_error(conn, id.wrapping_add(i as u64), &no_exit_frames());
+                            }
+                            continue;
+                        }
+                        let batch = (batch_reply && cmds.len() > 1 && self.hand_off(conn))
+                            .then(|| FrameBatch::new(cmds.len()));
+                        for (i, cmd) in cmds.into_iter().enumerate() {
+                            let sub = id.wrapping_add(i as u64);
+                            self.take_request(conn, idx, sub, want_exit, batch.clone(), cmd);
                         }
                         continue;
                     }
+                    if want_exit && self.kernel_reaps {
+                        drop(frame);
+                        self.send_error(conn, id, &no_exit_frames());
+                        continue;
+                    }
                     match Command::from_wire(body, frame.fds) {
-                        Ok(cmd) => self.take_request(conn, idx, id, want_exit, batch, cmd),
+                        Ok(cmd) => self.take_request(conn, idx, id, want_exit, None, cmd),
                         Err(e) => {
                             // Bytes that do not decode: answer once, then close (malformed).
                             self.send_error(conn, id, &e);
@@ -921,13 +938,12 @@ impl<'a> Looper<'a> {
         idx: usize,
         id: u64,
         want_exit: bool,
-        batch: bool,
+        batch: Option<Arc<FrameBatch>>,
         cmd: Command,
     ) {
         if self.hand_off(conn) {
             let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
             let tx = conn.tx.clone();
-            tx.started();
             let job = Job { tx, token, peer: conn.peer, id, batch, cmd };
             self.jobs.lock().0.push_back(job);
             self.jobs.ready.notify_one();
@@ -950,9 +966,17 @@ impl<'a> Looper<'a> {
         };
         drop(cmd); // the fds the request passed close now
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
-        self.send(conn, &[&h.encode(), &pid.to_le_bytes()], Some(pidfd.as_raw_fd()));
         if self.kernel_reaps {
-            return; // the pidfd closes here; the kernel reaps the child when it exits
+            // The pidfd goes to the client; the kernel reaps the child when it exits.
+            conn.tx.send(&[&h.encode(), &pid.to_le_bytes()], vec![pidfd]);
+            return;
+        }
+        // The server keeps its own pidfd (to reap the child): the client gets a duplicate.
+        match parent::dup_cloexec(pidfd.as_raw_fd()) {
+            Ok(dup) => {
+                conn.tx.send(&[&h.encode(), &pid.to_le_bytes()], vec![dup]);
+            }
+            Err(e) => self.send_error(conn, id, &Error::os("fcntl", "F_DUPFD_CLOEXEC pidfd", e)),
         }
         let raw = pidfd.as_raw_fd();
         let rec = ChildRec { pidfd, pid, conn: (idx, conn.generation), id, want_exit };
@@ -969,12 +993,12 @@ impl<'a> Looper<'a> {
         reply::encode_error(e, &mut self.scratch);
         let h = Header { len: self.scratch.len() as u32, kind: Kind::Error, flags: 0, nfds: 0, id };
         let body = std::mem::take(&mut self.scratch);
-        self.send(conn, &[&h.encode(), &body], None);
+        self.send(conn, &[&h.encode(), &body]);
         self.scratch = body;
     }
 
-    fn send(&mut self, conn: &mut Conn, parts: &[&[u8]], fd: Option<RawFd>) {
-        conn.tx.send(parts, fd.as_slice());
+    fn send(&mut self, conn: &mut Conn, parts: &[&[u8]]) {
+        conn.tx.send(parts, Vec::new());
     }
 
     fn start_spawners(&mut self) -> Result<()> {
@@ -1093,7 +1117,7 @@ impl<'a> Looper<'a> {
                         nfds: 0,
                         id: rec.id,
                     };
-                    self.send(&mut conn, &[&h.encode(), &body], None);
+                    self.send(&mut conn, &[&h.encode(), &body]);
                     let ok = self.update_interest(&mut conn, idx);
                     self.conns[idx] = Some(conn);
                     if !ok {
@@ -1126,15 +1150,29 @@ fn spawn_for(cmd: &mut Command, peer: Peer, euid: u32) -> Result<(i32, OwnedFd)>
 /// Spawn a queued request and send its reply. If the reply had to queue, the connection's
 /// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
 fn run_job(mut job: Job, euid: u32, wake: Option<&OwnedFd>) -> Option<u64> {
-    let result = spawn_for(&mut job.cmd, job.peer, euid);
-    drop(job.cmd);
-    if !job.tx.finished(job.id, job.batch, result) {
+    // A panic here must not lose the answer (nor hold its frame's others forever).
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        spawn_for(&mut job.cmd, job.peer, euid)
+    }))
+    .unwrap_or_else(|_| Err(Error::unsupported("serve", "the spawner thread panicked")));
+    let Job { tx, token, id, batch, cmd, .. } = job;
+    drop(cmd);
+    if !tx.finished(id, batch.as_deref(), result) {
         return None;
     }
     if let Some(w) = wake {
-        parent::write_all(w.as_raw_fd(), &job.token.to_ne_bytes());
+        parent::write_all(w.as_raw_fd(), &token.to_ne_bytes());
     }
-    Some(job.token)
+    Some(token)
+}
+
+/// The refusal of an Exit-frame request by a server whose kernel reaps.
+fn no_exit_frames() -> Error {
+    Error::unsupported(
+        "serve",
+        "no Exit frames from this server: its kernel reaps the children and records their \
+         status in their pidfds (PIDFD_INFO_EXIT)",
+    )
 }
 
 /// A spawner thread: take requests until the loop stops.
