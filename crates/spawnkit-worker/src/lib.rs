@@ -103,11 +103,20 @@ async fn run_async(config: Config) -> Result<Stats, String> {
     };
     std::fs::create_dir_all(&config.work_dir)
         .map_err(|e| format!("--work-dir {}: {e}", config.work_dir.display()))?;
-    let actions = config.work_dir.join("actions");
+    let work_dir = std::fs::canonicalize(&config.work_dir)
+        .map_err(|e| format!("--work-dir {}: {e}", config.work_dir.display()))?;
+    if config.fence.private_tmp && work_dir.starts_with("/tmp") {
+        return Err(format!(
+            "--work-dir {} is under /tmp, which the tmp fence replaces with a fresh tmpfs: \
+             choose a directory elsewhere (/var/tmp, /var/lib/...) or --fence without tmp",
+            config.work_dir.display()
+        ));
+    }
+    let actions = work_dir.join("actions");
     // Left over from a worker that died: nothing in it belongs to a live action.
     exec::remove_tree(&actions);
     std::fs::create_dir_all(&actions).map_err(|e| format!("mkdir {}: {e}", actions.display()))?;
-    let cache = cas::LocalCache::open(config.work_dir.join("cache"), config.cache_size)
+    let cache = cas::LocalCache::open(work_dir.join("cache"), config.cache_size)
         .map_err(|e| format!("the content cache in {}: {e}", config.work_dir.display()))?;
     let bot_id = config
         .bot_id
@@ -116,7 +125,7 @@ async fn run_async(config: Config) -> Result<Stats, String> {
     let exec = Arc::new(exec::Executor {
         cas: cas::Cas::new(cas_channel, &config.instance, auth.clone()),
         cache,
-        work_dir: config.work_dir.clone(),
+        work_dir,
         fence: config.fence.clone(),
         bot_id: bot_id.clone(),
         default_timeout: config.default_timeout,
