@@ -145,6 +145,7 @@ server:
   - !channel
     address: "127.0.0.1:{port}"
     insecure-mode: true
+thread-pool-size: 100
 authorization:
   method: none
 monitoring:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import sys
 import threading
+import time
 import uuid
 
 import grpc
@@ -144,8 +145,22 @@ def run(spec):
     ops = execution.Execute(re.ExecuteRequest(instance_name=INSTANCE, action_digest=digest(action_data),
                                               skip_cache_lookup=True), timeout=300)
     last = None
-    for op in ops:
-        last = op
+    # The server may restart meanwhile (the reliability test does that): follow the operation
+    # with WaitExecution until it is done.
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            for op in ops:
+                last = op
+            if last is not None and last.done:
+                break
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+        if last is None:
+            raise RuntimeError("Execute failed before naming its operation")
+        ops = execution.WaitExecution(re.WaitExecutionRequest(name=last.name), timeout=300)
     resp = re.ExecuteResponse()
     last.response.Unpack(resp)
     r = resp.result

@@ -115,6 +115,9 @@ impl Bot {
                 }
                 let has_done = slots.values().any(|s| matches!(s, Slot::Done { .. }));
                 if slots.is_empty() || (session.is_none() && !has_done && expired) {
+                    if let (Some(s), true) = (&session, slots.is_empty()) {
+                        self.farewell(s).await;
+                    }
                     break;
                 }
             }
@@ -143,14 +146,22 @@ impl Bot {
             let long_poll = !has_done && running < capacity && terminating.is_none();
             if !has_done && !long_poll {
                 // At capacity (or draining) with nothing to report: wait for a result, a
-                // signal, or the time of a keepalive.
+                // signal, the end of the drain, or the time of a keepalive.
+                let mut wake = Duration::from_secs(5);
+                if let Some(t) = terminating {
+                    wake = wake.min(
+                        (t + self.config.drain_timeout).saturating_duration_since(Instant::now()),
+                    );
+                }
                 tokio::select! {
                     d = done_rx.recv() => {
                         if let Some((id, out)) = d { complete(&mut slots, id, out); }
                         continue;
                     }
                     _ = shutdown.changed() => continue,
-                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    _ = tokio::time::sleep(wake) => {
+                        if terminating.is_some() { continue; }
+                    }
                 }
             }
 
@@ -263,6 +274,24 @@ impl Bot {
             }
         }
         stats
+    }
+
+    /// Tell the server this bot is going (BOT_TERMINATING), so that it assigns it nothing
+    /// more; best effort.
+    async fn farewell(&mut self, current: &BotSession) {
+        let mut bs = current.clone();
+        bs.leases.clear();
+        bs.status = BotStatus::BotTerminating as i32;
+        let req = proto::UpdateBotSessionRequest {
+            name: bs.name.clone(),
+            bot_session: Some(bs),
+            update_mask: None,
+        };
+        let mut r = self.auth.request(req);
+        r.set_timeout(Duration::from_secs(5));
+        if let Err(e) = self.client.update_bot_session(r).await {
+            log(format_args!("UpdateBotSession (terminating): {}: {}", e.code(), e.message()));
+        }
     }
 
     /// Start the new leases of a response (ACTIVE ones we do not hold yet). While draining,
