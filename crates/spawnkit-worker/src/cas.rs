@@ -455,7 +455,7 @@ impl LocalCache {
             st.entries.insert(name, (size, 0));
         }
         let cache = LocalCache { dir, limit, state: Mutex::new(st) };
-        cache.evict(0);
+        cache.evict("");
         Ok(cache)
     }
 
@@ -554,6 +554,7 @@ impl LocalCache {
     }
 
     fn insert(&self, name: String, size: u64) {
+        let keep = name.clone();
         {
             let mut st = self.state.lock().unwrap();
             st.tick += 1;
@@ -563,12 +564,14 @@ impl LocalCache {
             }
             st.total += size;
         }
-        self.evict(size);
+        self.evict(&keep);
     }
 
-    /// Drop least recently used entries until the total fits the limit. Files already
-    /// linked into input roots keep their content (a hard link is a name of its own).
-    fn evict(&self, _just_added: u64) {
+    /// Drop least recently used entries until the total fits the limit, never `keep` (the
+    /// entry just added, about to be linked: a file larger than the whole cache still
+    /// works, and goes at the next insertion). Files already linked into input roots keep
+    /// their content (a hard link is a name of its own).
+    fn evict(&self, keep: &str) {
         let mut st = self.state.lock().unwrap();
         if st.total <= self.limit {
             return;
@@ -579,6 +582,9 @@ impl LocalCache {
         for (_, name, size) in by_age {
             if st.total <= self.limit {
                 break;
+            }
+            if name == keep {
+                continue;
             }
             let _ = std::fs::remove_file(self.dir.join(&name));
             st.entries.remove(&name);
