@@ -11,6 +11,7 @@ mod out;
 mod ps;
 mod run;
 mod serve;
+mod worker;
 
 /// The exit code of a usage error (bad flag or value), as env(1) and `spawnkit run` use it for
 /// any failure of their own.
@@ -24,6 +25,7 @@ Examples:
   spawnkit run --dry-run --uid nobody -- id    (print the setup steps, spawn nothing)
   spawnkit bench latency --runs 2000           (spawnkit beside fork, vfork, posix_spawn...)
   spawnkit serve &  then  spawnkit run --via SOCKET -- make   (spawn through a server)
+  spawnkit worker --remote http://bgd:50051 --instance main --work-dir /var/lib/sk
 
 Run 'spawnkit run --help' for every option of run.";
 
@@ -54,6 +56,9 @@ enum Cmd {
     /// Run a spawn server in the foreground: other processes (`spawnkit run --via`, the
     /// Rust and Python clients) start programs through it, authenticated by a key file.
     Serve(serve::ServeArgs),
+    /// A remote-execution worker for a build farm: a Remote Workers API bot (BuildGrid) that
+    /// takes leases, runs each REAPI action fenced with spawnkit, and reports its results.
+    Worker(Box<worker::WorkerArgs>),
 }
 
 /// Print what clap stopped with; the exit code. --help and --version print to stdout and
@@ -87,6 +92,7 @@ fn main() {
         Cmd::Ps(args) => ps::main(args),
         Cmd::Mem(args) => mem::main(args),
         Cmd::Serve(args) => serve::main(args),
+        Cmd::Worker(args) => worker::main(args),
     };
     std::process::exit(code);
 }
