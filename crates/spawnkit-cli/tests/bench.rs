@@ -614,7 +614,7 @@ fn server_method_rows_and_ratios() {
 }
 
 /// `spawnkit bench async` (a smoke run: 16 processes per row): the tokio rows measured with
-/// both programs, the server row skipped with its reason, the ratios there.
+/// both programs (through a private server too), the ratios there.
 #[test]
 fn async_method_rows_and_ratios() {
     let dir = tmp("async");
@@ -633,10 +633,6 @@ fn async_method_rows_and_ratios() {
     let rows = v["async"]["rows"].as_array().unwrap();
     assert_eq!(ids(&v["async"]["rows"]), ASYNC_ROWS);
     for row in rows {
-        if row["id"] == "spawnkit_tokio_server" {
-            assert!(row["skipped"].as_str().unwrap().contains("no async requests"), "{row}");
-            continue;
-        }
         if row["kind"] == "asyncio" && !row["skipped"].is_null() {
             continue; // no Python here, or no package: said in the notes
         }
@@ -649,6 +645,9 @@ fn async_method_rows_and_ratios() {
     }
     assert!(v["ratios"]["async_spawnkit/tokio"].as_f64().unwrap() > 0.0, "{stdout}");
     assert!(v["ratios"].get("asyncio_spawnkit/asyncio").is_some(), "{stdout}");
+    assert!(stdout.contains("spawnkit tokio face, server"), "{stdout}");
+    let other = &v["other_ratios"];
+    assert!(other["async_spawnkit_server/tokio"].as_f64().unwrap() > 0.0, "{v}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
