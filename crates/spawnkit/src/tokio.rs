@@ -29,8 +29,8 @@ use ::tokio::net::unix::pipe;
 use crate::error::{Error, Result};
 use crate::{Command, ExitStatus, Output, Signal};
 
-mod client;
-pub use client::Client;
+mod remote;
+pub use remote::Client;
 
 /// The child's stdin: an async pipe writer.
 pub type ChildStdin = pipe::Sender;
