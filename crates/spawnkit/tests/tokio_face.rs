@@ -403,3 +403,31 @@ async fn remote_children_dropped_unwaited_do_not_reach_a_later_server() {
         assert_eq!(out.stdout, format!("n{i}\n").as_bytes());
     }
 }
+
+/// The async spawn_many sends its commands in batches (one message per frame); a command
+/// whose fd cannot be passed fails alone, and every other command of its frame runs once.
+#[tokio::test]
+async fn server_spawn_many_batches_fail_one_item_alone() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let dir = std::env::temp_dir().join(format!("spawnkit-tokio-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("log");
+    let _ = std::fs::remove_file(&log);
+    let good = sh(&format!("echo x >> {}", log.display()));
+    let mut bad = Command::new("true");
+    bad.stdin(Stdio::Fd(977)); // not open in this process
+    let mut cmds: Vec<&Command> = vec![&good; 90];
+    cmds[70] = &bad;
+    let results = client.spawn_many(cmds).await.expect("the connection holds");
+    assert_eq!(results.len(), 90);
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(mut c) => assert!(c.wait().await.unwrap().success(), "item {i}"),
+            Err(e) => assert_eq!(i, 70, "only the bad command fails: {e}"),
+        }
+    }
+    let lines = std::fs::read_to_string(&log).unwrap_or_default().lines().count();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(lines, 89, "each good command ran once");
+}

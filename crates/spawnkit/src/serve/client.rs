@@ -524,76 +524,95 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err((Vec::new(), e.clone()));
         }
-        let mut fill = Filler::default();
-        let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
-        for (i, c) in cmds.iter().enumerate() {
-            // The same command again (spawn N alike): its bytes do not change unless it has
-            // pipes, which are made per request.
-            let again = i > 0
-                && std::ptr::eq(*c, cmds[i - 1])
-                && !c.stdio.iter().any(|s| matches!(s, Some(Stdio::Pipe)));
-            match reqs.last() {
-                Some(prev) if again => {
-                    let copy = Request {
-                        bytes: prev.bytes.clone(),
-                        fds: prev.fds.clone(),
-                        pipes: [None, None, None],
-                        _child_ends: [None, None, None],
-                        kill_on_drop: prev.kill_on_drop,
-                    };
-                    reqs.push(copy);
-                }
-                _ => reqs.push(encode_request(c, &mut fill).map_err(|e| (Vec::new(), e))?),
-            }
-        }
+        let reqs = encode_all(cmds).map_err(|e| (Vec::new(), e))?;
         let mut ids = Vec::with_capacity(reqs.len());
         let mut reqs = reqs.into_iter().peekable();
         while reqs.peek().is_some() {
-            let mut body = Vec::new();
-            let mut fds: Vec<RawFd> = Vec::new();
-            let mut batch: Vec<Request> = Vec::new();
-            while let Some(r) = reqs.peek() {
-                let fits = batch.len() < super::frame::MAX_BATCH_REPLY
-                    && fds.len() + r.fds.len() <= super::frame::MAX_FDS
-                    && body.len() + 5 + r.bytes.len() <= MAX_BODY;
-                if !fits && !batch.is_empty() {
-                    break;
-                }
-                let Some(r) = reqs.next() else { break };
-                body.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
-                body.push(r.fds.len() as u8);
-                body.extend_from_slice(&r.bytes);
-                fds.extend_from_slice(&r.fds);
-                batch.push(r);
-            }
-            let first = self.next_id;
-            // A lone command too large for a batch's entry header goes as a plain Spawn.
-            let (kind, body) = if batch.len() == 1 && body.len() > MAX_BODY {
-                (Kind::Spawn, body.split_off(5))
-            } else {
-                (Kind::SpawnMany, body)
-            };
-            let h = Header {
-                len: body.len() as u32,
-                kind,
-                flags: self.flags(),
-                nfds: fds.len() as u8,
-                id: first,
-            };
-            if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &body], &fds) {
+            let (frame, fds, batch) = self.next_frame(&mut reqs);
+            if let Err((e, out_of_step)) = self.send_all_counted(&[&frame], &fds) {
                 if out_of_step {
                     self.broken = Some(e.clone());
                 }
                 return Err((ids, e));
             }
-            self.next_id = first + batch.len() as u64;
-            for (i, r) in batch.into_iter().enumerate() {
-                let id = first + i as u64;
-                self.pending.insert(id, Pending { pipes: r.pipes, kill_on_drop: r.kill_on_drop });
-                ids.push(id);
-            }
+            ids.extend(self.sent(batch));
         }
         Ok(ids)
+    }
+
+    /// The next frame of a batch: as many requests from the front of `reqs` as fit (at least
+    /// one), as a SpawnMany (a lone one too large for an entry's header: a plain Spawn) with
+    /// its header, the fds to pass, and the requests it holds (ids from `next_id` on).
+    fn next_frame(
+        &self,
+        reqs: &mut std::iter::Peekable<std::vec::IntoIter<Request>>,
+    ) -> (Vec<u8>, Vec<RawFd>, Vec<Request>) {
+        let mut body = Vec::new();
+        let mut fds: Vec<RawFd> = Vec::new();
+        let mut batch: Vec<Request> = Vec::new();
+        while let Some(r) = reqs.peek() {
+            let fits = batch.len() < super::frame::MAX_BATCH_REPLY
+                && fds.len() + r.fds.len() <= super::frame::MAX_FDS
+                && body.len() + 5 + r.bytes.len() <= MAX_BODY;
+            if !fits && !batch.is_empty() {
+                break;
+            }
+            let Some(r) = reqs.next() else { break };
+            body.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
+            body.push(r.fds.len() as u8);
+            body.extend_from_slice(&r.bytes);
+            fds.extend_from_slice(&r.fds);
+            batch.push(r);
+        }
+        let (kind, body) = if batch.len() == 1 && body.len() > MAX_BODY {
+            (Kind::Spawn, body.split_off(5))
+        } else {
+            (Kind::SpawnMany, body)
+        };
+        let h = Header {
+            len: body.len() as u32,
+            kind,
+            flags: self.flags(),
+            nfds: fds.len() as u8,
+            id: self.next_id,
+        };
+        let mut frame = h.encode().to_vec();
+        frame.extend_from_slice(&body);
+        (frame, fds, batch)
+    }
+
+    /// The requests of a frame that went out: in flight from now on; their ids.
+    fn sent(&mut self, batch: Vec<Request>) -> Vec<u64> {
+        let first = self.next_id;
+        self.next_id = first + batch.len() as u64;
+        batch
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let id = first + i as u64;
+                self.pending.insert(id, Pending { pipes: r.pipes, kill_on_drop: r.kill_on_drop });
+                id
+            })
+            .collect()
+    }
+
+    /// The async face's batch: send one frame of the front of `cmds` without waiting. The
+    /// ids of the requests sent (a prefix of `cmds`: as many as fit in one frame), or `None`
+    /// when the socket is full and nothing went out. A command that cannot be encoded fails
+    /// the call with nothing sent.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_submit_frame(&mut self, cmds: &[&Command]) -> Result<Option<Vec<u64>>> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let take = cmds.len().min(super::frame::MAX_BATCH_REPLY);
+        let reqs = encode_all(&cmds[..take])?;
+        let mut reqs = reqs.into_iter().peekable();
+        let (frame, fds, batch) = self.next_frame(&mut reqs);
+        if !self.send_some(&[&frame], &fds)? {
+            return Ok(None);
+        }
+        Ok(Some(self.sent(batch)))
     }
 
     /// The async face's send: without waiting. False when the socket is full and nothing
@@ -864,4 +883,30 @@ fn encode_request(cmd: &Command, filler: &mut Filler) -> Result<Request> {
         return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
     }
     Ok(Request { bytes, fds, pipes, _child_ends: child_ends, kill_on_drop: cmd.kill_on_drop })
+}
+
+/// Encode `cmds` for one call (the cwd and environment read once); the same command again
+/// (spawn N alike) is encoded once, unless it has pipes, which are made per request.
+fn encode_all(cmds: &[&Command]) -> Result<Vec<Request>> {
+    let mut fill = Filler::default();
+    let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
+    for (i, c) in cmds.iter().enumerate() {
+        let again = i > 0
+            && std::ptr::eq(*c, cmds[i - 1])
+            && !c.stdio.iter().any(|s| matches!(s, Some(Stdio::Pipe)));
+        match reqs.last() {
+            Some(prev) if again => {
+                let copy = Request {
+                    bytes: prev.bytes.clone(),
+                    fds: prev.fds.clone(),
+                    pipes: [None, None, None],
+                    _child_ends: [None, None, None],
+                    kill_on_drop: prev.kill_on_drop,
+                };
+                reqs.push(copy);
+            }
+            _ => reqs.push(encode_request(c, &mut fill)?),
+        }
+    }
+    Ok(reqs)
 }

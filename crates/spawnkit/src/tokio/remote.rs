@@ -176,24 +176,43 @@ impl Client {
         Child::new(child)
     }
 
-    /// Submit every command (all in flight at once, as far as the socket takes them), then
-    /// collect the children in order; a command that fails, to encode or to spawn, is its
-    /// own item's error. Only a failure of the connection itself fails the call. Dropping
-    /// the future abandons the requests sent (as [`spawn`](Client::spawn)).
+    /// Submit every command (all in flight at once, as far as the socket takes them: up to
+    /// 64 in one message, their answers coalesced into one), then collect the children in
+    /// order; a command that fails, to encode or to spawn, is its own item's error. Only a
+    /// failure of the connection itself fails the call. Dropping the future abandons the
+    /// requests sent (as [`spawn`](Client::spawn)).
     pub async fn spawn_many<'c>(
         &self,
         cmds: impl IntoIterator<Item = &'c Command>,
     ) -> Result<Vec<Result<Child>>> {
-        let mut sent: Vec<Result<u64>> = Vec::new();
+        let cmds: Vec<&Command> = cmds.into_iter().collect();
+        let mut sent: Vec<Result<u64>> = Vec::with_capacity(cmds.len());
         let mut all = AbandonAll { io: &self.shared.io, ids: Vec::new() };
-        for cmd in cmds {
-            match self.submit(cmd).await {
-                Ok(id) => {
-                    all.ids.push(id);
-                    sent.push(Ok(id));
+        let mut next = 0;
+        while next < cmds.len() {
+            match self.submit_frame(&cmds[next..]).await {
+                Ok(ids) => {
+                    next += ids.len();
+                    all.ids.extend_from_slice(&ids);
+                    sent.extend(ids.into_iter().map(Ok));
                 }
                 Err(e) if lock(&self.shared.io).is_broken() => return Err(e),
-                Err(e) => sent.push(Err(e)),
+                // A command of this frame cannot be encoded or passed (nothing was sent):
+                // one by one, so that its error is that item's alone.
+                Err(_) => {
+                    let end = (next + crate::serve::frame::MAX_BATCH_REPLY).min(cmds.len());
+                    for cmd in &cmds[next..end] {
+                        match self.submit(cmd).await {
+                            Ok(id) => {
+                                all.ids.push(id);
+                                sent.push(Ok(id));
+                            }
+                            Err(e) if lock(&self.shared.io).is_broken() => return Err(e),
+                            Err(e) => sent.push(Err(e)),
+                        }
+                    }
+                    next = end;
+                }
             }
         }
         let mut out = Vec::with_capacity(sent.len());
@@ -208,6 +227,39 @@ impl Client {
         }
         all.ids.clear();
         Ok(out)
+    }
+
+    /// Send the front of `cmds` as one frame (as many as fit); their ids. Waits only while
+    /// the socket is full; the whole frame has gone out when this returns.
+    async fn submit_frame(&self, cmds: &[&Command]) -> Result<Vec<u64>> {
+        let sh = &*self.shared;
+        let ids = loop {
+            {
+                let mut io = lock(&sh.io);
+                if let Some(ids) = io.try_submit_frame(cmds)? {
+                    break ids;
+                }
+                if self.read_answers(&mut io)? {
+                    continue;
+                }
+            }
+            self.await_socket(true).await?;
+        };
+        let mut guard = AbandonAll { io: &sh.io, ids: ids.clone() };
+        loop {
+            {
+                let mut io = lock(&sh.io);
+                if io.flush_rest()? {
+                    break;
+                }
+                if self.read_answers(&mut io)? {
+                    continue;
+                }
+            }
+            self.await_socket(true).await?;
+        }
+        guard.ids.clear();
+        Ok(ids)
     }
 
     /// The answer to `id`: the outer error is the connection's, the inner this spawn's.
