@@ -68,6 +68,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pub frame_timeout: Option<Duration>,
 
+    /// Kill a child that has not reached execve SECS after its clone (default 10): a client
+    /// that stops its child before the exec cannot hold a spawning thread.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub exec_timeout: Option<Duration>,
+
     /// Root only: also let this user in (name or number); its children run as it.
     #[arg(long, value_name = "USER|UID", value_parser = str::parse::<spawnkit::User>)]
     pub allow_uid: Option<spawnkit::User>,
@@ -99,6 +104,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         idle_exit: args.idle_exit,
         max_clients: args.max_clients.map(|n| n as usize),
         frame_timeout: args.frame_timeout,
+        exec_timeout: args.exec_timeout,
         allow_uid,
         // This process is the server's alone: the kernel reaps its children.
         kernel_reaps: true,

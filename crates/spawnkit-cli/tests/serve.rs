@@ -578,6 +578,59 @@ fn a_stalled_half_frame_is_cut_off() {
     s.settles_at(base);
 }
 
+/// A client that stops its child between the clone and the exec (SIGSTOP to the pid) does
+/// not hold the server's spawning thread: after `--exec-timeout` the server kills that child,
+/// the request fails with an error that says so, and the server goes on serving. The child's
+/// pre-exec window is widened with 4,000 bind mounts so this test can catch it in time.
+#[test]
+fn a_child_stopped_before_its_exec_is_killed() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the bind mounts that widen the window)");
+        return;
+    }
+    let s = Serve::start(&["--exec-timeout", "0.5"]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let server_exe = std::fs::read_link(format!("/proc/{}/exe", s.pid())).unwrap();
+    let dir = TempDir::new("prexec");
+    let pid = s.pid();
+    let stopper = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+            for t in tasks.flatten() {
+                let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                for c in kids.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                    // Still the server's image: it has not exec'd yet.
+                    if std::fs::read_link(format!("/proc/{c}/exe")).ok().as_ref()
+                        == Some(&server_exe)
+                    {
+                        // SAFETY: a signal to a pid just read, the server's child.
+                        unsafe { libc::kill(c, libc::SIGSTOP) };
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        None
+    });
+    let mut cmd = Command::new("/bin/true");
+    for _ in 0..4000 {
+        cmd.ro_bind(&dir.0, &dir.0);
+    }
+    let mut client = s.client();
+    let t = Instant::now();
+    let r = client.spawn(&cmd);
+    let stopped = stopper.join().unwrap();
+    assert!(stopped.is_some(), "the test caught the child before its exec");
+    let Err(e) = r else { panic!("a child stopped before its exec cannot have started") };
+    assert!(e.to_string().contains("did not reach execve"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "killed after about 0.5 s");
+    s.still_serves();
+    drop(client);
+    s.settles_at(base);
+}
+
 #[test]
 fn a_killed_client_leaves_no_fd_or_zombie() {
     let s = Serve::start(&[]);

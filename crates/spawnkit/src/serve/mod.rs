@@ -17,6 +17,7 @@ mod gate;
 mod private;
 mod reply;
 mod server;
+mod watchdog;
 
 pub use auth::Key;
 pub use client::{Client, KEY_ENV, SERVER_ENV};
@@ -25,3 +26,4 @@ pub use server::{
     default_socket_dir, default_socket_path, default_spawn_threads, ensure_private_dir,
     kernel_has_pidfd_exit_info, key_path_for, Server, ServerOptions, Stopper, HANDSHAKE_TIMEOUT,
 };
+pub use watchdog::EXEC_TIMEOUT;

@@ -56,6 +56,10 @@ pub struct ServerOptions {
     /// [`FRAME_TIMEOUT`]): a client cannot hold a frame's worth of the server's memory and
     /// its fds by stalling mid-frame.
     pub frame_timeout: Option<Duration>,
+    /// Kill a child that has not reached execve this long after its clone (default
+    /// [`EXEC_TIMEOUT`](super::EXEC_TIMEOUT)): a client that stops its child before the exec
+    /// cannot hold a spawning thread of the server.
+    pub exec_timeout: Option<Duration>,
     /// Threads that spawn (at least 1). With more, a kernel-reaping server hands every
     /// decoded request to a spawner thread (see `hand_off`), so several clone+exec run at once
     /// and the loop stays free to read; the loop itself helps when two or more are queued.
@@ -514,6 +518,8 @@ struct Looper<'a> {
     /// per connection whose reply queue they filled).
     jobs: Arc<Jobs>,
     spawners: Vec<std::thread::JoinHandle<()>>,
+    watchdog: Arc<super::watchdog::Watchdog>,
+    watchdog_thread: Option<std::thread::JoinHandle<()>>,
     wake_r: Option<OwnedFd>,
     wake_w: Option<Arc<OwnedFd>>,
 }
@@ -555,9 +561,21 @@ impl<'a> Looper<'a> {
             kernel_reaps: server.opts.kernel_reaps && kernel_has_pidfd_exit_info(),
             jobs: Arc::new(Jobs::default()),
             spawners: Vec::new(),
+            watchdog: super::watchdog::Watchdog::new(
+                server.opts.exec_timeout.unwrap_or(super::EXEC_TIMEOUT),
+            ),
+            watchdog_thread: None,
             wake_r: None,
             wake_w: None,
         };
+        // This thread spawns too (alone, or helping the spawner threads): watched.
+        looper.watchdog.enroll();
+        looper.watchdog_thread = Some(
+            looper
+                .watchdog
+                .start()
+                .map_err(|e| Error::os("pthread_create", "watchdog", errno_of(&e)))?,
+        );
         if looper.kernel_reaps && looper.server.opts.spawn_threads > 1 {
             looper.start_spawners()?;
         }
@@ -586,6 +604,10 @@ impl<'a> Looper<'a> {
             let _ = job.tx.flush();
         }
         for t in self.spawners.drain(..) {
+            let _ = t.join();
+        }
+        self.watchdog.stop();
+        if let Some(t) = self.watchdog_thread.take() {
             let _ = t.join();
         }
         result
@@ -1010,9 +1032,13 @@ impl<'a> Looper<'a> {
         let w = Arc::new(w);
         for _ in 1..self.server.opts.spawn_threads {
             let (jobs, wake, euid) = (self.jobs.clone(), w.clone(), self.server.euid);
+            let watchdog = self.watchdog.clone();
             let t = std::thread::Builder::new()
                 .name("spawnkit-spawner".into())
-                .spawn(move || spawner(&jobs, &wake, euid))
+                .spawn(move || {
+                    watchdog.enroll();
+                    spawner(&jobs, &wake, euid)
+                })
                 .map_err(|e| Error::os("pthread_create", "spawner", errno_of(&e)))?;
             self.spawners.push(t);
         }
@@ -1135,14 +1161,16 @@ impl<'a> Looper<'a> {
 /// Gate and spawn one request: its pid and pidfd.
 fn spawn_for(cmd: &mut Command, peer: Peer, euid: u32) -> Result<(i32, OwnedFd)> {
     gate(cmd, peer, euid)?;
-    let child = if peer.uid == euid {
-        cmd.spawn()?
-    } else {
-        // Another uid (a root server's --allow-uid): the child starts with the peer's
-        // filesystem rights, so its chdir (before its setuid step) is checked as the peer.
-        sock::with_fs_ids(peer.uid, peer.gid, || cmd.spawn())
-            .map_err(|e| Error::os("setfsuid", format!("uid {}", peer.uid), e))??
-    };
+    let child = super::watchdog::watched(|| {
+        if peer.uid == euid {
+            cmd.spawn()
+        } else {
+            // Another uid (a root server's --allow-uid): the child starts with the peer's
+            // filesystem rights, so its chdir (before its setuid step) is checked as the peer.
+            sock::with_fs_ids(peer.uid, peer.gid, || cmd.spawn())
+                .map_err(|e| Error::os("setfsuid", format!("uid {}", peer.uid), e))?
+        }
+    })?;
     let (pid, pidfd) = child.into_pidfd()?;
     Ok((pid as i32, pidfd))
 }

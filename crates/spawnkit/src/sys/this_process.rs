@@ -11,6 +11,12 @@ pub(crate) fn getpgrp() -> i32 {
     unsafe { libc::getpgrp() }
 }
 
+/// gettid(2): the calling thread's id.
+pub(crate) fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
 /// fcntl(fd, F_GETFD): the fd flags.
 pub(crate) fn fd_flags(fd: i32) -> Result<i32, i32> {
     // SAFETY: F_GETFD takes an integer fd and no memory argument.

@@ -1,0 +1,152 @@
+//! The spawn server's watchdog: a child that does not reach execve in time is killed.
+//!
+//! A clone+exec holds the thread that makes it until the child has exec'd. A client can stop
+//! its own child in that window (SIGSTOP or ptrace on a pid it guessed: a child of a root
+//! server's `--allow-uid` client runs as that client once its credentials step is done), and
+//! the thread then waits for good: enough of those would leave the server no thread to spawn
+//! with. So every thread that spawns says when it started (a [`Slot`]), and the watchdog, a
+//! thread of its own, looks every so often: for a thread in a spawn for longer than the limit,
+//! it kills that thread's newest child if it has not exec'd yet (its executable is still the
+//! server's own). The spawn then fails with an error that says so.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, ErrorKind};
+use crate::sys::{pidfd, this_process};
+
+/// How long a child may take from the clone to its execve, unless
+/// `ServerOptions::exec_timeout` says otherwise.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One spawning thread, as the watchdog sees it.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    tid: AtomicI32,
+    /// Milliseconds since the watchdog's epoch when the current spawn began, plus one (0: idle).
+    since: AtomicU64,
+    /// The watchdog killed this spawn's child.
+    killed: AtomicBool,
+}
+
+thread_local! {
+    static SLOT: RefCell<Option<(Arc<Slot>, Instant, Duration)>> = const { RefCell::new(None) };
+}
+
+/// The watchdog and the slots of the threads it watches.
+pub(crate) struct Watchdog {
+    slots: Mutex<Vec<Arc<Slot>>>,
+    epoch: Instant,
+    limit: Duration,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Watchdog {
+    pub(crate) fn new(limit: Duration) -> Arc<Watchdog> {
+        Arc::new(Watchdog {
+            slots: Mutex::new(Vec::new()),
+            epoch: Instant::now(),
+            limit: limit.max(Duration::from_millis(10)),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        })
+    }
+
+    /// Watch the calling thread's spawns from now on.
+    pub(crate) fn enroll(&self) {
+        let slot = Arc::new(Slot::default());
+        slot.tid.store(this_process::gettid(), Ordering::Relaxed);
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).push(slot.clone());
+        let (epoch, limit) = (self.epoch, self.limit);
+        SLOT.with(|s| *s.borrow_mut() = Some((slot, epoch, limit)));
+    }
+
+    /// Start the watching thread; it ends with [`stop`](Watchdog::stop).
+    pub(crate) fn start(self: &Arc<Watchdog>) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let me = self.clone();
+        std::thread::Builder::new().name("spawnkit-watchdog".into()).spawn(move || me.watch())
+    }
+
+    pub(crate) fn stop(&self) {
+        *self.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.wake.notify_all();
+    }
+
+    fn watch(&self) {
+        let every = (self.limit / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
+        let mut stopped = self.stop.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let (s, _) = self.wake.wait_timeout(stopped, every).unwrap_or_else(|e| e.into_inner());
+            stopped = s;
+            if *stopped {
+                return;
+            }
+            let now = self.epoch.elapsed().as_millis() as u64 + 1;
+            let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            for slot in slots {
+                let since = slot.since.load(Ordering::Relaxed);
+                if since != 0 && now.saturating_sub(since) > self.limit.as_millis() as u64 {
+                    kill_unexeced_child(&slot, since);
+                }
+            }
+        }
+    }
+}
+
+/// The newest child of the slot's thread, if it is still the server's image (it has not
+/// exec'd): killed through a pidfd, the slot marked.
+fn kill_unexeced_child(slot: &Slot, since: u64) {
+    let tid = slot.tid.load(Ordering::Relaxed);
+    let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) else {
+        return;
+    };
+    let newest = list
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter_map(|pid| start_ticks(pid).map(|t| (t, pid)))
+        .max()
+        .map(|(_, pid)| pid);
+    let Some(pid) = newest else { return };
+    let Ok(fd) = pidfd::open(pid) else { return };
+    // Checked after the pidfd pins the process: still our own executable means no execve yet.
+    let ours = std::fs::read_link("/proc/self/exe").ok();
+    let its: Option<PathBuf> = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    if ours.is_none() || ours != its {
+        return;
+    }
+    // The same spawn still (not a later one of the same thread).
+    if slot.since.load(Ordering::Relaxed) != since {
+        return;
+    }
+    slot.killed.store(true, Ordering::Relaxed);
+    let _ = pidfd::send_signal(std::os::fd::AsFd::as_fd(&fd), libc::SIGKILL);
+}
+
+/// Field 22 of /proc/PID/stat: the start time in clock ticks since boot.
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Run a spawn on an enrolled thread: the watchdog sees it; if it killed the child, the
+/// result is an error saying so. Unenrolled threads just run it.
+pub(crate) fn watched<T>(spawn: impl FnOnce() -> crate::Result<T>) -> crate::Result<T> {
+    let slot = SLOT.with(|s| s.borrow().clone());
+    let Some((slot, epoch, limit)) = slot else { return spawn() };
+    slot.killed.store(false, Ordering::Relaxed);
+    slot.since.store(epoch.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+    let result = spawn();
+    slot.since.store(0, Ordering::Relaxed);
+    if slot.killed.swap(false, Ordering::Relaxed) && result.is_err() {
+        return Err(Error::new(ErrorKind::Timeout, "execve", "").with_reason(format!(
+            "the child did not reach execve within {:.3} s (stopped or hung before exec): \
+             the server killed it",
+            limit.as_secs_f64()
+        )));
+    }
+    result
+}
