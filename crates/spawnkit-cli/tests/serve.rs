@@ -631,6 +631,125 @@ fn a_child_stopped_before_its_exec_is_killed() {
     s.settles_at(base);
 }
 
+/// A request the gate refuses (no cwd): an Error reply, cheap, no fds.
+fn refused_request(id: u64) -> Vec<u8> {
+    let mut cmd = Command::new("/bin/true");
+    cmd.env_clear();
+    let (body, fds) = cmd.to_wire().unwrap();
+    assert!(fds.is_empty());
+    let mut bytes = header(frame::Kind::Spawn, body.len() as u32, 0, id).to_vec();
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Read up to `want` whole replies; how many came before EOF or the read timeout.
+fn read_replies(c: &mut UnixStream, want: usize) -> usize {
+    let mut got = 0;
+    let mut h = [0u8; 16];
+    while got < want {
+        if c.read_exact(&mut h).is_err() {
+            break;
+        }
+        let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len];
+        if c.read_exact(&mut body).is_err() {
+            break;
+        }
+        got += 1;
+    }
+    got
+}
+
+/// The half-frame clock measures one frame, not the connection: a client streaming requests
+/// for 4 s, its bursts cut mid-frame all the time, is not cut off at `--frame-timeout 1`;
+/// nor is a client whose replies waited (backpressure) when it catches up: the server was
+/// behind, not the client.
+#[test]
+fn busy_clients_are_not_cut_off_by_the_frame_timeout() {
+    let s = Serve::start(&["--frame-timeout", "1"]);
+    // Streaming, replies read as they come.
+    let mut c = authenticated(&s);
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let one = refused_request(1);
+    let w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk: Vec<u8> = (0..100).flat_map(|_| one.clone()).collect();
+        let t = Instant::now();
+        let mut sent = 0usize;
+        while t.elapsed() < Duration::from_secs(4) {
+            if (&w).write_all(&chunk).is_err() {
+                return (sent, false);
+            }
+            sent += 100;
+        }
+        (sent, true)
+    });
+    let mut got = 0;
+    while !writer.is_finished() {
+        if read_replies(&mut c, 1) == 0 {
+            break;
+        }
+        got += 1;
+    }
+    let (sent, ok) = writer.join().unwrap();
+    assert!(ok, "streaming client cut off after {sent} requests, {got} replies");
+    drop(c);
+    // Backpressure: 20,000 requests sent at once, replies left unread for 1.5 s (under the
+    // 2 s timeout, which also closes a client that takes none of its replies for that long),
+    // then read: before the fix the half-frame clock had run all along and cut it off.
+    let s = Serve::start(&["--frame-timeout", "2"]);
+    let mut c = authenticated(&s);
+    let n = 20_000usize;
+    let all: Vec<u8> = (0..n).flat_map(|i| refused_request(i as u64 + 1)).collect();
+    let w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || (&w).write_all(&all).is_ok());
+    std::thread::sleep(Duration::from_millis(1500));
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let got = read_replies(&mut c, n);
+    assert_eq!((got, writer.join().unwrap()), (n, true), "every reply, the connection kept");
+    // A client that takes none of its replies for longer than the timeout is closed.
+    let mut c = authenticated(&s);
+    let all: Vec<u8> = (0..n).flat_map(|i| refused_request(i as u64 + 1)).collect();
+    let w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || (&w).write_all(&all).is_ok());
+    std::thread::sleep(Duration::from_secs(4));
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let got = read_replies(&mut c, n);
+    let _ = writer.join();
+    assert!(got < n, "a client that read nothing for 4 s was closed ({got} replies)");
+}
+
+/// The watchdog kills only a child that has not exec'd (it shares the server's memory): a
+/// running `spawnkit run -- sleep 30` started by the same server (whose executable is the
+/// server's own) is left alone while another spawn is held up. A lock path that is a FIFO
+/// does not hold the spawn at all: it is refused at once.
+#[test]
+fn the_watchdog_spares_exec_d_children_and_a_fifo_lock_holds_nothing() {
+    let s = Serve::start(&["--exec-timeout", "0.3"]);
+    s.still_serves();
+    let dir = TempDir::new("wd");
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut client = s.client();
+    let mut victim = Command::new(spawnkit_bin());
+    victim.args(["run", "--", "/bin/sleep", "30"]).env_clear().current_dir("/");
+    let mut v = client.spawn(&victim).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(v.try_wait().unwrap().is_none(), "the spawnkit child runs");
+    let mut stall = Command::new("/bin/true");
+    stall.lock(spawnkit::Lock { path: fifo.clone(), shared: false, timeout: Some(Duration::ZERO) });
+    let t = Instant::now();
+    let Err(e) = client.spawn(&stall) else { panic!("a FIFO is no lock") };
+    assert!(t.elapsed() < Duration::from_secs(5), "refused at once, not held: {e}");
+    assert!(e.to_string().contains("regular file or a directory"), "{e}");
+    std::thread::sleep(Duration::from_secs(1)); // a few watchdog rounds
+    assert!(v.try_wait().unwrap().is_none(), "the exec'd spawnkit child was not killed");
+    v.kill().unwrap();
+    v.wait().unwrap();
+}
+
 #[test]
 fn a_killed_client_leaves_no_fd_or_zombie() {
     let s = Serve::start(&[]);

@@ -355,8 +355,14 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     }
     if let Some(lock) = &iso.lock {
         let c = cpath("flock", &lock.path)?;
-        let fd =
-            parent::open_lock_file(&c).map_err(|e| Error::os("open", quoted(&lock.path), e))?;
+        let fd = parent::open_lock_file(&c).map_err(|e| {
+            let err = Error::os("open", quoted(&lock.path), e);
+            if e == libc::ENOTSUP {
+                err.with_reason("a lock is a regular file or a directory (this is not)")
+            } else {
+                err
+            }
+        })?;
         p.lock = Some((fd, lock.clone()));
     }
     if let Some(cg) = &iso.cgroup {

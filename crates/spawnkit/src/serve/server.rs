@@ -262,6 +262,11 @@ impl ConnTx {
     fn idle(&self) -> bool {
         self.queue().is_empty()
     }
+
+    /// Bytes of replies waiting to go out.
+    fn pending_bytes(&self) -> usize {
+        self.queue().iter().map(|o| o.bytes.len() - o.sent).sum()
+    }
 }
 
 /// A decoded request handed to a spawner thread.
@@ -298,8 +303,14 @@ struct Conn {
     inbox: Inbox,
     /// EPOLLOUT is in the interest set (replies are waiting).
     writing: bool,
-    /// Since when a frame has been half received (while nothing of ours waited to go out).
+    /// Since when the frame now arriving has been half received (while nothing of ours
+    /// waited to go out; restarted whenever a frame completes or our replies drain).
     partial_since: Option<Instant>,
+    /// Frames taken from this connection so far.
+    frames_done: u64,
+    /// Since when our replies have waited for the client to read, with no byte of them
+    /// taken (restarted whenever the client takes some).
+    out_since: Option<Instant>,
 }
 
 struct ChildRec {
@@ -528,6 +539,12 @@ fn sys_err(step: &'static str, e: i32) -> Error {
     Error::os(step, "", e)
 }
 
+impl Drop for Looper<'_> {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
 impl<'a> Looper<'a> {
     fn new(server: &'a mut Server) -> Result<Looper<'a>> {
         let epoll = Epoll::new().map_err(|e| sys_err("epoll_create1", e))?;
@@ -603,6 +620,15 @@ impl<'a> Looper<'a> {
             let _ = job.tx.finished(job.id, job.batch.as_deref(), Err(stopping));
             let _ = job.tx.flush();
         }
+        self.stop_threads();
+        result
+    }
+
+    /// Stop and join the spawner threads and the watchdog (also on every early return: see
+    /// Drop).
+    fn stop_threads(&mut self) {
+        self.jobs.lock().1 = true;
+        self.jobs.ready.notify_all();
         for t in self.spawners.drain(..) {
             let _ = t.join();
         }
@@ -610,7 +636,7 @@ impl<'a> Looper<'a> {
         if let Some(t) = self.watchdog_thread.take() {
             let _ = t.join();
         }
-        result
+        super::watchdog::unenroll();
     }
 
     fn serve(&mut self) -> Result<()> {
@@ -663,7 +689,7 @@ impl<'a> Looper<'a> {
             if let State::Challenged(_, d) = c.state {
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
-            if let Some(p) = c.partial_since {
+            for p in [c.partial_since, c.out_since].into_iter().flatten() {
                 let d = p + frame_timeout;
                 next = Some(next.map_or(d, |n| n.min(d)));
             }
@@ -694,11 +720,18 @@ impl<'a> Looper<'a> {
             .enumerate()
             .filter_map(|(i, c)| match c {
                 Some(Conn { state: State::Challenged(_, d), .. }) if *d <= now => Some(i),
-                Some(c) if c.partial_since.is_some_and(|p| p + frame_timeout <= now) => {
-                    // Stalled mid-frame; unless our own replies wait for it to read (then
-                    // the server is not reading either: backpressure, not a stall).
-                    c.tx.idle().then_some(i)
+                // Stalled mid-frame: nothing more has arrived that the server has not read
+                // (if it has, the server is behind, not the client).
+                Some(c)
+                    if c.partial_since.is_some_and(|p| p + frame_timeout <= now)
+                        && c.tx.idle()
+                        && sock::unread_bytes(c.tx.sock.as_fd()) == 0 =>
+                {
+                    Some(i)
                 }
+                // Our replies have waited that long with no byte of them taken: a client
+                // that does not read is not left holding them (and their pidfds).
+                Some(c) if c.out_since.is_some_and(|p| p + frame_timeout <= now) => Some(i),
                 _ => None,
             })
             .collect();
@@ -762,6 +795,8 @@ impl<'a> Looper<'a> {
             inbox: Inbox::new(),
             writing: false,
             partial_since: None,
+            frames_done: 0,
+            out_since: None,
         });
         self.live += 1;
         self.idle_since = None;
@@ -792,13 +827,23 @@ impl<'a> Looper<'a> {
 
     /// Read, handle and answer what a connection sent; false to close it.
     fn serve_conn(&mut self, conn: &mut Conn, idx: usize, flags: u32) -> bool {
+        let frames_before = conn.frames_done;
+        let was_writing = conn.writing;
         // Queued replies go first; a peer that hung up fails here (EPIPE) and is closed,
         // rather than reported HUP again and again while its queue waits.
         let out_or_gone = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
-        if flags & out_or_gone != 0 && !conn.tx.flush() {
-            return false;
+        if flags & out_or_gone != 0 {
+            let before = conn.tx.pending_bytes();
+            if !conn.tx.flush() {
+                return false;
+            }
+            if conn.tx.pending_bytes() < before {
+                // The client is reading: its reply queue is not stalled.
+                conn.out_since = conn.out_since.map(|_| Instant::now());
+            }
         }
         if flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 == 0 {
+            Self::refresh_partial(conn, was_writing && conn.tx.idle());
             return self.update_interest(conn, idx);
         }
         // Read while replies can go out (backpressure: a client that does not read its
@@ -831,16 +876,31 @@ impl<'a> Looper<'a> {
                 return false;
             }
         }
-        conn.partial_since = match (conn.inbox.partial(), conn.partial_since) {
-            (false, _) => None,
-            (true, Some(t)) => Some(t),
-            (true, None) => Some(Instant::now()),
-        };
+        let progressed = conn.frames_done != frames_before || (was_writing && conn.tx.idle());
+        Self::refresh_partial(conn, progressed);
         self.update_interest(conn, idx)
+    }
+
+    /// The half-frame clock: stopped while nothing is half received or while our replies
+    /// wait (backpressure: the server is not reading then), restarted when a frame completes
+    /// or the replies drain, else left running.
+    fn refresh_partial(conn: &mut Conn, progressed: bool) {
+        conn.partial_since = if !conn.tx.idle() || !conn.inbox.partial() {
+            None
+        } else if progressed {
+            Some(Instant::now())
+        } else {
+            Some(conn.partial_since.unwrap_or_else(Instant::now))
+        };
     }
 
     fn update_interest(&mut self, conn: &mut Conn, idx: usize) -> bool {
         let want_out = !conn.tx.idle();
+        conn.out_since = match (want_out, conn.out_since) {
+            (false, _) => None,
+            (true, Some(t)) => Some(t),
+            (true, None) => Some(Instant::now()),
+        };
         if want_out != conn.writing {
             let ev = if want_out { libc::EPOLLOUT } else { libc::EPOLLIN } as u32;
             let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
@@ -896,6 +956,7 @@ impl<'a> Looper<'a> {
                         Err(FrameError::Kind(_) | FrameError::Version(_)) => return false,
                         Err(_) => return false,
                     };
+                    conn.frames_done += 1;
                     let id = frame.header.id;
                     let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
                     let batch_reply = frame.header.flags & FLAG_BATCH_REPLY != 0;

@@ -6,11 +6,12 @@
 //! the thread then waits for good: enough of those would leave the server no thread to spawn
 //! with. So every thread that spawns says when it started (a [`Slot`]), and the watchdog, a
 //! thread of its own, looks every so often: for a thread in a spawn for longer than the limit,
-//! it kills that thread's newest child if it has not exec'd yet (its executable is still the
-//! server's own). The spawn then fails with an error that says so.
+//! it kills that thread's children that have not exec'd yet (they still share the server's
+//! address space). The spawn then fails with an error that says so. A spawn held up before
+//! its clone is not the watchdog's to end: nothing there may wait (the gate refuses waiting
+//! locks; a lock path is opened without blocking).
 
 use std::cell::RefCell;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -88,7 +89,7 @@ impl Watchdog {
             let now = self.epoch.elapsed().as_millis() as u64 + 1;
             let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
             for slot in slots {
-                let since = slot.since.load(Ordering::Relaxed);
+                let since = slot.since.load(Ordering::Acquire);
                 if since != 0 && now.saturating_sub(since) > self.limit.as_millis() as u64 {
                     kill_unexeced_child(&slot, since);
                 }
@@ -97,39 +98,52 @@ impl Watchdog {
     }
 }
 
-/// The newest child of the slot's thread, if it is still the server's image (it has not
-/// exec'd): killed through a pidfd, the slot marked.
+/// Kill the children of the slot's thread that have not exec'd: those that still share the
+/// server's address space (kcmp `KCMP_VM`: a `CLONE_VM` child before its execve; a child
+/// that has exec'd, whatever it runs, has its own). Each is checked after a pidfd pins it and
+/// it is seen again among the thread's children (so a reused pid is never the one killed).
 fn kill_unexeced_child(slot: &Slot, since: u64) {
-    let tid = slot.tid.load(Ordering::Relaxed);
-    let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) else {
-        return;
+    let tid = slot.tid.load(Ordering::Acquire);
+    let children = || -> Vec<i32> {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
     };
-    let newest = list
-        .split_whitespace()
-        .filter_map(|p| p.parse::<i32>().ok())
-        .filter_map(|pid| start_ticks(pid).map(|t| (t, pid)))
-        .max()
-        .map(|(_, pid)| pid);
-    let Some(pid) = newest else { return };
-    let Ok(fd) = pidfd::open(pid) else { return };
-    // Checked after the pidfd pins the process: still our own executable means no execve yet.
-    let ours = std::fs::read_link("/proc/self/exe").ok();
-    let its: Option<PathBuf> = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-    if ours.is_none() || ours != its {
-        return;
+    for pid in children() {
+        let Ok(fd) = pidfd::open(pid) else { continue };
+        if !children().contains(&pid) {
+            continue;
+        }
+        match this_process::shares_our_vm(pid) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                if !KCMP_WARNED.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "spawnkit: the spawn watchdog cannot tell whether a child has exec'd \
+                         (kcmp: {}): a stalled spawn is left as it is",
+                        std::io::Error::from_raw_os_error(e)
+                    );
+                }
+                return;
+            }
+        }
+        // The same spawn still (not a later one of the same thread).
+        if slot.since.load(Ordering::Acquire) != since {
+            return;
+        }
+        slot.killed.store(true, Ordering::Release);
+        let _ = pidfd::send_signal(std::os::fd::AsFd::as_fd(&fd), libc::SIGKILL);
     }
-    // The same spawn still (not a later one of the same thread).
-    if slot.since.load(Ordering::Relaxed) != since {
-        return;
-    }
-    slot.killed.store(true, Ordering::Relaxed);
-    let _ = pidfd::send_signal(std::os::fd::AsFd::as_fd(&fd), libc::SIGKILL);
 }
 
-/// Field 22 of /proc/PID/stat: the start time in clock ticks since boot.
-fn start_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
+static KCMP_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// The calling thread spawns for no server any more.
+pub(crate) fn unenroll() {
+    let _ = SLOT.try_with(|s| s.borrow_mut().take());
 }
 
 /// Run a spawn on an enrolled thread: the watchdog sees it; if it killed the child, the
@@ -137,11 +151,11 @@ fn start_ticks(pid: i32) -> Option<u64> {
 pub(crate) fn watched<T>(spawn: impl FnOnce() -> crate::Result<T>) -> crate::Result<T> {
     let slot = SLOT.with(|s| s.borrow().clone());
     let Some((slot, epoch, limit)) = slot else { return spawn() };
-    slot.killed.store(false, Ordering::Relaxed);
-    slot.since.store(epoch.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+    slot.killed.store(false, Ordering::Release);
+    slot.since.store(epoch.elapsed().as_millis() as u64 + 1, Ordering::Release);
     let result = spawn();
-    slot.since.store(0, Ordering::Relaxed);
-    if slot.killed.swap(false, Ordering::Relaxed) && result.is_err() {
+    slot.since.store(0, Ordering::Release);
+    if slot.killed.swap(false, Ordering::AcqRel) && result.is_err() {
         return Err(Error::new(ErrorKind::Timeout, "execve", "").with_reason(format!(
             "the child did not reach execve within {:.3} s (stopped or hung before exec): \
              the server killed it",

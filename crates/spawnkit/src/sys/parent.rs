@@ -135,16 +135,32 @@ fn owned(fd: i32) -> Result<OwnedFd, i32> {
 }
 
 /// Open (creating it, 0666 & ~umask) a file to flock, as flock(1) does.
+///
+/// Opened with O_NONBLOCK (a FIFO or a device there must not hold the opener), then refused
+/// with `ENOTSUP` unless it is a regular file or a directory.
 pub(crate) fn open_lock_file(path: &CStr) -> Result<OwnedFd, i32> {
-    let flags = libc::O_RDONLY | libc::O_CREAT | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let flags =
+        libc::O_RDONLY | libc::O_CREAT | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: NUL-terminated path; open returns a new fd or -1.
     let fd = unsafe { libc::open(path.as_ptr(), flags, 0o666 as libc::c_uint) };
-    if fd < 0 && last_errno() == libc::EISDIR {
+    let fd = if fd < 0 && last_errno() == libc::EISDIR {
         // flock(1) locks directories too: open them read-only without O_CREAT.
         // SAFETY: as above.
-        return owned(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) });
+        owned(unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) })?
+    } else {
+        owned(fd)?
+    };
+    // SAFETY: a zeroed stat is a valid out-buffer; fstat fills it for an open fd.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open; `st` is writable.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(last_errno());
     }
-    owned(fd)
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+        return Err(libc::ENOTSUP);
+    }
+    Ok(fd)
 }
 
 /// open(path, O_PATH|O_DIRECTORY|O_CLOEXEC).

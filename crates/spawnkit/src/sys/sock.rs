@@ -136,6 +136,18 @@ pub(crate) fn send_with_fds(
 }
 
 /// The connected peer's (pid, uid, gid) from `SO_PEERCRED`.
+/// ioctl(FIONREAD): bytes received on a socket and not read yet (0 on error).
+pub(crate) fn unread_bytes(fd: BorrowedFd<'_>) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which is valid.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    if r < 0 {
+        0
+    } else {
+        n.max(0) as usize
+    }
+}
+
 pub(crate) fn peer_cred(fd: BorrowedFd<'_>) -> Result<(i32, u32, u32), i32> {
     let mut cred = libc::ucred { pid: 0, uid: u32::MAX, gid: u32::MAX };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;

@@ -17,6 +17,23 @@ pub(crate) fn gettid() -> i32 {
     unsafe { libc::gettid() }
 }
 
+/// Whether process `pid` shares this process's address space (kcmp(2) `KCMP_VM`): true
+/// for a `CLONE_VM` child that has not exec'd yet.
+pub(crate) fn shares_our_vm(pid: i32) -> Result<bool, i32> {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: getpid has no arguments and cannot fail.
+    let me = unsafe { libc::getpid() };
+    // SAFETY: kcmp takes two pids, a type and two unused integers; no memory is passed.
+    let r = unsafe {
+        libc::syscall(libc::SYS_kcmp, me, pid, KCMP_VM, 0 as libc::c_long, 0 as libc::c_long)
+    };
+    if r < 0 {
+        Err(last_errno())
+    } else {
+        Ok(r == 0)
+    }
+}
+
 /// fcntl(fd, F_GETFD): the fd flags.
 pub(crate) fn fd_flags(fd: i32) -> Result<i32, i32> {
     // SAFETY: F_GETFD takes an integer fd and no memory argument.
