@@ -5,8 +5,8 @@ each fence (`net,tmp,pid`, the default, and `none`) and each input root (none: /
 small files). Per row: actions per second (N submitted at once, the first Execute to the last
 result) and the worker's own time per action, which each worker writes with --stats-file:
 lease received -> result sent minus the command's own run time (median, p90); and the medians
-of the phases the worker stamps in ExecutedActionMetadata (input fetch, execution, output upload)
-and of queued -> worker start (the scheduler's part).
+of the phases the worker stamps in ExecutedActionMetadata (input fetch, execution, output upload,
+and all three: the action's span) and of queued -> worker start (the scheduler's part).
 
 Usage: python worker_overhead.py N    prints one JSON object on stdout ({"skipped": why} when
 BuildGrid or PostgreSQL cannot be had). Environment: SPAWNKIT_BIN (the spawnkit binary),
@@ -96,6 +96,8 @@ def run(farm, n, row_id, fence, files):
             "execution": phase_ms(res, "execution_start_timestamp", "execution_completed_timestamp"),
             "output_upload": phase_ms(res, "output_upload_start_timestamp",
                                       "output_upload_completed_timestamp"),
+            # The worker on the action itself: fetch + run + upload (not the Bots round trips).
+            "action_span": phase_ms(res, "input_fetch_start_timestamp", "output_upload_completed_timestamp"),
             "worker_start_to_completed": phase_ms(res, "worker_start_timestamp", "worker_completed_timestamp"),
         },
         "actions_per_worker": sorted(per_worker.values(), reverse=True),

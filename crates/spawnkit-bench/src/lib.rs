@@ -97,9 +97,9 @@ pub enum Method {
     Mp,
     /// The remote-execution worker (issue 16): N tiny actions (/bin/true; a 10-file input
     /// root) through BuildGrid with two `spawnkit worker`s, fence on and off: actions/s and
-    /// the worker's own time per action; the worker's fence beside bubblewrap's. Not in `all`.
+    /// the worker's own time per action; the worker's fence beside bubblewrap's.
     Worker,
-    /// All but worker (which starts a BuildGrid farm: `spawnkit bench worker`).
+    /// All nine.
     All,
 }
 
@@ -442,7 +442,7 @@ fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row], pyth
     if matches!(m, Method::Mp | Method::All) {
         n += mp::planned(&c.mp_totals, c.mp_iterations, python);
     }
-    if m == Method::Worker {
+    if matches!(m, Method::Worker | Method::All) {
         n += worker::planned(c.worker_actions, c.worker_fence_runs);
     }
     n as u64
@@ -623,7 +623,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         res.notes.extend(r.notes.iter().cloned());
         res.mp = Some(r);
     }
-    if m == Method::Worker {
+    if matches!(m, Method::Worker | Method::All) {
         let py = python::interpreter(args.python.as_deref());
         let r = worker::run(
             (!args.no_python).then_some(py.as_path()),

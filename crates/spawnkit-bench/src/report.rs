@@ -968,8 +968,8 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
     let wd = 36;
     writeln!(
         o,
-        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9}",
-        "row", "actions/s", "own ms p50", "own p90", "fetch ms", "exec ms", "upload ms"
+        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8}",
+        "row", "actions/s", "own ms p50", "own p90", "fetch ms", "exec ms", "upload ms", "span ms"
     );
     for r in &w.farm {
         let name = format!(
@@ -990,15 +990,21 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
         let ph = |k: &str| r.raw["phases_ms"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
         writeln!(
             o,
-            " | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9}",
+            " | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8}",
             r.actions_per_s.map_or("-".into(), |v| format!("{v:.1}")),
             ms(r.own_median_us),
             ms(r.own_p90_us),
             ph("input_fetch"),
             ph("execution"),
-            ph("output_upload")
+            ph("output_upload"),
+            ph("action_span")
         );
     }
+    writeln!(
+        o,
+        "   fetch/exec/upload/span: medians of the worker's ExecutedActionMetadata stamps (span: \
+         input fetch start -> upload done); own - (span - exec) = the Bots round trips"
+    );
     writeln!(o);
     writeln!(
         o,
