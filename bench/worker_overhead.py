@@ -6,7 +6,8 @@ small files). Per row: actions per second (N submitted at once, the first Execut
 result) and the worker's own time per action, which each worker writes with --stats-file:
 lease received -> result sent minus the command's own run time (median, p90); and the medians
 of the phases the worker stamps in ExecutedActionMetadata (input fetch, execution, output upload,
-and all three: the action's span) and of queued -> worker start (the scheduler's part).
+and all three: the action's span) and of queued -> worker start (the scheduler's part); and the workers' own CPU time (user +
+system, from /proc, the commands not counted) per action.
 
 Usage: python worker_overhead.py N    prints one JSON object on stdout ({"skipped": why} when
 BuildGrid or PostgreSQL cannot be had). Environment: SPAWNKIT_BIN (the spawnkit binary),
@@ -16,6 +17,7 @@ Run by hand from the source tree: python3 bench/worker_overhead.py 200
 """
 
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -44,6 +46,12 @@ def pct(sorted_values, q):
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
 
 
+def cpu_s(pid):
+    """The CPU time (user + system, all threads, not the children) of a process so far."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def phase_ms(results, start, end):
     v = [(r["meta"][end] - r["meta"][start]) * 1e3 for r in results
          if start in r.get("meta", {}) and end in r.get("meta", {})]
@@ -63,9 +71,11 @@ def run(farm, n, row_id, fence, files):
             if files:
                 spec["files"] = {f"in/{k}.txt": f"file {k}\n" for k in range(files)}
             specs.append(spec)
+        cpu0 = sum(cpu_s(w.pid) for w in workers)
         t = time.monotonic()
         res = farm.execute(specs, timeout=600)
         wall = time.monotonic() - t
+        cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
     finally:
         for w in workers:
             w.terminate()
@@ -88,6 +98,8 @@ def run(farm, n, row_id, fence, files):
     return {
         "id": row_id, "fence": fence, "input_files": files, "actions": n,
         "wall_s": wall, "actions_per_s": n / wall,
+        # The workers' own CPU (user + system, not the commands') while the N actions ran.
+        "worker_cpu_ms_per_action": cpu * 1e3 / n,
         "own_us": {"median": statistics.median(us) if us else None, "p90": pct(us, 0.9),
                    "min": us[0] if us else None, "max": us[-1] if us else None, "count": len(us)},
         "phases_ms": {

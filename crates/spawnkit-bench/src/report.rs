@@ -968,8 +968,16 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
     let wd = 36;
     writeln!(
         o,
-        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8}",
-        "row", "actions/s", "own ms p50", "own p90", "fetch ms", "exec ms", "upload ms", "span ms"
+        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
+        "row",
+        "actions/s",
+        "own ms p50",
+        "own p90",
+        "fetch ms",
+        "exec ms",
+        "upload ms",
+        "span ms",
+        "CPU ms"
     );
     for r in &w.farm {
         let name = format!(
@@ -990,20 +998,22 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
         let ph = |k: &str| r.raw["phases_ms"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
         writeln!(
             o,
-            " | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8}",
+            " | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
             r.actions_per_s.map_or("-".into(), |v| format!("{v:.1}")),
             ms(r.own_median_us),
             ms(r.own_p90_us),
             ph("input_fetch"),
             ph("execution"),
             ph("output_upload"),
-            ph("action_span")
+            ph("action_span"),
+            r.raw["worker_cpu_ms_per_action"].as_f64().map_or("-".into(), |v| format!("{v:.2}"))
         );
     }
     writeln!(
         o,
         "   fetch/exec/upload/span: medians of the worker's ExecutedActionMetadata stamps (span: \
-         input fetch start -> upload done); own - (span - exec) = the Bots round trips"
+         input fetch start -> upload done); own - (span - exec) = the Bots round trips; CPU: the \
+         workers' own CPU time (user + system, not the commands') per action"
     );
     writeln!(o);
     writeln!(
@@ -1070,7 +1080,14 @@ fn worker_json(w: &WorkerResults) -> Value {
                 "own_ms_p90": r.own_p90_us.map(|u| u / 1e3),
                 "skipped": r.skipped});
             if let (Some(o), Some(raw)) = (v.as_object_mut(), r.raw.as_object()) {
-                for k in ["wall_s", "actions", "own_us", "phases_ms", "actions_per_worker"] {
+                for k in [
+                    "wall_s",
+                    "actions",
+                    "own_us",
+                    "phases_ms",
+                    "actions_per_worker",
+                    "worker_cpu_ms_per_action",
+                ] {
                     if let Some(x) = raw.get(k) {
                         o.insert(k.into(), x.clone());
                     }

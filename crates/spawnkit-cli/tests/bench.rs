@@ -787,6 +787,7 @@ fn worker_method_rows_and_ratios() {
         assert!(aps > 0.0 && p50 > 0.0 && p50 <= p90, "{row}");
         assert_eq!(row["own_us"]["count"], 4, "one own time per action: {row}");
         assert!(row["phases_ms"]["execution"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["worker_cpu_ms_per_action"].as_f64().unwrap() >= 0.0, "{row}");
     }
     check_worker_fence(&v, 10);
     assert!(stdout.contains("== Remote-execution worker"), "{stdout}");
