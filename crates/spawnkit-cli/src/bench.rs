@@ -9,7 +9,7 @@ use spawnkit_bench::{Method, Row, Size};
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "\
 Examples:
-  spawnkit bench                          (all methods, --quick: under a minute)
+  spawnkit bench                          (all methods, --quick: about 1.5 minutes)
   spawnkit bench latency --full           (the published 2000 runs per row and parent size)
   spawnkit bench fence --runs 1000        (the cost of a private /tmp + network + user namespace)
   spawnkit bench ps --full                (10,000 sleeping processes: spawnkit ps beside ps, psutil, smem)
