@@ -1,53 +1,146 @@
-"""The worker's own time per action through a real BuildGrid farm (tests/buildgrid_farm.py):
-N tiny actions (/bin/true, and a 10-file input root), fenced and unfenced; each worker writes,
-per action, lease received -> result sent minus the command's run time (--stats-file).
-Usage: python3 bench/worker_overhead.py [N]   (a sketch of `spawnkit bench worker`)"""
+"""The farm rows of `spawnkit bench worker` (embedded in the spawnkit binary, which runs it with
+the project's .venv Python): N tiny actions through a real BuildGrid farm (tests/buildgrid_farm.py:
+BuildGrid 0.4.4 + a throwaway PostgreSQL) with two `spawnkit worker`s (concurrency 2 each), for
+each fence (`net,tmp,pid`, the default, and `none`) and each input root (none: /bin/true; ten
+small files). Per row: actions per second (N submitted at once, the first Execute to the last
+result) and the worker's own time per action, which each worker writes with --stats-file:
+lease received -> result sent minus the command's own run time (median, p90); and the medians
+of the phases the worker stamps in ExecutedActionMetadata (input fetch, execution, output upload,
+and all three: the action's span) and of queued -> worker start (the scheduler's part); and the workers' own CPU time (user +
+system, from /proc, the commands not counted) per action.
+
+Usage: python worker_overhead.py N    prints one JSON object on stdout ({"skipped": why} when
+BuildGrid or PostgreSQL cannot be had). Environment: SPAWNKIT_BIN (the spawnkit binary),
+SPAWNKIT_BUILDGRID_VENV (where BuildGrid is or goes), SPAWNKIT_FARM_NO_INSTALL=1 (use them if
+installed, never install).
+Run by hand from the source tree: python3 bench/worker_overhead.py 200
+"""
 
 import json
+import os
 import pathlib
 import statistics
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+HERE = pathlib.Path(__file__).resolve().parent
+# Beside this file when the spawnkit binary writes them out; tests/ in the source tree.
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 import buildgrid_farm  # noqa: E402
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+ROWS = [  # (id, --fence, input files)
+    ("fenced_true", "net,tmp,pid", 0),
+    ("fenced_10_files", "net,tmp,pid", 10),
+    ("unfenced_true", "none", 0),
+    ("unfenced_10_files", "none", 10),
+]
 
 
-def run(farm, fence, files):
-    stats = [farm.tmp / f"stats-{fence}-{files}-{i}.json" for i in range(2)]
-    workers = [farm.start_worker(f"{fence}-{files}-{i}", "--fence", fence, "--stats-file", str(stats[i]))
+def say(*a):
+    print("worker_overhead:", *a, file=sys.stderr, flush=True)
+
+
+def pct(sorted_values, q):
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
+
+
+def cpu_s(pid):
+    """The CPU time (user + system, all threads, not the children) of a process so far."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def phase_ms(results, start, end):
+    v = [(r["meta"][end] - r["meta"][start]) * 1e3 for r in results
+         if start in r.get("meta", {}) and end in r.get("meta", {})]
+    return statistics.median(v) if v else None
+
+
+def run(farm, n, row_id, fence, files):
+    stats = [farm.tmp / f"stats-{row_id}-{i}.json" for i in range(2)]
+    workers = [farm.start_worker(f"{row_id}-{i}", "--fence", fence, "--stats-file", str(stats[i]))
                for i in range(2)]
-    spec = {"args": ["/bin/true"]}
-    if files:
-        spec["files"] = {f"in/{i}.txt": f"file {i}\n" for i in range(files)}
-    t = time.monotonic()
-    res = farm.execute([spec] * N, timeout=600)
-    wall = time.monotonic() - t
+    try:
+        specs = []
+        for i in range(n):
+            # Each action its own digest (an environment variable), so that no two are merged
+            # into one job by the scheduler.
+            spec = {"args": ["/bin/true"], "env": {"SPAWNKIT_BENCH_ACTION": f"{row_id}-{i}"}}
+            if files:
+                spec["files"] = {f"in/{k}.txt": f"file {k}\n" for k in range(files)}
+            specs.append(spec)
+        cpu0 = sum(cpu_s(w.pid) for w in workers)
+        t = time.monotonic()
+        res = farm.execute(specs, timeout=600)
+        wall = time.monotonic() - t
+        cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            try:
+                w.wait(timeout=60)
+            except Exception:
+                w.kill()
+                w.wait()
     bad = [r for r in res if r.get("code") != 0 or r.get("exit_code") != 0]
-    assert not bad, bad[:3]
-    for w in workers:
-        w.terminate()
-        w.wait()
-    us = [x for s in stats for x in json.loads(s.read_text())["overhead_us"]]
-    return wall, us
+    if bad:
+        raise RuntimeError(f"{len(bad)} of {n} actions failed, e.g. {bad[0]}\n{farm.logs()}")
+    us = []
+    for s in stats:
+        us += json.loads(s.read_text())["overhead_us"]
+    us.sort()
+    per_worker = {}
+    for r in res:
+        per_worker[r.get("worker", "?")] = per_worker.get(r.get("worker", "?"), 0) + 1
+    return {
+        "id": row_id, "fence": fence, "input_files": files, "actions": n,
+        "wall_s": wall, "actions_per_s": n / wall,
+        # The workers' own CPU (user + system, not the commands') while the N actions ran.
+        "worker_cpu_ms_per_action": cpu * 1e3 / n,
+        "own_us": {"median": statistics.median(us) if us else None, "p90": pct(us, 0.9),
+                   "min": us[0] if us else None, "max": us[-1] if us else None, "count": len(us)},
+        "phases_ms": {
+            "queued_to_worker_start": phase_ms(res, "queued_timestamp", "worker_start_timestamp"),
+            "input_fetch": phase_ms(res, "input_fetch_start_timestamp", "input_fetch_completed_timestamp"),
+            "execution": phase_ms(res, "execution_start_timestamp", "execution_completed_timestamp"),
+            "output_upload": phase_ms(res, "output_upload_start_timestamp",
+                                      "output_upload_completed_timestamp"),
+            # The worker on the action itself: fetch + run + upload (not the Bots round trips).
+            "action_span": phase_ms(res, "input_fetch_start_timestamp", "output_upload_completed_timestamp"),
+            "worker_start_to_completed": phase_ms(res, "worker_start_timestamp", "worker_completed_timestamp"),
+        },
+        "actions_per_worker": sorted(per_worker.values(), reverse=True),
+    }
 
 
 def main():
-    farm = buildgrid_farm.Farm()
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    out = {"actions": n, "workers": 2, "concurrency": 2, "buildgrid": buildgrid_farm.BUILDGRID,
+           "rows": []}
+    t0 = time.monotonic()
     try:
-        print(f"{N} actions, 2 workers x concurrency 2, BuildGrid 0.4.4 + PostgreSQL on this machine")
-        print(f"{'fence':<12}{'input files':>12}{'actions/s':>12}{'overhead p50 ms':>18}{'p90 ms':>10}")
-        for fence in ("net,tmp,pid", "none"):
-            for files in (0, 10):
-                wall, us = run(farm, fence, files)
-                us.sort()
-                p50 = statistics.median(us) / 1000
-                p90 = us[int(len(us) * 0.9)] / 1000
-                print(f"{fence:<12}{files:>12}{N / wall:>12.1f}{p50:>18.2f}{p90:>10.2f}", flush=True)
+        farm = buildgrid_farm.Farm()
+    except buildgrid_farm.Unavailable as e:
+        out["skipped"] = f"BuildGrid/PostgreSQL unavailable: {e}"
+        print(json.dumps(out))
+        return
+    out["farm_start_s"] = time.monotonic() - t0
+    out["postgresql"] = farm.pg.bindir.parent.name
+    try:
+        for row_id, fence, files in ROWS:
+            say(f"{row_id}: {n} actions, --fence {fence}")
+            try:
+                out["rows"].append(run(farm, n, row_id, fence, files))
+            except Exception as e:  # the row is skipped with its reason, the others still run
+                out["rows"].append({"id": row_id, "fence": fence, "input_files": files,
+                                    "skipped": f"{type(e).__name__}: {str(e)[-1500:]}"})
     finally:
         farm.close()
+    out["seconds"] = time.monotonic() - t0
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

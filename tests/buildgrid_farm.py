@@ -24,6 +24,8 @@ BUILDGRID = "buildgrid[database]==0.4.4"
 VENV = pathlib.Path(os.environ.get("SPAWNKIT_BUILDGRID_VENV", ROOT / ".venv-buildgrid"))
 PG_USER = "spawnkit-pg"
 CLIENT = pathlib.Path(__file__).resolve().parent / "reapi_client.py"
+# Set (`spawnkit bench worker --no-install`): use BuildGrid and PostgreSQL if installed, never install.
+NO_INSTALL = os.environ.get("SPAWNKIT_FARM_NO_INSTALL") == "1"
 
 
 class Unavailable(Exception):
@@ -31,6 +33,8 @@ class Unavailable(Exception):
 
 
 def spawnkit_bin():
+    if os.environ.get("SPAWNKIT_BIN"):  # `spawnkit bench worker` names itself
+        return os.environ["SPAWNKIT_BIN"]
     target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     p = target / "debug" / "spawnkit"
     assert p.is_file(), f"{p} is missing: build it first (cargo build --workspace --bins)"
@@ -66,6 +70,8 @@ def ensure_buildgrid():
     bgd = VENV / "bin" / "bgd"
     if bgd.exists():
         return bgd
+    if NO_INSTALL:
+        raise Unavailable(f"BuildGrid is not installed in {VENV} (--no-install)")
     if sys.version_info < (3, 11):
         raise Unavailable(f"BuildGrid 0.4.4 needs Python >= 3.11; this is {sys.version.split()[0]}")
     r = subprocess.run([sys.executable, "-m", "venv", str(VENV)], capture_output=True, text=True)
@@ -83,6 +89,8 @@ def pg_bindir():
     found = sorted(pathlib.Path("/usr/lib/postgresql").glob("*/bin/initdb"))
     if found:
         return found[-1].parent
+    if NO_INSTALL:
+        raise Unavailable("PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb; --no-install)")
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         raise Unavailable("PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb) and "
                           "this is not root with apt-get to install it")

@@ -300,7 +300,7 @@ pub struct Setup {
 }
 
 /// The first match of `name` along PATH that is an executable file.
-fn which(name: &str) -> Option<PathBuf> {
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(name)).find(|p| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -308,7 +308,7 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 /// The first non-empty line `tool args` prints (stdout, else stderr).
-fn version(tool: &Path, args: &[&str]) -> Option<String> {
+pub(crate) fn version(tool: &Path, args: &[&str]) -> Option<String> {
     let out = Process::new(tool).args(args).stdin(ProcessStdio::null()).output().ok()?;
     let text = if out.stdout.is_empty() { out.stderr } else { out.stdout };
     String::from_utf8_lossy(&text).lines().map(str::trim).find(|l| !l.is_empty()).map(String::from)
@@ -339,7 +339,7 @@ fn apt_get(args: &[&str]) -> Result<(), String> {
 
 /// Install bubblewrap from the distribution's packages (`apt-get install -y bubblewrap`, after
 /// `apt-get update` if the first try fails); the path of bwrap, or why not.
-fn install_bwrap() -> Result<PathBuf, String> {
+pub(crate) fn install_bwrap() -> Result<PathBuf, String> {
     if spawnkit::process::geteuid() != 0 {
         return Err("bwrap is not installed, and installing bubblewrap needs root".into());
     }

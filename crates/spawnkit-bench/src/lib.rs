@@ -22,7 +22,10 @@
 //!    loop: tokio::process beside spawnkit's tokio face, asyncio beside spawnkit.asyncio;
 //! 8. **mp** (module `mp`, Smith's method again, issue 14): processes per second of Python's
 //!    multiprocessing start methods fork, forkserver, spawn and spawnkit, from a small and a
-//!    1 GiB touched parent, and the time to a 4-worker Pool's first map result.
+//!    1 GiB touched parent, and the time to a 4-worker Pool's first map result;
+//! 9. **worker** (module `worker`, issue 16): N tiny actions through a real BuildGrid farm with
+//!    two `spawnkit worker`s, fence on and off (actions/s, the worker's own time per action),
+//!    and the worker's fence beside bubblewrap's, spawn → exit of /bin/true.
 //!
 //! Every row starts the same tiny static child (bench/tinychild.c, embedded) by the same bare
 //! name, found through the same PATH whose first entry is the directory it was written to; the
@@ -46,6 +49,7 @@ mod server;
 #[allow(unsafe_code)]
 mod sys;
 mod throughput;
+mod worker;
 
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
@@ -91,7 +95,11 @@ pub enum Method {
     /// forkserver, spawn and spawnkit, small and 1 GiB touched parent; a 4-worker Pool's first
     /// map result.
     Mp,
-    /// All eight.
+    /// The remote-execution worker (issue 16): N tiny actions (/bin/true; a 10-file input
+    /// root) through BuildGrid with two `spawnkit worker`s, fence on and off: actions/s and
+    /// the worker's own time per action; the worker's fence beside bubblewrap's.
+    Worker,
+    /// All nine.
     All,
 }
 
@@ -114,6 +122,7 @@ pub struct Options {
     pub no_python: bool,
     pub procs: Option<usize>,
     pub async_total: Option<usize>,
+    pub actions: Option<usize>,
     pub no_install: bool,
     pub steps: bool,
 }
@@ -163,6 +172,10 @@ pub struct Config {
     pub mp_totals: Vec<usize>,
     /// Mp: iterations per total.
     pub mp_iterations: usize,
+    /// Worker: actions per farm row.
+    pub worker_actions: usize,
+    /// Worker: spawns per fence row.
+    pub worker_fence_runs: usize,
 }
 
 impl Config {
@@ -199,15 +212,19 @@ impl Config {
             async_total: a.async_total.unwrap_or(1000),
             mp_totals: a.totals.clone().unwrap_or(mp_totals),
             mp_iterations: a.iterations.unwrap_or(mp_iterations),
+            worker_actions: a.actions.unwrap_or(if a.full { 200 } else { 40 }),
+            worker_fence_runs: runs,
         };
         if c.runs == 0
             || c.iterations == 0
             || c.active == 0
             || c.totals.contains(&0)
             || c.async_total == 0
+            || c.worker_actions == 0
         {
             return Err(
-                "--runs, --iterations, --active, --totals and --async-total must be at least 1"
+                "--runs, --iterations, --active, --totals, --async-total and --actions must be \
+                 at least 1"
                     .into(),
             );
         }
@@ -384,6 +401,7 @@ pub struct Results {
     pub server: Option<server::ServerResults>,
     pub asyncs: Option<async_spawn::AsyncResults>,
     pub mp: Option<mp::MpResults>,
+    pub worker: Option<worker::WorkerResults>,
     pub notes: Vec<String>,
     pub python: Option<python::PythonInfo>,
     pub seconds: f64,
@@ -424,6 +442,9 @@ fn planned_spawns(c: &Config, m: Method, sizes: &[Size], all: &[rows::Row], pyth
     if matches!(m, Method::Mp | Method::All) {
         n += mp::planned(&c.mp_totals, c.mp_iterations, python);
     }
+    if matches!(m, Method::Worker | Method::All) {
+        n += worker::planned(c.worker_actions, c.worker_fence_runs);
+    }
     n as u64
 }
 
@@ -459,6 +480,7 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         server: None,
         asyncs: None,
         mp: None,
+        worker: None,
         notes: cargo_note.into_iter().chain(early_err).collect(),
         python: None,
         seconds: 0.0,
@@ -600,6 +622,19 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
         );
         res.notes.extend(r.notes.iter().cloned());
         res.mp = Some(r);
+    }
+    if matches!(m, Method::Worker | Method::All) {
+        let py = python::interpreter(args.python.as_deref());
+        let r = worker::run(
+            (!args.no_python).then_some(py.as_path()),
+            dir.path(),
+            c.worker_actions,
+            c.worker_fence_runs,
+            !args.no_install,
+            &progress,
+        );
+        res.notes.extend(r.notes.iter().cloned());
+        res.worker = Some(r);
     }
     progress.0.finish_and_clear();
     res.seconds = started.elapsed().as_secs_f64();

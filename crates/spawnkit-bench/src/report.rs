@@ -8,6 +8,7 @@ use super::fence::{self, FenceRow};
 use super::latency::{self, LatencyRow, Size};
 use super::mp::{self, MpResults};
 use super::server::{self, ServerResults};
+use super::worker::{self, WorkerResults};
 use super::Results;
 
 /// The report's text, built before anything is written: `write!`/`writeln!` on it cannot fail
@@ -340,6 +341,9 @@ pub fn render(res: &Results) -> String {
     if let Some(m) = &res.mp {
         print_mp(o, m);
     }
+    if let Some(w) = &res.worker {
+        print_worker(o, w);
+    }
     for n in &res.notes {
         writeln!(o, "note: {n}");
     }
@@ -415,6 +419,11 @@ pub fn render(res: &Results) -> String {
                 t_small,
                 t_touched
             );
+        }
+    }
+    if let Some(w) = &res.worker {
+        for line in worker_summary(w) {
+            writeln!(o, "{line}");
         }
     }
     if !res.latency.is_empty() {
@@ -562,6 +571,11 @@ pub fn json(res: &Results) -> Value {
             ratios.insert(key.into(), Value::Object(per));
         }
     }
+    if let Some(w) = &res.worker {
+        ratios.insert("worker_fence/bwrap".into(), json!(w.fence_ratio(false)));
+        other.insert("worker_fence/bwrap, minimum".into(), json!(w.fence_ratio(true)));
+        other.insert("worker_fenced_launch/bwrap_launch".into(), json!(w.total_ratio()));
+    }
     let [plain, captured] = cpu_vs_vfork(&res.cpu);
     other.insert("cpu spawnkit/vfork pct".into(), json!({"plain": plain, "captured": captured}));
     let tp: Map<String, Value> =
@@ -580,7 +594,8 @@ pub fn json(res: &Results) -> Value {
                    "server_runs": c.server_runs, "server_iterations": c.server_iterations,
                    "server_tp_spawns": c.server_tp_spawns, "forkserver_runs": c.forkserver_runs,
                    "async_rounds": c.async_rounds, "async_total": c.async_total,
-                   "mp_totals": c.mp_totals, "mp_iterations": c.mp_iterations},
+                   "mp_totals": c.mp_totals, "mp_iterations": c.mp_iterations,
+                   "worker_actions": c.worker_actions, "worker_fence_runs": c.worker_fence_runs},
         "seconds": res.seconds,
         "latency": {"unit": "µs", "parent_sizes": res.latency_sizes.iter().map(|s| s.key()).collect::<Vec<_>>(),
                     "rows": latency},
@@ -599,6 +614,7 @@ pub fn json(res: &Results) -> Value {
         "server": res.server.as_ref().map(server_json),
         "async": res.asyncs.as_ref().map(async_json),
         "mp": res.mp.as_ref().map(mp_json),
+        "worker": res.worker.as_ref().map(worker_json),
         "ratios": ratios,
         "other_ratios": other,
         "ratios_doc": {
@@ -622,6 +638,10 @@ pub fn json(res: &Results) -> Value {
                 target): processes per second (mean) of multiprocessing's spawnkit start method \
                 over fork's, at the largest total measured (mp.ratio_total), per parent size",
             "mp_spawnkit/mp_forkserver": "the same, spawnkit over forkserver",
+            "worker_fence/bwrap": "the price of `spawnkit worker`'s fence (private network, \
+                tmpfs on /tmp, pid namespace; /bin/true spawn -> exit, median, minus the same \
+                spawn without a fence) over bubblewrap's (bwrap --unshare-net --unshare-pid \
+                --tmpfs /tmp --dev-bind / / /bin/true, started the same way, minus the same)",
             "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
                 beside vfork+exec, the floor under the server ratios",
         },
@@ -923,4 +943,183 @@ fn print_async(o: &mut Text, a: &AsyncResults) {
         writeln!(o);
     }
     writeln!(o);
+}
+
+fn ms(us: Option<f64>) -> String {
+    us.map_or("-".into(), |v| format!("{:.2}", v / 1e3))
+}
+
+fn print_worker(o: &mut Text, w: &WorkerResults) {
+    let info = &w.farm_info;
+    writeln!(
+        o,
+        "== Remote-execution worker: {} actions per row through BuildGrid ({}), two spawnkit \
+         workers × concurrency 2",
+        w.actions,
+        info["buildgrid"]
+            .as_str()
+            .unwrap_or("buildgrid")
+            .trim_start_matches("buildgrid[database]==")
+    );
+    writeln!(
+        o,
+        "   own time = lease received -> result sent, minus the command's run time (--stats-file)"
+    );
+    let wd = 36;
+    writeln!(
+        o,
+        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
+        "row",
+        "actions/s",
+        "own ms p50",
+        "own p90",
+        "fetch ms",
+        "exec ms",
+        "upload ms",
+        "span ms",
+        "CPU ms"
+    );
+    for r in &w.farm {
+        let name = format!(
+            "--fence {}, {}",
+            r.fence,
+            if r.input_files == 0 {
+                "/bin/true".into()
+            } else {
+                format!("{} input files", r.input_files)
+            }
+        );
+        write!(o, "{name:<wd$}");
+        if let Some(why) = &r.skipped {
+            let short: String = why.chars().take(90).collect();
+            writeln!(o, " | skipped: {short}");
+            continue;
+        }
+        let ph = |k: &str| r.raw["phases_ms"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
+        writeln!(
+            o,
+            " | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
+            r.actions_per_s.map_or("-".into(), |v| format!("{v:.1}")),
+            ms(r.own_median_us),
+            ms(r.own_p90_us),
+            ph("input_fetch"),
+            ph("execution"),
+            ph("output_upload"),
+            ph("action_span"),
+            r.raw["worker_cpu_ms_per_action"].as_f64().map_or("-".into(), |v| format!("{v:.2}"))
+        );
+    }
+    writeln!(
+        o,
+        "   fetch/exec/upload/span: medians of the worker's ExecutedActionMetadata stamps (span: \
+         input fetch start -> upload done); own - (span - exec) = the Bots round trips; CPU: the \
+         workers' own CPU time (user + system, not the commands') per action"
+    );
+    writeln!(o);
+    writeln!(
+        o,
+        "== The worker's fence beside bubblewrap's: /bin/true spawn -> exit, µs ({} runs per row)",
+        w.fence_runs
+    );
+    let wd = 46;
+    writeln!(
+        o,
+        "{:<wd$} | {:>9} | {:>9} | {:>9} | {:>14}",
+        "row", "min", "median", "p90", "price (median)"
+    );
+    for r in &w.fence {
+        write!(o, "{:<wd$}", r.row.name());
+        let Some(d) = r.dist else {
+            let why = r.skipped.as_deref().unwrap_or("not measured");
+            let short: String = why.chars().take(80).collect();
+            writeln!(o, " | skipped: {short}");
+            continue;
+        };
+        let price = w.price(r.row).filter(|_| r.row != worker::FenceRow::Plain);
+        writeln!(
+            o,
+            " | {:>9} | {:>9} | {:>9} | {:>14}",
+            fmt_us(d.min_us),
+            fmt_us(d.median_us),
+            fmt_us(d.p90_us),
+            price.map_or("-".into(), |p| fmt_us(p.1))
+        );
+    }
+    if let Some(v) = &w.bwrap_version {
+        writeln!(o, "   {v}; bwrap {}", worker::BWRAP_ARGS.join(" "));
+    }
+    writeln!(o);
+}
+
+/// The closing lines: the targets of issue 16.
+fn worker_summary(w: &WorkerResults) -> Vec<String> {
+    let own = w.farm_row("fenced_true").and_then(|r| r.own_median_us);
+    let own10 = w.farm_row("fenced_10_files").and_then(|r| r.own_median_us);
+    vec![
+        format!(
+            "worker's own time per fenced action, median: {} ms /bin/true, {} ms 10 input files \
+             (target: ≤ 2 ms)",
+            ms(own),
+            ms(own10)
+        ),
+        format!(
+            "worker_fence/bwrap (the fence's price, median) {:>5} (target: ≤ 0.30)",
+            fmt_ratio(w.fence_ratio(false))
+        ),
+    ]
+}
+
+fn worker_json(w: &WorkerResults) -> Value {
+    let farm: Vec<Value> = w
+        .farm
+        .iter()
+        .map(|r| {
+            let mut v = json!({"id": r.id, "fence": r.fence, "input_files": r.input_files,
+                "actions_per_s": r.actions_per_s,
+                "own_ms_median": r.own_median_us.map(|u| u / 1e3),
+                "own_ms_p90": r.own_p90_us.map(|u| u / 1e3),
+                "skipped": r.skipped});
+            if let (Some(o), Some(raw)) = (v.as_object_mut(), r.raw.as_object()) {
+                for k in [
+                    "wall_s",
+                    "actions",
+                    "own_us",
+                    "phases_ms",
+                    "actions_per_worker",
+                    "worker_cpu_ms_per_action",
+                ] {
+                    if let Some(x) = raw.get(k) {
+                        o.insert(k.into(), x.clone());
+                    }
+                }
+            }
+            v
+        })
+        .collect();
+    let fence: Vec<Value> = w
+        .fence
+        .iter()
+        .map(|r| {
+            let price = w.price(r.row).filter(|_| r.row != worker::FenceRow::Plain);
+            json!({"id": r.row.id(), "name": r.row.name(), "command": r.row.command(),
+                   "min_us": r.dist.map(|d| d.min_us), "median_us": r.dist.map(|d| d.median_us),
+                   "p90_us": r.dist.map(|d| d.p90_us), "runs": r.dist.map_or(0, |d| d.runs),
+                   "price_min_us": price.map(|p| p.0), "price_median_us": price.map(|p| p.1),
+                   "skipped": r.skipped})
+        })
+        .collect();
+    json!({
+        "actions": w.actions, "workers": 2, "concurrency": 2,
+        "farm": w.farm_info,
+        "measures": "actions_per_s: N actions submitted at once (one Execute each, at most 32 \
+                     in flight), N / (first Execute -> last result); own: lease received -> \
+                     result sent minus the command's run time, as each worker writes it \
+                     (--stats-file); phases_ms: medians of the worker's ExecutedActionMetadata \
+                     stamps",
+        "rows": farm,
+        "fence": {"unit": "µs", "runs": w.fence_runs, "block": latency::BLOCK,
+                  "measures": "/bin/true spawn -> exit (waited for), rows taking turns; price = \
+                               the row minus spawnkit_no_fence",
+                  "bwrap": w.bwrap_version, "rows": fence},
+    })
 }

@@ -9,13 +9,14 @@ use spawnkit_bench::{Method, Row, Size};
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "\
 Examples:
-  spawnkit bench                          (all methods, --quick: under a minute)
+  spawnkit bench                          (all methods, --quick: about 1.5 minutes)
   spawnkit bench latency --full           (the published 2000 runs per row and parent size)
   spawnkit bench fence --runs 1000        (the cost of a private /tmp + network + user namespace)
   spawnkit bench ps --full                (10,000 sleeping processes: spawnkit ps beside ps, psutil, smem)
   spawnkit bench server --json s.json     (the spawn server beside vfork+exec and a local spawn)
   spawnkit bench async                    (1,000 processes from tokio and asyncio event loops)
   spawnkit bench mp --full                (multiprocessing fork, forkserver, spawn, spawnkit)
+  spawnkit bench worker --actions 200     (spawnkit worker in a BuildGrid farm; its fence beside bwrap)
   spawnkit bench all --full --json bench.json --plot docs/bench")]
 pub struct BenchArgs {
     /// Which method to run.
@@ -68,8 +69,12 @@ pub struct BenchArgs {
     /// Async: processes per row and round, at most 64 running [default: 1000].
     #[arg(long, value_name = "N")]
     pub async_total: Option<usize>,
-    /// Fence, ps: when bwrap, smem or psutil is missing, skip its row instead of installing it
-    /// (bubblewrap and smem from Debian's packages with apt-get, psutil with pip).
+    /// Worker: actions per farm row [default: 40 with --quick, 200 with --full].
+    #[arg(long, value_name = "N")]
+    pub actions: Option<usize>,
+    /// Fence, ps, worker: when bwrap, smem, psutil, BuildGrid or PostgreSQL is missing, skip its
+    /// rows instead of installing it (bubblewrap, smem and postgresql from Debian's packages with
+    /// apt-get, psutil with pip, BuildGrid with pip into .venv-buildgrid).
     #[arg(long)]
     pub no_install: bool,
     /// Fence: also build each fence one piece at a time (spawnkit: user ns, + mount ns and
@@ -99,6 +104,7 @@ impl BenchArgs {
             no_python: a.no_python,
             procs: a.procs,
             async_total: a.async_total,
+            actions: a.actions,
             no_install: a.no_install,
             steps: a.steps,
         }

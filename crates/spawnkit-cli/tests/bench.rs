@@ -92,6 +92,14 @@ fn every_method_every_row_in_the_json_file() {
     // Fence: every row, measured or skipped (checked in detail below).
     assert_eq!(ids(&v["fence"]["rows"]), FENCE_ROWS);
 
+    // Worker: run by `all` too; the farm rows skipped with --no-python, the fence rows (no
+    // farm needed) measured or skipped with a reason.
+    assert_eq!(ids(&v["worker"]["rows"]), WORKER_FARM_ROWS);
+    for row in v["worker"]["rows"].as_array().unwrap() {
+        assert_eq!(row["skipped"], "--no-python", "{row}");
+    }
+    check_worker_fence(&v, 4);
+
     // Latency: every row, every parent size, positive minimum <= median.
     let lat = &v["latency"]["rows"];
     let mut want: Vec<String> = RUST_ROWS.iter().map(|s| s.to_string()).collect();
@@ -705,5 +713,117 @@ fn mp_method_rows_and_ratios() {
         }
     }
     assert!(stdout.contains("multiprocessing ratios"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const WORKER_FARM_ROWS: [&str; 4] =
+    ["fenced_true", "fenced_10_files", "unfenced_true", "unfenced_10_files"];
+const WORKER_FENCE_ROWS: [&str; 3] = ["spawnkit_no_fence", "spawnkit_worker_fence", "bwrap"];
+
+/// The worker method's fence rows: measured (min ≤ median ≤ p90, the price = the row minus the
+/// unfenced one) or skipped with a reason; the ratio keys there, a number when both ran.
+fn check_worker_fence(v: &Value, runs: u64) {
+    let f = &v["worker"]["fence"];
+    assert_eq!(ids(&f["rows"]), WORKER_FENCE_ROWS);
+    let rows = f["rows"].as_array().unwrap();
+    let base = &rows[0];
+    assert!(base["skipped"].is_null(), "a plain spawn always runs: {base}");
+    let mut measured = 0;
+    for row in rows {
+        assert!(row["command"].as_str().is_some_and(|c| !c.is_empty()), "{row}");
+        if let Some(why) = row["skipped"].as_str() {
+            assert!(!why.is_empty(), "{row}");
+            assert!(row["median_us"].is_null(), "{row}");
+            continue;
+        }
+        let [min, median, p90] =
+            ["min_us", "median_us", "p90_us"].map(|k| row[k].as_f64().unwrap());
+        assert!(min > 0.0 && min <= median && median <= p90, "{row}");
+        assert_eq!(row["runs"], runs, "{row}");
+        if row["id"] != "spawnkit_no_fence" {
+            measured += 1;
+            let price = row["price_median_us"].as_f64().unwrap();
+            assert!((price - (median - base["median_us"].as_f64().unwrap())).abs() < 1e-6);
+        }
+    }
+    let ratio = &v["ratios"]["worker_fence/bwrap"];
+    if measured == 2 {
+        assert!(ratio.as_f64().is_some(), "{ratio}");
+        assert!(v["other_ratios"]["worker_fenced_launch/bwrap_launch"].as_f64().unwrap() > 0.0);
+    } else {
+        assert!(ratio.is_null(), "{ratio}");
+    }
+}
+
+/// `spawnkit bench worker` (a smoke run: 4 actions per farm row, 10 spawns per fence row): the
+/// BuildGrid farm with two workers, fence on and off, every row measured (actions/s, the
+/// worker's own time median ≤ p90, one own time per action); skipped, loudly, only where
+/// BuildGrid or PostgreSQL cannot be installed (it installs them as tests/test_worker.py does).
+#[test]
+fn worker_method_rows_and_ratios() {
+    let dir = tmp("worker");
+    let json = dir.join("bench.json");
+    let out =
+        bench(&["worker", "--actions", "4", "--runs", "10", "--json", json.to_str().unwrap()]);
+    let stdout = ok(&out);
+    let v = read_json(&json);
+    let w = &v["worker"];
+    assert_eq!(w["actions"], 4, "{w}");
+    assert_eq!(v["config"]["worker_actions"], 4);
+    assert_eq!(ids(&w["rows"]), WORKER_FARM_ROWS);
+    for row in w["rows"].as_array().unwrap() {
+        if let Some(why) = row["skipped"].as_str() {
+            // Only a farm that cannot be had may skip (or a Python without the venv module).
+            assert!(why.starts_with("BuildGrid/PostgreSQL unavailable:"), "{row}\n{stdout}");
+            eprintln!(
+                "\n{0}\nSKIPPING the farm rows of `spawnkit bench worker`: {why}\n{0}",
+                "!".repeat(20)
+            );
+            continue;
+        }
+        let aps = row["actions_per_s"].as_f64().unwrap();
+        let (p50, p90) =
+            (row["own_ms_median"].as_f64().unwrap(), row["own_ms_p90"].as_f64().unwrap());
+        assert!(aps > 0.0 && p50 > 0.0 && p50 <= p90, "{row}");
+        assert_eq!(row["own_us"]["count"], 4, "one own time per action: {row}");
+        assert!(row["phases_ms"]["execution"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["worker_cpu_ms_per_action"].as_f64().unwrap() >= 0.0, "{row}");
+    }
+    check_worker_fence(&v, 10);
+    assert!(stdout.contains("== Remote-execution worker"), "{stdout}");
+    assert!(stdout.contains("worker's own time per fenced action, median:"), "{stdout}");
+    assert!(stdout.contains("worker_fence/bwrap (the fence's price, median)"), "{stdout}");
+    // Only this method ran.
+    assert!(v["latency"]["rows"].as_array().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--no-python --no-install`: the farm rows skipped with that reason; the fence rows (no farm
+/// needed) still measured, bwrap's if it is here.
+#[test]
+fn worker_method_without_python_measures_the_fence() {
+    let dir = tmp("worker-nopy");
+    let json = dir.join("bench.json");
+    let out = bench(&[
+        "worker",
+        "--runs",
+        "6",
+        "--no-python",
+        "--no-install",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    let v = read_json(&json);
+    assert_eq!(ids(&v["worker"]["rows"]), WORKER_FARM_ROWS);
+    for row in v["worker"]["rows"].as_array().unwrap() {
+        assert_eq!(row["skipped"], "--no-python", "{row}");
+    }
+    assert!(stdout.contains("worker: farm rows fenced_true, "), "{stdout}");
+    check_worker_fence(&v, 6);
+    if !on_path("bwrap") {
+        let bw = &v["worker"]["fence"]["rows"][2];
+        assert!(bw["skipped"].as_str().unwrap().contains("--no-install"), "{bw}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
