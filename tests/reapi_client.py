@@ -197,10 +197,22 @@ def main():
     results = [None] * len(specs)
 
     def one(i):
-        try:
-            results[i] = run(specs[i])
-        except Exception as e:  # reported to the test, which fails with it
-            results[i] = {"error": f"{type(e).__name__}: {e}"}
+        # As Bazel's --remote_retries: a call refused while the server is down or restarting
+        # (UNAVAILABLE) is tried again, the whole action, for up to 3 minutes.
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                results[i] = run(specs[i])
+                return
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() < deadline:
+                    time.sleep(1)
+                    continue
+                results[i] = {"error": f"{type(e).__name__}: {e}"}
+                return
+            except Exception as e:  # reported to the test, which fails with it
+                results[i] = {"error": f"{type(e).__name__}: {e}"}
+                return
 
     # At most 32 at once: each holds an Execute stream, and BuildGrid's thread pool bounds
     # its concurrent RPCs.
