@@ -7,7 +7,16 @@ result) and the worker's own time per action, which each worker writes with --st
 lease received -> result sent minus the command's own run time (median, p90); and the medians
 of the phases the worker stamps in ExecutedActionMetadata (input fetch, execution, output upload,
 and all three: the action's span) and of queued -> worker start (the scheduler's part); and the workers' own CPU time (user +
-system, from /proc, the commands not counted) per action.
+system, from /proc, the commands not counted) per action. The workers also write, per action, the
+part of the own time spent waiting on BuildGrid (server_wait_us: the wall time of its CAS and
+ByteStream calls, and result whole -> the end of the UpdateBotSession call in flight then): each
+row reports the median of own - server wait, the worker's own time excluding BuildGrid's waits.
+
+The floor (top-level "floor"): the round trip of trivial RPCs to the same BuildGrid, timed from a
+Python gRPC client N times after the rows (GetCapabilities, FindMissingBlobs with no digests,
+BatchReadBlobs of one small blob; medians), and per row, the median number of server calls an
+action made (its CAS calls + the UpdateBotSession that reports it) times the smallest of them: what
+BuildGrid's round trips alone put under the worker's own time.
 
 Usage: python worker_overhead.py N    prints one JSON object on stdout ({"skipped": why} when
 BuildGrid or PostgreSQL cannot be had). Environment: SPAWNKIT_BIN (the spawnkit binary),
@@ -58,6 +67,51 @@ def phase_ms(results, start, end):
     return statistics.median(v) if v else None
 
 
+FLOOR = r'''
+import hashlib, json, sys, time
+import grpc
+from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re
+from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+remote, instance, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+channel = grpc.insecure_channel(remote)
+cas = re_grpc.ContentAddressableStorageStub(channel)
+caps = re_grpc.CapabilitiesStub(channel)
+data = b"spawnkit floor blob\n"
+d = re.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+cas.BatchUpdateBlobs(re.BatchUpdateBlobsRequest(
+    instance_name=instance, requests=[re.BatchUpdateBlobsRequest.Request(digest=d, data=data)]))
+calls = {
+    "get_capabilities": lambda: caps.GetCapabilities(re.GetCapabilitiesRequest(instance_name=instance)),
+    "find_missing_blobs_empty": lambda: cas.FindMissingBlobs(re.FindMissingBlobsRequest(instance_name=instance)),
+    "batch_read_blobs_1": lambda: cas.BatchReadBlobs(re.BatchReadBlobsRequest(instance_name=instance, digests=[d])),
+}
+out = {k: [] for k in calls}
+for f in calls.values():  # warm the channel and the server's paths
+    f()
+for _ in range(n):  # interleaved, so that each sees the same moments of the server
+    for k, f in calls.items():
+        t = time.perf_counter()
+        f()
+        out[k].append((time.perf_counter() - t) * 1e3)
+print(json.dumps(out))
+'''
+
+
+def floor(farm, n):
+    """Medians (ms) of trivial RPCs to the farm's BuildGrid, N each, from a Python client."""
+    import subprocess
+    r = subprocess.run([farm.python, "-c", FLOOR, f"127.0.0.1:{farm.port}", farm.instance, str(n)],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        return {"skipped": f"floor client failed: {r.stderr[-1500:]}"}
+    got = json.loads(r.stdout)
+    out = {"calls": n, "client": "python grpcio (sync), one channel",
+           "rtt_ms_median": {k: statistics.median(v) for k, v in got.items()},
+           "rtt_ms_min": {k: min(v) for k, v in got.items()}}
+    out["rtt_ms"] = min(out["rtt_ms_median"].values())
+    return out
+
+
 def run(farm, n, row_id, fence, files):
     stats = [farm.tmp / f"stats-{row_id}-{i}.json" for i in range(2)]
     workers = [farm.start_worker(f"{row_id}-{i}", "--fence", fence, "--stats-file", str(stats[i]))
@@ -88,10 +142,20 @@ def run(farm, n, row_id, fence, files):
     bad = [r for r in res if r.get("code") != 0 or r.get("exit_code") != 0]
     if bad:
         raise RuntimeError(f"{len(bad)} of {n} actions failed, e.g. {bad[0]}\n{farm.logs()}")
-    us = []
+    us, excl, wait, cas_wait, report_wait, calls = [], [], [], [], [], []
     for s in stats:
-        us += json.loads(s.read_text())["overhead_us"]
+        st = json.loads(s.read_text())
+        us += st["overhead_us"]
+        wait += st.get("server_wait_us", [])
+        excl += [o - w for o, w in zip(st["overhead_us"], st.get("server_wait_us", []))]
+        cas_wait += st.get("cas_wait_us", [])
+        report_wait += st.get("report_wait_us", [])
+        calls += st.get("cas_calls", [])
     us.sort()
+
+    def med_ms(v):
+        return statistics.median(v) / 1e3 if v else None
+
     per_worker = {}
     for r in res:
         per_worker[r.get("worker", "?")] = per_worker.get(r.get("worker", "?"), 0) + 1
@@ -102,6 +166,13 @@ def run(farm, n, row_id, fence, files):
         "worker_cpu_ms_per_action": cpu * 1e3 / n,
         "own_us": {"median": statistics.median(us) if us else None, "p90": pct(us, 0.9),
                    "min": us[0] if us else None, "max": us[-1] if us else None, "count": len(us)},
+        # The own time minus the waits on BuildGrid (per action, then the median), and the waits.
+        "own_excl_server_ms_median": med_ms(excl),
+        "own_excl_server_ms_p90": pct(sorted(excl), 0.9) / 1e3 if excl else None,
+        "server_wait_ms_median": med_ms(wait),
+        "cas_wait_ms_median": med_ms(cas_wait),
+        "report_wait_ms_median": med_ms(report_wait),
+        "cas_calls_median": statistics.median(calls) if calls else None,
         "phases_ms": {
             "queued_to_worker_start": phase_ms(res, "queued_timestamp", "worker_start_timestamp"),
             "input_fetch": phase_ms(res, "input_fetch_start_timestamp", "input_fetch_completed_timestamp"),
@@ -137,6 +208,13 @@ def main():
             except Exception as e:  # the row is skipped with its reason, the others still run
                 out["rows"].append({"id": row_id, "fence": fence, "input_files": files,
                                     "skipped": f"{type(e).__name__}: {str(e)[-1500:]}"})
+        say(f"floor: {n} round trips of trivial RPCs to the same BuildGrid")
+        out["floor"] = floor(farm, n)
+        rtt = out["floor"].get("rtt_ms")
+        for r in out["rows"]:
+            if rtt is not None and r.get("cas_calls_median") is not None:
+                # Its CAS calls + the UpdateBotSession that reports it, at one trivial round trip each.
+                r["floor_ms"] = (r["cas_calls_median"] + 1) * rtt
     finally:
         farm.close()
     out["seconds"] = time.monotonic() - t0

@@ -968,11 +968,13 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
     let wd = 36;
     writeln!(
         o,
-        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
+        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>13} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
         "row",
         "actions/s",
         "own ms p50",
         "own p90",
+        "own-server ms",
+        "floor ms",
         "fetch ms",
         "exec ms",
         "upload ms",
@@ -998,10 +1000,12 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
         let ph = |k: &str| r.raw["phases_ms"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
         writeln!(
             o,
-            " | {:>9} | {:>11} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
+            " | {:>9} | {:>11} | {:>8} | {:>13} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
             r.actions_per_s.map_or("-".into(), |v| format!("{v:.1}")),
             ms(r.own_median_us),
             ms(r.own_p90_us),
+            ms(r.own_excl_server_median_us),
+            ms(r.floor_us),
             ph("input_fetch"),
             ph("execution"),
             ph("output_upload"),
@@ -1015,6 +1019,28 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
          input fetch start -> upload done); own - (span - exec) = the Bots round trips; CPU: the \
          workers' own CPU time (user + system, not the commands') per action"
     );
+    writeln!(
+        o,
+        "   own-server: median of own time minus the action's waits on BuildGrid (its CAS calls; \
+         result whole -> end of the UpdateBotSession in flight); floor: (CAS calls + 1 report) × \
+         one trivial round trip"
+    );
+    let f = &info["floor"];
+    if let Some(rtt) = f["rtt_ms"].as_f64() {
+        let m = |k: &str| f["rtt_ms_median"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
+        writeln!(
+            o,
+            "   floor: one trivial round trip to this BuildGrid, median of {} from Python gRPC: \
+             {rtt:.2} ms (GetCapabilities {}, FindMissingBlobs [] {}, BatchReadBlobs 1 blob {} ms)",
+            f["calls"].as_u64().unwrap_or(0),
+            m("get_capabilities"),
+            m("find_missing_blobs_empty"),
+            m("batch_read_blobs_1"),
+        );
+    } else if let Some(why) = f["skipped"].as_str() {
+        let short: String = why.chars().take(90).collect();
+        writeln!(o, "   floor: skipped: {short}");
+    }
     writeln!(o);
     writeln!(
         o,
@@ -1055,12 +1081,24 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
 fn worker_summary(w: &WorkerResults) -> Vec<String> {
     let own = w.farm_row("fenced_true").and_then(|r| r.own_median_us);
     let own10 = w.farm_row("fenced_10_files").and_then(|r| r.own_median_us);
+    let excl = w.farm_row("fenced_true").and_then(|r| r.own_excl_server_median_us);
+    let excl10 = w.farm_row("fenced_10_files").and_then(|r| r.own_excl_server_median_us);
+    let floor = w.farm_row("fenced_true").and_then(|r| r.floor_us);
+    let floor10 = w.farm_row("fenced_10_files").and_then(|r| r.floor_us);
     vec![
         format!(
             "worker's own time per fenced action, median: {} ms /bin/true, {} ms 10 input files \
              (target: ≤ 2 ms)",
             ms(own),
             ms(own10)
+        ),
+        format!(
+            "  excluding its waits on BuildGrid: {} ms, {} ms; BuildGrid's round-trip floor under \
+             it: {} ms, {} ms",
+            ms(excl),
+            ms(excl10),
+            ms(floor),
+            ms(floor10)
         ),
         format!(
             "worker_fence/bwrap (the fence's price, median) {:>5} (target: ≤ 0.30)",
@@ -1078,6 +1116,8 @@ fn worker_json(w: &WorkerResults) -> Value {
                 "actions_per_s": r.actions_per_s,
                 "own_ms_median": r.own_median_us.map(|u| u / 1e3),
                 "own_ms_p90": r.own_p90_us.map(|u| u / 1e3),
+                "own_excl_server_ms_median": r.own_excl_server_median_us.map(|u| u / 1e3),
+                "floor_ms": r.floor_us.map(|u| u / 1e3),
                 "skipped": r.skipped});
             if let (Some(o), Some(raw)) = (v.as_object_mut(), r.raw.as_object()) {
                 for k in [
@@ -1087,6 +1127,11 @@ fn worker_json(w: &WorkerResults) -> Value {
                     "phases_ms",
                     "actions_per_worker",
                     "worker_cpu_ms_per_action",
+                    "own_excl_server_ms_p90",
+                    "server_wait_ms_median",
+                    "cas_wait_ms_median",
+                    "report_wait_ms_median",
+                    "cas_calls_median",
                 ] {
                     if let Some(x) = raw.get(k) {
                         o.insert(k.into(), x.clone());
@@ -1114,9 +1159,14 @@ fn worker_json(w: &WorkerResults) -> Value {
         "measures": "actions_per_s: N actions submitted at once (one Execute each, at most 32 \
                      in flight), N / (first Execute -> last result); own: lease received -> \
                      result sent minus the command's run time, as each worker writes it \
-                     (--stats-file); phases_ms: medians of the worker's ExecutedActionMetadata \
-                     stamps",
+                     (--stats-file); own_excl_server: own minus the action's waits on \
+                     BuildGrid (the wall time of its CAS/ByteStream calls; result whole -> end \
+                     of the UpdateBotSession in flight), per action, median; phases_ms: medians \
+                     of the worker's ExecutedActionMetadata stamps; floor: trivial RPCs to the \
+                     same BuildGrid from a Python gRPC client (medians, ms), and per row \
+                     floor_ms = (median CAS calls + 1 report) × the smallest median",
         "rows": farm,
+        "floor": w.farm_info.get("floor").cloned().unwrap_or(Value::Null),
         "fence": {"unit": "µs", "runs": w.fence_runs, "block": latency::BLOCK,
                   "measures": "/bin/true spawn -> exit (waited for), rows taking turns; price = \
                                the row minus spawnkit_no_fence",

@@ -7,7 +7,12 @@
 //!   submitted at once (`/bin/true`; `/bin/true` with a 10-file input root), with the fence on
 //!   (`--fence net,tmp,pid`, the default) and off (`--fence none`). Per row: actions per second
 //!   and the worker's own time per action (lease received → result sent, minus the command's
-//!   run time, which each worker writes with `--stats-file`): median and p90. BuildGrid is
+//!   run time, which each worker writes with `--stats-file`): median and p90; and the median of
+//!   that minus the action's waits on BuildGrid (its CAS calls, and the Bots call in flight when
+//!   its result was whole), also from `--stats-file`. The floor: trivial RPCs to the same
+//!   BuildGrid (GetCapabilities, FindMissingBlobs with no digests, BatchReadBlobs of one small
+//!   blob) timed N times each after the rows, and per row what that round trip times the
+//!   action's server calls (CAS calls + the reporting UpdateBotSession) comes to. BuildGrid is
 //!   installed into .venv-buildgrid (pip) and PostgreSQL with apt-get when missing, unless
 //!   `--no-install`; the rows are skipped with the reason where that cannot be done, or with
 //!   `--no-python`.
@@ -124,6 +129,11 @@ pub struct FarmRow {
     pub actions_per_s: Option<f64>,
     pub own_median_us: Option<f64>,
     pub own_p90_us: Option<f64>,
+    /// The median of own time minus the waits on BuildGrid (CAS calls, the Bots call in
+    /// flight when the result was whole), per action.
+    pub own_excl_server_median_us: Option<f64>,
+    /// (CAS calls + the reporting UpdateBotSession) × the floor's trivial round trip.
+    pub floor_us: Option<f64>,
     /// The script's whole object for the row (phases, counts) for the JSON file.
     pub raw: serde_json::Value,
     pub skipped: Option<String>,
@@ -318,6 +328,8 @@ fn skipped_farm(why: &str) -> Vec<FarmRow> {
             actions_per_s: None,
             own_median_us: None,
             own_p90_us: None,
+            own_excl_server_median_us: None,
+            floor_us: None,
             raw: serde_json::Value::Null,
             skipped: Some(why.into()),
         })
@@ -380,6 +392,8 @@ fn farm_rows(
             actions_per_s: r["actions_per_s"].as_f64(),
             own_median_us: r["own_us"]["median"].as_f64(),
             own_p90_us: r["own_us"]["p90"].as_f64(),
+            own_excl_server_median_us: r["own_excl_server_ms_median"].as_f64().map(|m| m * 1e3),
+            floor_us: r["floor_ms"].as_f64().map(|m| m * 1e3),
             raw: r.clone(),
             skipped: r["skipped"].as_str().map(String::from),
         });

@@ -131,7 +131,8 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds)]
     pub drain_timeout: Duration,
 
-    /// Write the worker's figures (actions, per-action overhead in µs) as JSON here at exit.
+    /// Write the worker's figures (actions; per action, in µs: overhead, and its part waiting
+    /// on the servers) as JSON here at exit.
     #[arg(long, value_name = "FILE")]
     pub stats_file: Option<PathBuf>,
 }

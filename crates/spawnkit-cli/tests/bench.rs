@@ -771,6 +771,7 @@ fn worker_method_rows_and_ratios() {
     assert_eq!(w["actions"], 4, "{w}");
     assert_eq!(v["config"]["worker_actions"], 4);
     assert_eq!(ids(&w["rows"]), WORKER_FARM_ROWS);
+    let mut farm_ran = false;
     for row in w["rows"].as_array().unwrap() {
         if let Some(why) = row["skipped"].as_str() {
             // Only a farm that cannot be had may skip (or a Python without the venv module).
@@ -788,6 +789,25 @@ fn worker_method_rows_and_ratios() {
         assert_eq!(row["own_us"]["count"], 4, "one own time per action: {row}");
         assert!(row["phases_ms"]["execution"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["worker_cpu_ms_per_action"].as_f64().unwrap() >= 0.0, "{row}");
+        // The own time without the waits on BuildGrid: at most the own time (the waits lie
+        // inside it), and the floor that the action's server round trips put under it.
+        let excl = row["own_excl_server_ms_median"].as_f64().unwrap();
+        assert!(excl >= 0.0 && excl <= p90, "{row}");
+        let wait = row["server_wait_ms_median"].as_f64().unwrap();
+        assert!(wait > 0.0 && wait <= p90, "{row}");
+        assert!(row["cas_calls_median"].as_f64().unwrap() >= 1.0, "{row}");
+        assert!(row["floor_ms"].as_f64().unwrap() > 0.0, "{row}");
+        farm_ran = true;
+    }
+    if farm_ran {
+        let f = &w["floor"];
+        assert_eq!(f["calls"], 4, "{f}");
+        for k in ["get_capabilities", "find_missing_blobs_empty", "batch_read_blobs_1"] {
+            assert!(f["rtt_ms_median"][k].as_f64().unwrap() > 0.0, "{f}");
+        }
+        assert!(f["rtt_ms"].as_f64().unwrap() > 0.0, "{f}");
+        assert!(stdout.contains("   floor: one trivial round trip to this BuildGrid"), "{stdout}");
+        assert!(stdout.contains("  excluding its waits on BuildGrid: "), "{stdout}");
     }
     check_worker_fence(&v, 10);
     assert!(stdout.contains("== Remote-execution worker"), "{stdout}");

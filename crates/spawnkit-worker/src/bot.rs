@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::AbortHandle;
 
 use crate::auth::Auth;
+use crate::cas::Wait;
 use crate::exec::{Executor, Outcome};
 use crate::proto::{self, BotSession, BotStatus, BotsClient, Lease, LeaseState};
 
@@ -27,7 +28,21 @@ pub struct BotConfig {
 
 enum Slot {
     Running { abort: AbortHandle, received: Instant },
-    Done { lease: Box<Lease>, received: Instant, run_time: Duration },
+    Done { lease: Box<Lease>, received: Instant, run_time: Duration, waits: Waits },
+}
+
+/// An action's waits on the servers, for the figures.
+#[derive(Clone, Copy)]
+struct Waits {
+    cas: Wait,
+    /// When the result was whole.
+    ready: Instant,
+}
+
+impl Waits {
+    fn none() -> Waits {
+        Waits { cas: Wait::default(), ready: Instant::now() }
+    }
 }
 
 /// Figures of one bot's life, for `spawnkit bench worker` and the log line at exit.
@@ -39,6 +54,15 @@ pub struct Stats {
     pub sessions: u64,
     /// Per reported action: lease received -> result sent, minus the command's run time.
     pub overhead: Vec<Duration>,
+    /// Per reported action (the order of `overhead`): the part of it spent waiting on the
+    /// servers, `cas_wait + report_wait`.
+    pub server_wait: Vec<Duration>,
+    /// The wall time of the action's CAS and ByteStream calls, and how many there were.
+    pub cas_wait: Vec<Duration>,
+    pub cas_calls: Vec<u32>,
+    /// Result whole -> the end of the `UpdateBotSession` call that was in flight then (calls
+    /// are serial per session: the result waits for it); zero when none was.
+    pub report_wait: Vec<Duration>,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -98,6 +122,9 @@ impl Bot {
         let mut terminating: Option<Instant> = None;
         let mut backoff = Duration::from_millis(200);
         let capacity = self.config.capacity;
+        // When the last Bots call ended (or was dropped): a result whole before then waited
+        // for it.
+        let mut last_call_end = Instant::now();
 
         loop {
             while let Ok((id, out)) = done_rx.try_recv() {
@@ -176,10 +203,16 @@ impl Bot {
                         state: LeaseState::Active as i32,
                         ..Default::default()
                     }),
-                    Slot::Done { lease, received, run_time } => {
+                    Slot::Done { lease, received, run_time, waits } => {
                         leases.push((**lease).clone());
                         let total = sent_at.duration_since(*received);
-                        reported.push((id.clone(), total.saturating_sub(*run_time)));
+                        let report_wait = last_call_end.saturating_duration_since(waits.ready);
+                        reported.push((
+                            id.clone(),
+                            total.saturating_sub(*run_time),
+                            waits.cas,
+                            report_wait,
+                        ));
                     }
                 }
             }
@@ -210,15 +243,20 @@ impl Bot {
                     // Drop the long poll to report at once. A lease the server assigned in
                     // the cancelled call is sent again by the next one (it is ours in its
                     // database), so nothing is lost.
+                    last_call_end = Instant::now();
                     if let Some((id, out)) = d { complete(&mut slots, id, out); }
                     continue;
                 }
-                _ = shutdown.changed(), if long_poll => continue,
+                _ = shutdown.changed(), if long_poll => {
+                    last_call_end = Instant::now();
+                    continue;
+                }
             };
+            last_call_end = Instant::now();
             match resp {
                 Ok(mut s) => {
                     backoff = Duration::from_millis(200);
-                    for (id, overhead) in reported {
+                    for (id, overhead, cas_wait, report_wait) in reported {
                         if let Some(Slot::Done { lease, .. }) = slots.remove(&id) {
                             let code = lease.status.as_ref().map_or(0, |s| s.code);
                             if code == tonic::Code::Unavailable as i32 && terminating.is_some() {
@@ -226,6 +264,10 @@ impl Bot {
                             } else {
                                 stats.completed += 1;
                                 stats.overhead.push(overhead);
+                                stats.server_wait.push(cas_wait.time + report_wait);
+                                stats.cas_wait.push(cas_wait.time);
+                                stats.cas_calls.push(cas_wait.calls);
+                                stats.report_wait.push(report_wait);
                             }
                         }
                     }
@@ -317,7 +359,12 @@ impl Bot {
                 let lease = returned_lease(&lease.id, "the worker is shutting down");
                 slots.insert(
                     lease.id.clone(),
-                    Slot::Done { lease: Box::new(lease), received, run_time: Duration::ZERO },
+                    Slot::Done {
+                        lease: Box::new(lease),
+                        received,
+                        run_time: Duration::ZERO,
+                        waits: Waits::none(),
+                    },
                 );
                 continue;
             }
@@ -351,7 +398,9 @@ fn complete(slots: &mut HashMap<String, Slot>, id: String, out: Outcome) {
         result: out.result.map(|r| proto::pack("build.bazel.remote.execution.v2.ActionResult", &r)),
         ..Default::default()
     };
-    slots.insert(id, Slot::Done { lease: Box::new(lease), received, run_time: out.run_time });
+    let waits = Waits { cas: out.cas_wait, ready: out.ready };
+    slots
+        .insert(id, Slot::Done { lease: Box::new(lease), received, run_time: out.run_time, waits });
 }
 
 fn returned_lease(id: &str, why: &str) -> Lease {
@@ -382,7 +431,12 @@ fn return_leases(slots: &mut HashMap<String, Slot>, why: &str) {
             let lease = returned_lease(&id, why);
             slots.insert(
                 id,
-                Slot::Done { lease: Box::new(lease), received, run_time: Duration::ZERO },
+                Slot::Done {
+                    lease: Box::new(lease),
+                    received,
+                    run_time: Duration::ZERO,
+                    waits: Waits::none(),
+                },
             );
         }
     }

@@ -2,11 +2,14 @@
 //! small blobs in batches, large ones streamed, and a local content cache on disk whose files
 //! are hard-linked into input roots.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
 use bazel_remote_apis::google::bytestream::{self as bs, byte_stream_client::ByteStreamClient};
@@ -22,6 +25,38 @@ use crate::auth::Auth;
 /// total); larger ones through ByteStream, in chunks of `CHUNK`.
 const BATCH_LIMIT: usize = 2 << 20;
 const CHUNK: usize = 1 << 20;
+
+/// One action's waits on the CAS server: the wall time of each of its CAS and ByteStream
+/// calls, summed (an action makes them one after another), and how many there were.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Wait {
+    pub time: Duration,
+    pub calls: u32,
+}
+
+tokio::task_local! {
+    /// The current action's [`Wait`]; calls made outside [`count_waits`] are not counted.
+    static WAIT: Cell<Wait>;
+}
+
+/// Run `f` (one action), counting its CAS calls; its output and their [`Wait`].
+pub async fn count_waits<F: Future>(f: F) -> (F::Output, Wait) {
+    WAIT.scope(Cell::new(Wait::default()), async move {
+        let out = f.await;
+        (out, WAIT.with(Cell::get))
+    })
+    .await
+}
+
+/// Count one call that started at `t0` and has just ended.
+fn waited(t0: Instant) {
+    let _ = WAIT.try_with(|w| {
+        let mut v = w.get();
+        v.time += t0.elapsed();
+        v.calls += 1;
+        w.set(v);
+    });
+}
 
 /// What went wrong talking to the CAS, kept apart so a missing input can be reported as
 /// `FAILED_PRECONDITION` naming the digest.
@@ -204,7 +239,10 @@ impl Cas {
             digests,
             ..Default::default()
         };
-        let resp = self.cas.clone().batch_read_blobs(self.auth.request(req)).await?.into_inner();
+        let t0 = Instant::now();
+        let resp = self.cas.clone().batch_read_blobs(self.auth.request(req)).await;
+        waited(t0);
+        let resp = resp?.into_inner();
         for r in resp.responses {
             let d = r.digest.unwrap_or_default();
             let code = r.status.as_ref().map_or(0, |s| s.code);
@@ -227,8 +265,20 @@ impl Cas {
         Ok(())
     }
 
-    /// Stream one blob through ByteStream Read into `sink`, checking its digest.
+    /// Stream one blob through ByteStream Read into `sink`, checking its digest. The call's
+    /// wait is the whole stream's (writing to `sink` included).
     async fn read_stream(&self, d: &re::Digest, sink: &mut impl Write) -> Result<(), CasError> {
+        let t0 = Instant::now();
+        let r = self.read_stream_uncounted(d, sink).await;
+        waited(t0);
+        r
+    }
+
+    async fn read_stream_uncounted(
+        &self,
+        d: &re::Digest,
+        sink: &mut impl Write,
+    ) -> Result<(), CasError> {
         let req = bs::ReadRequest {
             resource_name: self.resource(format!("blobs/{}/{}", d.hash, d.size_bytes)),
             read_offset: 0,
@@ -293,8 +343,10 @@ impl Cas {
             blob_digests: unique.values().map(|(d, _)| d.clone()).collect(),
             ..Default::default()
         };
-        let missing =
-            self.cas.clone().find_missing_blobs(self.auth.request(req)).await?.into_inner();
+        let t0 = Instant::now();
+        let missing = self.cas.clone().find_missing_blobs(self.auth.request(req)).await;
+        waited(t0);
+        let missing = missing?.into_inner();
         let mut batch = Vec::new();
         let mut batch_size = 0usize;
         for d in missing.missing_blob_digests {
@@ -334,7 +386,10 @@ impl Cas {
             requests,
             ..Default::default()
         };
-        let resp = self.cas.clone().batch_update_blobs(self.auth.request(req)).await?.into_inner();
+        let t0 = Instant::now();
+        let resp = self.cas.clone().batch_update_blobs(self.auth.request(req)).await;
+        waited(t0);
+        let resp = resp?.into_inner();
         for r in resp.responses {
             if let Some(s) = r.status.filter(|s| s.code != 0) {
                 return Err(CasError::Rpc(tonic::Status::new(
@@ -395,7 +450,9 @@ impl Cas {
             }
         });
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let t0 = Instant::now();
         let resp = self.bytestream.clone().write(self.auth.request(stream)).await;
+        waited(t0);
         producer.await.map_err(|e| CasError::Io(format!("upload task: {e}")))??;
         let resp = resp?.into_inner();
         if resp.committed_size != total && resp.committed_size != -1 {

@@ -14,7 +14,9 @@ use prost::Message;
 use spawnkit::tokio::CommandExt;
 use spawnkit::{Namespaces, Rlimit, Stdio, TmpOptions};
 
-use crate::cas::{digest_file, digest_name, digest_of, io_err, Blob, Cas, CasError, LocalCache};
+use crate::cas::{
+    count_waits, digest_file, digest_name, digest_of, io_err, Blob, Cas, CasError, LocalCache, Wait,
+};
 use crate::proto::{self, PreconditionFailure, Violation};
 
 /// The fence every action gets unless its platform says otherwise.
@@ -63,6 +65,10 @@ pub struct Outcome {
     pub result: Option<re::ActionResult>,
     /// The command's own run time (for the worker's overhead figure).
     pub run_time: Duration,
+    /// The action's waits on the CAS server (its CAS and ByteStream calls).
+    pub cas_wait: Wait,
+    /// When the outcome was whole (the start of its wait to be reported).
+    pub ready: Instant,
 }
 
 pub fn timestamp(t: SystemTime) -> Timestamp {
@@ -184,16 +190,24 @@ impl Executor {
         let dir = self.work_dir.join("actions").join(sanitize(lease_id));
         let guard = DirGuard(dir.clone());
         let mut run_time = Duration::ZERO;
-        let r = self.run_inner(payload, &dir, &mut meta, &mut run_time).await;
+        let (r, cas_wait) =
+            count_waits(self.run_inner(payload, &dir, &mut meta, &mut run_time)).await;
         drop(guard);
         match r {
             Ok((st, mut result)) => {
                 let mut m = meta;
                 m.worker_completed_timestamp = Some(timestamp(SystemTime::now()));
                 result.execution_metadata = Some(m);
-                Outcome { status: st, result: Some(result), run_time }
+                let ready = Instant::now();
+                Outcome { status: st, result: Some(result), run_time, cas_wait, ready }
             }
-            Err(f) => Outcome { status: f.into_status(), result: None, run_time },
+            Err(f) => Outcome {
+                status: f.into_status(),
+                result: None,
+                run_time,
+                cas_wait,
+                ready: Instant::now(),
+            },
         }
     }
 

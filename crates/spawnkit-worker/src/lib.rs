@@ -50,7 +50,8 @@ pub struct Config {
     pub max_timeout: Duration,
     /// How long SIGTERM lets running actions finish before their leases are returned.
     pub drain_timeout: Duration,
-    /// Write the bot's figures (actions, per-action overhead) as JSON here at exit.
+    /// Write the bot's figures (actions; per action: overhead, and its part waiting on the
+    /// servers) as JSON here at exit.
     pub stats_file: Option<PathBuf>,
 }
 
@@ -159,14 +160,23 @@ async fn run_async(config: Config) -> Result<Stats, String> {
     signals.abort();
     exec::remove_tree(&actions);
     if let Some(path) = &config.stats_file {
-        let us: Vec<String> = stats.overhead.iter().map(|d| d.as_micros().to_string()).collect();
+        let us = |v: &[Duration]| {
+            v.iter().map(|d| d.as_micros().to_string()).collect::<Vec<_>>().join(", ")
+        };
+        let calls: Vec<String> = stats.cas_calls.iter().map(u32::to_string).collect();
         let json = format!(
-            "{{\"completed\": {}, \"returned\": {}, \"cancelled\": {}, \"sessions\": {}, \"overhead_us\": [{}]}}\n",
+            "{{\"completed\": {}, \"returned\": {}, \"cancelled\": {}, \"sessions\": {}, \
+             \"overhead_us\": [{}], \"server_wait_us\": [{}], \"cas_wait_us\": [{}], \
+             \"cas_calls\": [{}], \"report_wait_us\": [{}]}}\n",
             stats.completed,
             stats.returned,
             stats.cancelled,
             stats.sessions,
-            us.join(", ")
+            us(&stats.overhead),
+            us(&stats.server_wait),
+            us(&stats.cas_wait),
+            calls.join(", "),
+            us(&stats.report_wait),
         );
         std::fs::write(path, json).map_err(|e| format!("--stats-file {}: {e}", path.display()))?;
     }
