@@ -102,6 +102,15 @@ enum Tokio {
     Server,
 }
 
+/// A child's end as a row sees it: success, or its status as the error.
+fn ended_ok(success: bool, status: impl std::fmt::Display) -> Result<(), String> {
+    if success {
+        Ok(())
+    } else {
+        Err(status.to_string())
+    }
+}
+
 fn threads_now() -> i64 {
     std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count() as i64)
 }
@@ -165,11 +174,7 @@ fn tokio_round(
                             .map_err(|e| format!("tokio::process {prog}: {e}"))?;
                         set.spawn(async move {
                             let st = child.wait().await.map_err(|e| e.to_string())?;
-                            if st.success() {
-                                Ok(())
-                            } else {
-                                Err(format!("{st}"))
-                            }
+                            ended_ok(st.success(), st)
                         });
                     }
                     Tokio::Server => {
@@ -178,11 +183,7 @@ fn tokio_round(
                             let Some(client) = client else { return Err("no client".into()) };
                             let mut child = client.spawn(&cmd).await.map_err(|e| e.to_string())?;
                             let st = child.wait().await.map_err(|e| e.to_string())?;
-                            if st.success() {
-                                Ok(())
-                            } else {
-                                Err(format!("{st}"))
-                            }
+                            ended_ok(st.success(), st)
                         });
                     }
                     Tokio::Spawnkit => {
@@ -193,11 +194,7 @@ fn tokio_round(
                             .map_err(|e| e.to_string())?;
                         set.spawn(async move {
                             let st = child.wait().await.map_err(|e| e.to_string())?;
-                            if st.success() {
-                                Ok(())
-                            } else {
-                                Err(format!("{st}"))
-                            }
+                            ended_ok(st.success(), st)
                         });
                     }
                 }

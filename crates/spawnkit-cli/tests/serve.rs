@@ -308,8 +308,14 @@ fn closed(c: &mut UnixStream) {
     }
 }
 
-/// sendmsg with `fds` as SCM_RIGHTS.
-fn send_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) {
+/// One sendmsg(2) of `bytes` with `fds` as SCM_RIGHTS and `flags` (MSG_NOSIGNAL added):
+/// the bytes sent, or the error.
+fn sendmsg_fds(
+    sock: &UnixStream,
+    bytes: &[u8],
+    fds: &[RawFd],
+    flags: i32,
+) -> std::io::Result<usize> {
     let mut cmsg = [0u64; 64];
     let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
     // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below.
@@ -328,8 +334,17 @@ fn send_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) {
         std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fds.len() * 4);
     }
     // SAFETY: `msg` points at live buffers.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    assert_eq!(n, bytes.len() as isize);
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, flags | libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// sendmsg with `fds` as SCM_RIGHTS, all of `bytes` at once.
+fn send_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) {
+    assert_eq!(sendmsg_fds(sock, bytes, fds, 0).unwrap(), bytes.len());
 }
 
 /// A request for `touch MARKER` in wire form, with its three stdio fds.
@@ -824,34 +839,17 @@ fn a_client_that_never_reads_its_replies_is_held_back() {
 
 /// sendmsg with MSG_DONTWAIT; false on EAGAIN.
 fn try_send_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> bool {
-    let mut cmsg = [0u64; 64];
-    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut _, iov_len: bytes.len() };
-    // SAFETY: a zeroed msghdr is valid; its pointers are set to live locals below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    // SAFETY: CMSG_* compute offsets inside `cmsg` (512 bytes, enough for these few fds).
-    unsafe {
-        msg.msg_control = cmsg.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE((fds.len() * 4) as u32) as usize;
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as usize;
-        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fds.len() * 4);
-    }
-    // SAFETY: `msg` points at live buffers.
-    let n =
-        unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
-        return false;
-    }
+    let n = match sendmsg_fds(sock, bytes, fds, libc::MSG_DONTWAIT) {
+        Ok(n) => n,
+        Err(e) => {
+            assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+            return false;
+        }
+    };
     // A partial send leaves the stream mid-frame: finish it blocking.
-    if (n as usize) < bytes.len() {
+    if n < bytes.len() {
         sock.set_nonblocking(false).unwrap();
-        (&*sock).write_all(&bytes[n as usize..]).unwrap();
+        (&*sock).write_all(&bytes[n..]).unwrap();
         sock.set_nonblocking(true).unwrap();
     }
     true

@@ -611,13 +611,10 @@ struct GroupKiller(i32);
 
 impl GroupKiller {
     fn kill(&self) {
-        if self.0 > 1 {
-            // SAFETY: kill(2) with a negative pid signals a process group; no memory is
-            // passed. The group is the one the command leads (process_group(0)). Before the
-            // leader is reaped the id cannot be reused; after, only by a wrap of the pid
-            // space between the reap and this call.
-            unsafe { libc::kill(-self.0, libc::SIGKILL) };
-        }
+        // The group the command leads (process_group(0)). Before the leader is reaped the id
+        // cannot be reused; after, only by a wrap of the pid space between the reap and this.
+        // 0 (a pid namespace ends everything itself) is refused by the call: nothing to do.
+        let _ = spawnkit::process::kill_process_group(self.0, libc::SIGKILL);
     }
 }
 

@@ -1,7 +1,7 @@
 //! The calling process's own facts and fds, for the faces (the `spawnkit` command, the
 //! Python glue, the benchmarks) so that none of them needs `unsafe` for them: effective uid,
-//! process group, fd flags, close-on-exec ranges, RLIMIT_NOFILE, poll(2) for readability and
-//! pidfd_send_signal(2).
+//! process group, fd flags, close-on-exec ranges, RLIMIT_NOFILE, poll(2) for readability,
+//! pidfd_send_signal(2) and a signal to a whole process group.
 //!
 //! These are plain libc calls: fine in the parent and in a `fork()`ed child (a `pre_exec`
 //! hook), never between clone and execve of the default strategy.
@@ -23,6 +23,13 @@ pub fn geteuid() -> u32 {
 /// getpgrp(2): the process group of the calling process.
 pub fn getpgrp() -> i32 {
     sys::this_process::getpgrp()
+}
+
+/// kill(2) of `-pgid`: `sig` to every process of group `pgid` (a group a child leads, e.g. one
+/// started with `process_group(0)`: its id is the child's pid while the child is not reaped).
+/// EINVAL for `pgid` ≤ 1, which would be this process's own group or every process.
+pub fn kill_process_group(pgid: i32, sig: i32) -> io::Result<()> {
+    sys::this_process::kill_group(pgid, sig).map_err(os)
 }
 
 /// fcntl(2) `F_GETFD`: the fd flags of `fd` (`FD_CLOEXEC`), or why not (EBADF: not open).

@@ -56,6 +56,19 @@ pub(crate) fn set_cloexec(fd: i32) -> Result<(), i32> {
     }
 }
 
+/// kill(-pgid, sig): signal every process of a process group.
+pub(crate) fn kill_group(pgid: i32, sig: i32) -> Result<(), i32> {
+    if pgid <= 1 {
+        return Err(libc::EINVAL); // kill(0)/kill(-1) would reach our own group or everyone
+    }
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is passed.
+    if unsafe { libc::kill(-pgid, sig) } != 0 {
+        Err(last_errno())
+    } else {
+        Ok(())
+    }
+}
+
 /// close_range(first, last, CLOSE_RANGE_CLOEXEC): mark the range close-on-exec.
 pub(crate) fn cloexec_range(first: u32, last: u32) -> Result<(), i32> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;

@@ -63,27 +63,14 @@ fn reactor_error(e: std::io::Error) -> Error {
     Error::os("epoll_wait", "server connection", e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// Abandons a submitted request's answer unless disarmed (its receive finished).
+/// Abandons the answers of the requests it holds when dropped (a future dropped after
+/// sending them); emptied once they are taken.
 struct Abandon<'a> {
-    io: &'a Mutex<Io>,
-    id: Option<u64>,
-}
-
-impl Drop for Abandon<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.id {
-            lock(self.io).abandon(id);
-        }
-    }
-}
-
-/// Abandons the answers of requests a dropped `spawn_many` sent and did not collect.
-struct AbandonAll<'a> {
     io: &'a Mutex<Io>,
     ids: Vec<u64>,
 }
 
-impl Drop for AbandonAll<'_> {
+impl Drop for Abandon<'_> {
     fn drop(&mut self) {
         if !self.ids.is_empty() {
             let mut io = lock(self.io);
@@ -127,36 +114,8 @@ impl Client {
     /// returned. Waits only while the socket is full (reading answers meanwhile), never for
     /// the server's answer: the whole request has gone out when this returns.
     pub async fn submit(&self, cmd: &Command) -> Result<u64> {
-        let sh = &*self.shared;
-        let id = loop {
-            {
-                let mut io = lock(&sh.io);
-                if let Some(id) = io.try_submit(cmd)? {
-                    break id;
-                }
-                if self.read_answers(&mut io)? {
-                    continue;
-                }
-            }
-            self.await_socket(true).await?;
-        };
-        // Until the tail of a request that went out in part has followed, nothing else can
-        // go out: finish it here (a dropped submit leaves it to the next send).
-        let mut guard = Abandon { io: &sh.io, id: Some(id) };
-        loop {
-            {
-                let mut io = lock(&sh.io);
-                if io.flush_rest()? {
-                    break;
-                }
-                if self.read_answers(&mut io)? {
-                    continue;
-                }
-            }
-            self.await_socket(true).await?;
-        }
-        guard.id = None;
-        Ok(id)
+        let ids = self.send_whole(|io| Ok(io.try_submit(cmd)?.map(|id| vec![id]))).await?;
+        Ok(ids[0])
     }
 
     /// The child (or the spawn's error) of request `id`. Cancel-safe: dropping the future
@@ -187,7 +146,7 @@ impl Client {
     ) -> Result<Vec<Result<Child>>> {
         let cmds: Vec<&Command> = cmds.into_iter().collect();
         let mut sent: Vec<Result<u64>> = Vec::with_capacity(cmds.len());
-        let mut all = AbandonAll { io: &self.shared.io, ids: Vec::new() };
+        let mut all = Abandon { io: &self.shared.io, ids: Vec::new() };
         let mut next = 0;
         while next < cmds.len() {
             match self.submit_frame(&cmds[next..]).await {
@@ -232,11 +191,22 @@ impl Client {
     /// Send the front of `cmds` as one frame (as many as fit); their ids. Waits only while
     /// the socket is full; the whole frame has gone out when this returns.
     async fn submit_frame(&self, cmds: &[&Command]) -> Result<Vec<u64>> {
+        self.send_whole(|io| io.try_submit_frame(cmds)).await
+    }
+
+    /// Send with `try_send` (None: the socket is full, nothing went out), reading answers
+    /// while the socket is full; then, until the tail of a request that went out in part has
+    /// followed (nothing else can go out before it), finish it here. Dropped meanwhile, the
+    /// requests sent are abandoned (a later send finishes their tail).
+    async fn send_whole(
+        &self,
+        mut try_send: impl FnMut(&mut Io) -> Result<Option<Vec<u64>>>,
+    ) -> Result<Vec<u64>> {
         let sh = &*self.shared;
         let ids = loop {
             {
                 let mut io = lock(&sh.io);
-                if let Some(ids) = io.try_submit_frame(cmds)? {
+                if let Some(ids) = try_send(&mut io)? {
                     break ids;
                 }
                 if self.read_answers(&mut io)? {
@@ -245,7 +215,7 @@ impl Client {
             }
             self.await_socket(true).await?;
         };
-        let mut guard = AbandonAll { io: &sh.io, ids: ids.clone() };
+        let mut guard = Abandon { io: &sh.io, ids: ids.clone() };
         loop {
             {
                 let mut io = lock(&sh.io);
@@ -266,7 +236,8 @@ impl Client {
     /// With `abandon`, dropping the future abandons the answer.
     async fn answer(&self, id: u64, abandon: bool) -> Result<Result<crate::Child>> {
         let sh = &*self.shared;
-        let mut guard = Abandon { io: &sh.io, id: abandon.then_some(id) };
+        let ids = if abandon { vec![id] } else { Vec::new() };
+        let mut guard = Abandon { io: &sh.io, ids };
         loop {
             // Registered before looking, so an answer read by another task after the look
             // wakes this one.
@@ -279,11 +250,11 @@ impl Client {
                 if let Err(e) = &found {
                     drop(io);
                     sh.answered.notify_waiters();
-                    guard.id = None;
+                    guard.ids.clear();
                     return Err(e.clone());
                 }
                 if let Ok(Some(answer)) = found {
-                    guard.id = None;
+                    guard.ids.clear();
                     return Ok(answer);
                 }
                 // A request's tail still waiting (its submit was dropped) goes out first:
