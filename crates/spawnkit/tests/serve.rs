@@ -560,3 +560,46 @@ fn allow_uid_refuses_a_socket_dir_others_can_write() {
     assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o600));
     drop(server);
 }
+
+/// A child's exit wakes no thread of the server: the kernel reaps it (SA_NOCLDWAIT) and
+/// SIGCHLD, blocked in every server thread, stays pending instead of being handed to a
+/// thread that would wake for it and drop it (the watchdog did, once per exit).
+#[test]
+fn exits_wake_no_server_thread() {
+    let mut server = PrivateServer::start().unwrap();
+    let pid = server.pid();
+    // Context switches of the server's threads other than those that spawn or read
+    // requests: the watchdog sleeps for seconds at a time.
+    let idle_switches = || -> u64 {
+        let mut total = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+            let dir = task.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if !comm.starts_with("spawnkit-watchd") {
+                continue;
+            }
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            for line in status.lines() {
+                if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:") {
+                    total += v.trim().parse::<u64>().unwrap();
+                }
+            }
+        }
+        total
+    };
+    let mut cmd = Command::new("/bin/true");
+    cmd.stdout(Stdio::Null).stderr(Stdio::Null);
+    let client = server.client();
+    // Warm up: the threads exist and have settled.
+    client.spawn(&cmd).unwrap().wait().unwrap();
+    let before = idle_switches();
+    for _ in 0..25 {
+        let ids = client.submit_many(std::iter::repeat_n(&cmd, 16)).unwrap();
+        for _ in &ids {
+            let (_, child) = client.receive().unwrap();
+            assert!(child.unwrap().wait().unwrap().success());
+        }
+    }
+    let woke = idle_switches() - before;
+    assert!(woke < 40, "the watchdog woke {woke} times for 400 exits");
+}

@@ -503,7 +503,20 @@ impl Server {
     /// Serve until stopped (the stopper, a signal, the alive pipe, `idle_exit`, or, for a
     /// server without a listener, its last connection closing). Children keep running.
     pub fn run(mut self) -> Result<()> {
-        let result = Looper::new(&mut self)?.run();
+        // No thread of the server takes SIGCHLD. A child's exit sends it to the thread that
+        // made the child; while that thread has every signal blocked (around a clone) the
+        // kernel does not drop it as ignored but hands it to another thread that does not
+        // block it, waking that thread (the watchdog, say) once per exit for nothing. With
+        // it blocked on this thread before the watchdog and spawner threads start (they
+        // inherit the mask), it stays pending, once, and wakes no one. The children's masks
+        // are their commands' own (set in the child), so they see none of this.
+        let chld = 1u64 << (libc::SIGCHLD - 1);
+        let was_blocked = crate::sys::sigmask::thread_mask().is_some_and(|m| m & chld != 0);
+        let _ = crate::sys::sigmask::block(chld);
+        let result = Looper::new(&mut self).and_then(|mut looper| looper.run());
+        if !was_blocked {
+            let _ = crate::sys::sigmask::unblock(chld);
+        }
         for p in &self.made {
             let _ = std::fs::remove_file(p);
         }

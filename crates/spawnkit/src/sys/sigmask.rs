@@ -27,6 +27,26 @@ pub(crate) fn block(mask: u64) -> Result<(), i32> {
     }
 }
 
+/// rt_sigprocmask(SIG_UNBLOCK, mask): take the signals of the 64-bit kernel mask out of the
+/// calling thread's mask.
+pub(crate) fn unblock(mask: u64) -> Result<(), i32> {
+    // SAFETY: rt_sigprocmask reads 8 bytes of mask from a live u64; no old mask is asked.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_UNBLOCK,
+            &mask as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8usize,
+        )
+    };
+    if r != 0 {
+        Err(last_errno())
+    } else {
+        Ok(())
+    }
+}
+
 /// signalfd4(-1, mask, SFD_CLOEXEC | SFD_NONBLOCK): a new signalfd for the 64-bit mask.
 pub(crate) fn signalfd(mask: u64) -> Result<OwnedFd, i32> {
     // SAFETY: -1 asks for a new signalfd; the mask is 8 bytes of a live u64.
