@@ -507,6 +507,36 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
             good_fds.clone(),
         ),
         ("many: no entry at all", many(&[], 0, 24), vec![]),
+        (
+            "many: a repeat with no entry before it",
+            {
+                let mut b = many(&[], 0, 25);
+                b.extend_from_slice(&frame::REPEAT_ENTRY.to_le_bytes());
+                b.push(n);
+                b[..4].copy_from_slice(&5u32.to_le_bytes());
+                b[7] = n;
+                b
+            },
+            good_fds.clone(),
+        ),
+        (
+            "many: repeats that add up to more than a frame may carry",
+            {
+                // 64 entries of a 70 kB command: 4.5 MB to decode from a 70 kB frame.
+                let mut cmd = Command::new("/usr/bin/touch");
+                cmd.arg(&marker).arg("x".repeat(70_000)).current_dir("/").env_clear();
+                let (body, _) = cmd.to_wire().unwrap();
+                let mut b = many(&[(body, 0)], 0, 26);
+                for _ in 0..63 {
+                    b.extend_from_slice(&frame::REPEAT_ENTRY.to_le_bytes());
+                    b.push(0);
+                }
+                let body_len = (b.len() - 16) as u32;
+                b[..4].copy_from_slice(&body_len.to_le_bytes());
+                b
+            },
+            vec![],
+        ),
     ];
     for (what, bytes, fds) in cases {
         let mut c = authenticated(&s);
@@ -532,6 +562,26 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     }
     ids.sort_unstable();
     assert_eq!(ids, [30, 31], "ids follow the frame's, one per entry");
+    // A repeat entry spawns the entry before it again, with fds of its own: a good entry
+    // and two repeats are three children.
+    let mut bytes = many(&[(good_body.clone(), n)], 3 * n, 40);
+    for _ in 0..2 {
+        bytes.extend_from_slice(&frame::REPEAT_ENTRY.to_le_bytes());
+        bytes.push(n);
+    }
+    let body_len = (bytes.len() - 16) as u32;
+    bytes[..4].copy_from_slice(&body_len.to_le_bytes());
+    let fds: Vec<RawFd> = good_fds.iter().chain(&good_fds).chain(&good_fds).copied().collect();
+    send_fds(&c, &bytes, &fds);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let mut reply = [0u8; 20];
+        c.read_exact(&mut reply).unwrap();
+        assert_eq!(reply[5], frame::Kind::Spawned as u8, "a repeat is spawned as its own");
+        ids.push(u64::from_le_bytes(reply[8..16].try_into().unwrap()));
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, [40, 41, 42], "one answer per entry, repeats included");
     drop(c);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !(marker.exists() && marker2.exists()) && Instant::now() < deadline {

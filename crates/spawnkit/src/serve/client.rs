@@ -550,17 +550,30 @@ impl Io {
         let mut body = Vec::new();
         let mut fds: Vec<RawFd> = Vec::new();
         let mut batch: Vec<Request> = Vec::new();
+        // What the server will decode: repeats count again (it refuses more than MAX_BODY).
+        let mut decoded = 0usize;
         while let Some(r) = reqs.peek() {
+            // The same command as the entry before: a repeat entry, no bytes.
+            let repeat = batch.last().is_some_and(|p: &Request| Arc::ptr_eq(&p.bytes, &r.bytes));
+            let adds = if repeat { 0 } else { r.bytes.len() };
             let fits = batch.len() < super::frame::MAX_BATCH_REPLY
                 && fds.len() + r.fds.len() <= super::frame::MAX_FDS
-                && body.len() + 5 + r.bytes.len() <= MAX_BODY;
+                && body.len() + 5 + adds <= MAX_BODY
+                && decoded + r.bytes.len() <= MAX_BODY;
             if !fits && !batch.is_empty() {
                 break;
             }
             let Some(r) = reqs.next() else { break };
-            body.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
+            if repeat {
+                body.extend_from_slice(&super::frame::REPEAT_ENTRY.to_le_bytes());
+            } else {
+                body.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
+            }
             body.push(r.fds.len() as u8);
-            body.extend_from_slice(&r.bytes);
+            if !repeat {
+                body.extend_from_slice(&r.bytes);
+            }
+            decoded += r.bytes.len();
             fds.extend_from_slice(&r.fds);
             batch.push(r);
         }
@@ -828,7 +841,9 @@ impl Io {
 
 /// A command encoded for the server, with what must live until it is sent and after.
 struct Request {
-    bytes: Vec<u8>,
+    /// The command's wire bytes; shared by the requests of a batch that spawn the same
+    /// command (sent once per frame, the others as repeats).
+    bytes: Arc<[u8]>,
     /// The fds to pass (borrowed from the command or from `child_ends`).
     fds: Vec<RawFd>,
     /// Our ends of the pipes made for it.
@@ -882,7 +897,13 @@ fn encode_request(cmd: &Command, filler: &mut Filler) -> Result<Request> {
     if bytes.len() > MAX_BODY || fds.len() > super::frame::MAX_FDS {
         return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
     }
-    Ok(Request { bytes, fds, pipes, _child_ends: child_ends, kill_on_drop: cmd.kill_on_drop })
+    Ok(Request {
+        bytes: bytes.into(),
+        fds,
+        pipes,
+        _child_ends: child_ends,
+        kill_on_drop: cmd.kill_on_drop,
+    })
 }
 
 /// Encode `cmds` for one call (the cwd and environment read once); the same command again

@@ -322,17 +322,24 @@ impl Inbox {
 /// One entry of a [`Kind::SpawnMany`] body: a command's wire bytes and its fds.
 pub type ManyEntry<'a> = (&'a [u8], Vec<OwnedFd>);
 
+/// The length field of a [`Kind::SpawnMany`] entry that repeats the command of the entry
+/// before it (spawn N alike): no bytes follow its header; its own fds still do.
+pub const REPEAT_ENTRY: u32 = u32::MAX;
+
 /// Split a [`Kind::SpawnMany`] body and its fds into entries. Every byte is checked: an
-/// entry cut short, an empty body, fd counts that do not add up to the fds passed, or more
-/// entries than `max` are refused (the whole frame).
+/// entry cut short, an empty body, fd counts that do not add up to the fds passed, more
+/// entries than `max`, a repeat with no entry before it, or entries whose commands add up
+/// (repeats counted again) to more than [`MAX_BODY`] are refused (the whole frame): a frame
+/// never asks the server to decode more than a frame's worth of commands.
 pub fn split_many(
     body: &[u8],
     fds: Vec<OwnedFd>,
     max: usize,
 ) -> Result<Vec<ManyEntry<'_>>, &'static str> {
-    let mut out = Vec::new();
+    let mut out: Vec<ManyEntry<'_>> = Vec::new();
     let mut fds = fds.into_iter();
     let mut rest = body;
+    let mut decoded = 0usize;
     while !rest.is_empty() {
         if out.len() >= max {
             return Err("more commands than one frame may carry");
@@ -340,18 +347,32 @@ pub fn split_many(
         if rest.len() < 5 {
             return Err("an entry cut short");
         }
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
         let nfds = rest[4] as usize;
         rest = &rest[5..];
-        if len > rest.len() {
-            return Err("an entry longer than the frame");
+        let bytes = if len == REPEAT_ENTRY {
+            match out.last() {
+                Some((prev, _)) => *prev,
+                None => return Err("a repeated entry with none before it"),
+            }
+        } else {
+            let len = len as usize;
+            if len > rest.len() {
+                return Err("an entry longer than the frame");
+            }
+            let (bytes, after) = rest.split_at(len);
+            rest = after;
+            bytes
+        };
+        decoded += bytes.len();
+        if decoded > MAX_BODY {
+            return Err("entries that add up to more than a frame may carry");
         }
         let entry_fds: Vec<OwnedFd> = fds.by_ref().take(nfds).collect();
         if entry_fds.len() != nfds {
             return Err("entries declare more fds than were passed");
         }
-        out.push((&rest[..len], entry_fds));
-        rest = &rest[len..];
+        out.push((bytes, entry_fds));
     }
     if out.is_empty() {
         return Err("no command");
@@ -504,7 +525,16 @@ mod tests {
             let fds: Vec<OwnedFd> = (0..nfds).map(|_| devnull()).collect();
             if let Ok(entries) = split_many(&bytes, fds, max) {
                 prop_assert!(!entries.is_empty() && entries.len() <= max);
-                let covered: usize = entries.iter().map(|(b, _)| 5 + b.len()).sum();
+                // A repeat's bytes are the entry's before it (the same slice), and take
+                // none of the body.
+                let covered: usize = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (b, _))| {
+                        let repeat = i > 0 && std::ptr::eq(*b, entries[i - 1].0);
+                        5 + if repeat { 0 } else { b.len() }
+                    })
+                    .sum();
                 prop_assert_eq!(covered, bytes.len());
                 prop_assert_eq!(entries.iter().map(|(_, f)| f.len()).sum::<usize>(), nfds);
             }
@@ -513,13 +543,28 @@ mod tests {
         /// Well-formed SpawnMany bodies split back into what was put in.
         #[test]
         fn spawn_many_round_trip(cmds in proptest::collection::vec(
-                                     (proptest::collection::vec(any::<u8>(), 0..40), 0u8..3), 1..6)) {
+                                     (proptest::collection::vec(any::<u8>(), 0..40), 0u8..3,
+                                      any::<bool>()), 1..6)) {
+            // An entry whose bytes are the same as the one before may go as a repeat.
             let mut body = Vec::new();
             let mut total = 0;
-            for (b, n) in &cmds {
-                body.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                body.push(*n);
-                body.extend_from_slice(b);
+            let cmds: Vec<(Vec<u8>, u8)> = cmds
+                .iter()
+                .enumerate()
+                .map(|(i, (b, n, again))| {
+                    let b = if *again && i > 0 { cmds[i - 1].0.clone() } else { b.clone() };
+                    (b, *n)
+                })
+                .collect();
+            for (i, (b, n)) in cmds.iter().enumerate() {
+                if i > 0 && cmds[i - 1].0 == *b {
+                    body.extend_from_slice(&REPEAT_ENTRY.to_le_bytes());
+                    body.push(*n);
+                } else {
+                    body.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    body.push(*n);
+                    body.extend_from_slice(b);
+                }
                 total += *n as usize;
             }
             let fds: Vec<OwnedFd> = (0..total).map(|_| devnull()).collect();
@@ -570,5 +615,23 @@ mod tests {
             Some("more commands than one frame may carry")
         );
         assert_eq!(split_many(&two, vec![], 2).map(|v| v.len()), Ok(2));
+        // Repeats: of the entry before, never first, and never past a frame's worth.
+        let repeat = |n: u8| entry(REPEAT_ENTRY, n, b"");
+        let again = [entry(1, 0, b"a"), repeat(1), repeat(0)].concat();
+        let split = split_many(&again, vec![devnull()], 4).expect("well formed");
+        assert_eq!(
+            split.iter().map(|(b, f)| (*b, f.len())).collect::<Vec<_>>(),
+            [(&b"a"[..], 0), (&b"a"[..], 1), (&b"a"[..], 0)]
+        );
+        assert_eq!(
+            split_many(&repeat(0), vec![], 4).err(),
+            Some("a repeated entry with none before it")
+        );
+        let big = vec![0u8; MAX_BODY / 2 + 1];
+        let amplified = [entry(big.len() as u32, 0, &big), repeat(0)].concat();
+        assert_eq!(
+            split_many(&amplified, vec![], 4).err(),
+            Some("entries that add up to more than a frame may carry")
+        );
     }
 }
