@@ -87,8 +87,34 @@ impl Serve {
     }
 
     /// The server's children (running or zombie), of every thread of it (a spawner thread's
-    /// children are listed under its own task).
+    /// children are listed under its own task), but for the children parked in its pool.
     fn children(&self) -> Vec<u32> {
+        self.all_children().into_iter().filter(|&c| !self.parked(c)).collect()
+    }
+
+    /// The children parked in the server's pool (made ahead of time, waiting for a request):
+    /// those that share the server's memory, which a spawned child does only until its exec.
+    fn parked_children(&self) -> Vec<u32> {
+        self.all_children().into_iter().filter(|&c| self.parked(c)).collect()
+    }
+
+    fn parked(&self, child: u32) -> bool {
+        const KCMP_VM: i32 = 1;
+        // SAFETY: kcmp takes integers only.
+        let same = unsafe {
+            libc::syscall(
+                libc::SYS_kcmp,
+                self.pid() as libc::pid_t,
+                child as libc::pid_t,
+                KCMP_VM,
+                0,
+                0,
+            )
+        };
+        same == 0
+    }
+
+    fn all_children(&self) -> Vec<u32> {
         let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid()))
             .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect::<Vec<_>>())
             .unwrap_or_default();
@@ -609,6 +635,7 @@ fn a_child_stopped_before_its_exec_is_killed() {
     let server_exe = std::fs::read_link(format!("/proc/{}/exe", s.pid())).unwrap();
     let dir = TempDir::new("prexec");
     let pid = s.pid();
+    let server_mnt = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
     let stopper = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -616,9 +643,12 @@ fn a_child_stopped_before_its_exec_is_killed() {
             for t in tasks.flatten() {
                 let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
                 for c in kids.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
-                    // Still the server's image: it has not exec'd yet.
+                    // Still the server's image: it has not exec'd yet; in a mount namespace
+                    // of its own: the request's child, not one parked in the server's pool.
                     if std::fs::read_link(format!("/proc/{c}/exe")).ok().as_ref()
                         == Some(&server_exe)
+                        && std::fs::read_link(format!("/proc/{c}/ns/mnt")).ok().as_ref()
+                            != Some(&server_mnt)
                     {
                         // SAFETY: a signal to a pid just read, the server's child.
                         unsafe { libc::kill(c, libc::SIGSTOP) };

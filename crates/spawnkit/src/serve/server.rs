@@ -64,7 +64,15 @@ pub struct ServerOptions {
     /// decoded request to a spawner thread (see `hand_off`), so several clone+exec run at once
     /// and the loop stays free to read; the loop itself helps when two or more are queued.
     pub spawn_threads: usize,
+    /// Children made ahead of time per spawning thread, woken by a request instead of cloned
+    /// for it (default [`DEFAULT_POOL`]; 0: none). The threads refill their pools when no
+    /// request waits. Requests whose clone itself must carry something (namespaces, a
+    /// cgroup, id maps written from outside) clone as usual.
+    pub pool: Option<usize>,
 }
+
+/// Pool children per spawning thread unless `ServerOptions::pool` says otherwise.
+pub const DEFAULT_POOL: usize = 2;
 
 /// One spawning thread per CPU this process may run on.
 pub fn default_spawn_threads() -> usize {
@@ -606,6 +614,10 @@ impl<'a> Looper<'a> {
         if self.kernel_reaps {
             sock::let_kernel_reap_children().map_err(|e| sys_err("sigaction", e))?;
         }
+        if self.spawners.is_empty() {
+            // This thread spawns every request: the pool is its own.
+            crate::sys::pool::enable(self.pool_size());
+        }
         let result = self.serve();
         // Stop the spawner threads. Requests still queued are answered with an error (which
         // also lets their frames' held answers out) before the connections close.
@@ -637,12 +649,20 @@ impl<'a> Looper<'a> {
             let _ = t.join();
         }
         super::watchdog::unenroll();
+        crate::sys::pool::disable();
+    }
+
+    fn pool_size(&self) -> usize {
+        self.server.opts.pool.unwrap_or(DEFAULT_POOL)
     }
 
     fn serve(&mut self) -> Result<()> {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
         loop {
-            let n = self.epoll.wait(&mut events, self.timeout_ms());
+            // The loop's own pool (no spawner threads): one child made per turn, and no
+            // sleep while it wants more.
+            let refill = self.spawners.is_empty() && crate::sys::pool::refill();
+            let n = self.epoll.wait(&mut events, if refill { 0 } else { self.timeout_ms() });
             for ev in &events[..n] {
                 let token = ev.u64;
                 let flags = ev.events;
@@ -1091,6 +1111,7 @@ impl<'a> Looper<'a> {
             .add(r.as_raw_fd(), libc::EPOLLIN as u32, T_WAKE)
             .map_err(|e| sys_err("epoll_ctl", e))?;
         let w = Arc::new(w);
+        let pool = self.pool_size();
         for _ in 1..self.server.opts.spawn_threads {
             let (jobs, wake, euid) = (self.jobs.clone(), w.clone(), self.server.euid);
             let watchdog = self.watchdog.clone();
@@ -1098,7 +1119,9 @@ impl<'a> Looper<'a> {
                 .name("spawnkit-spawner".into())
                 .spawn(move || {
                     watchdog.enroll();
-                    spawner(&jobs, &wake, euid)
+                    crate::sys::pool::enable(pool);
+                    spawner(&jobs, &wake, euid);
+                    crate::sys::pool::disable();
                 })
                 .map_err(|e| Error::os("pthread_create", "spawner", errno_of(&e)))?;
             self.spawners.push(t);
@@ -1275,6 +1298,13 @@ fn spawner(jobs: &Jobs, wake: &OwnedFd, euid: u32) {
                 }
                 if let Some(j) = q.0.pop_front() {
                     break j;
+                }
+                if crate::sys::pool::wants_refill() {
+                    // Off the request path: one child at a time, looking at the queue between.
+                    drop(q);
+                    crate::sys::pool::refill();
+                    q = jobs.lock();
+                    continue;
                 }
                 q = jobs.ready.wait(q).unwrap_or_else(|e| e.into_inner());
             }
