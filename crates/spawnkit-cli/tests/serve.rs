@@ -112,6 +112,24 @@ impl Serve {
         }
     }
 
+    /// Wait (up to 10 s) until the pool is full: the same children parked for 200 ms.
+    #[track_caller]
+    fn wait_pool_full(&self) -> Vec<u32> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut last, mut since) = (Vec::new(), Instant::now());
+        loop {
+            let mut p = self.parked_children();
+            p.sort_unstable();
+            if p != last {
+                (last, since) = (p, Instant::now());
+            } else if !p.is_empty() && since.elapsed() >= Duration::from_millis(200) {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "the pool never filled: {last:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn parked(&self, child: u32) -> bool {
         const KCMP_VM: i32 = 1;
         // SAFETY: kcmp takes integers only.
@@ -1058,7 +1076,9 @@ fn allow_uid_through_a_pool_child() {
             .unwrap()
     };
     let p = probe();
-    let parked = s.wait_parked(1);
+    // One parked child per spawning thread (the loop's and a spawner thread's): another
+    // uid's request goes to a spawner thread.
+    let parked = s.wait_pool_full();
     let out = run(&["--", p.to_str().unwrap(), "state"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let st = parse_state(&String::from_utf8_lossy(&out.stdout));
@@ -1066,12 +1086,13 @@ fn allow_uid_through_a_pool_child() {
     assert!(st["uid"].starts_with("65534"), "uid {}", st["uid"]);
     assert_eq!(st["groups"], "");
     // The chdir as the peer: refused behind a root-only directory.
-    let parked = s.wait_parked(1);
+    let parked = s.wait_pool_full();
     let out = run(&["--cwd", cwd.to_str().unwrap(), "--", "/bin/true"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("chdir") && err.contains("Permission denied"), "{err}");
-    assert!(!s.parked_children().contains(&parked[0]), "the pool child served it");
+    let now = s.parked_children();
+    assert!(parked.iter().any(|p| !now.contains(p)), "a pool child served it");
 }
 
 /// A parked pool child that a client stops (SIGSTOP to a pid it guessed) before a request
@@ -1082,20 +1103,27 @@ fn allow_uid_through_a_pool_child() {
 fn a_stopped_or_killed_pool_child_does_not_lose_a_request() {
     let s = Serve::start(&["--exec-timeout", "0.5", "--pool", "1"]);
     let base = s.quiet_fds();
-    let parked = s.wait_parked(1);
-    unsafe_free_kill(parked[0], libc::SIGSTOP);
+    // One parked child per spawning thread: stop them all, so the request wakes a stopped
+    // one whichever thread takes it.
+    let parked = s.wait_pool_full();
+    for p in &parked {
+        unsafe_free_kill(*p, libc::SIGSTOP);
+    }
     let t = Instant::now();
     s.still_serves();
-    assert!(t.elapsed() >= Duration::from_millis(400), "the stopped child was woken");
+    assert!(t.elapsed() >= Duration::from_millis(400), "no stopped child was woken");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while s.all_children().contains(&parked[0]) && Instant::now() < deadline {
+    let gone = || parked.iter().filter(|p| !s.all_children().contains(p)).count();
+    while gone() == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(!s.all_children().contains(&parked[0]), "the stopped child is gone");
-    let parked = s.wait_parked(1);
-    unsafe_free_kill(parked[0], libc::SIGKILL);
+    assert!(gone() >= 1, "the woken stopped child is gone");
+    // The others, still parked (the watchdog leaves them), are killed outright: skipped.
+    for p in parked.iter().filter(|p| s.all_children().contains(p)) {
+        unsafe_free_kill(*p, libc::SIGKILL);
+    }
     s.still_serves();
-    s.wait_parked(1);
+    s.wait_pool_full();
     s.settles_at(base);
 }
 

@@ -614,10 +614,9 @@ impl<'a> Looper<'a> {
         if self.kernel_reaps {
             sock::let_kernel_reap_children().map_err(|e| sys_err("sigaction", e))?;
         }
-        if self.spawners.is_empty() {
-            // This thread spawns every request: the pool is its own.
-            crate::sys::pool::enable(self.pool_size());
-        }
+        // This thread's own pool: for every request when there are no spawner threads, and
+        // for a lone request (see `take_request`) when there are.
+        crate::sys::pool::enable(self.pool_size());
         let result = self.serve();
         // Stop the spawner threads. Requests still queued are answered with an error (which
         // also lets their frames' held answers out) before the connections close.
@@ -661,7 +660,7 @@ impl<'a> Looper<'a> {
         loop {
             // The loop's own pool (no spawner threads): one child made per turn, and no
             // sleep while it wants more.
-            let refill = self.spawners.is_empty() && crate::sys::pool::refill();
+            let refill = crate::sys::pool::refill();
             let n = self.epoll.wait(&mut events, if refill { 0 } else { self.timeout_ms() });
             for ev in &events[..n] {
                 let token = ev.u64;
@@ -1044,7 +1043,19 @@ impl<'a> Looper<'a> {
         batch: Option<Arc<FrameBatch>>,
         cmd: Command,
     ) {
-        if self.hand_off(conn) {
+        // A lone request (nothing queued, nothing more read, not part of a batch) with a
+        // child parked in this thread's pool: woken here, without the hop to a spawner thread
+        // (measured: ~15 us less to the child's first instruction). Not for another uid's
+        // request (a root server's --allow-uid peer): its child runs as that peer before its
+        // exec, and a peer that stopped it there would hold this loop, and every other
+        // client, until the watchdog's limit; a spawner thread takes that one. (A peer of
+        // the server's own uid can stop the server itself anyway.)
+        let lone = batch.is_none()
+            && conn.peer.uid == self.server.euid
+            && conn.inbox.buffered() == 0
+            && crate::sys::pool::ready()
+            && self.jobs.lock().0.is_empty();
+        if self.hand_off(conn) && !lone {
             let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
             let tx = conn.tx.clone();
             let job = Job { tx, token, peer: conn.peer, id, batch, cmd };

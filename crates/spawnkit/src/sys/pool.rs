@@ -101,12 +101,31 @@ pub(crate) fn wants_refill() -> bool {
     POOL.try_with(|p| p.borrow().as_ref().is_some_and(|p| p.parked.len() < p.size)).unwrap_or(false)
 }
 
+/// Whether this thread's pool has a child parked now.
+pub(crate) fn ready() -> bool {
+    POOL.try_with(|p| p.borrow().as_ref().is_some_and(|p| !p.parked.is_empty())).unwrap_or(false)
+}
+
 /// Make one child if the pool wants one. False when none was made (full, no pool, or the
 /// clone failed: then the pool is switched off for this thread, and spawns clone as usual).
 pub(crate) fn refill() -> bool {
     let _ = POOL.try_with(|p| {
         let mut p = p.borrow_mut();
         let Some(pool) = p.as_mut() else { return false };
+        // Children killed while parked (the kernel cleared their tid): reaped, replaced.
+        let (alive, dead): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut pool.parked)
+            .into_iter()
+            .partition(|c| c.dock.tid.load(Ordering::Acquire) != 0);
+        pool.parked = alive;
+        for mut c in dead {
+            parked_list().retain(|&p| p != c.pid);
+            if let Some(fd) = &c.pidfd {
+                let _ = pidfd::wait(fd.as_fd(), false);
+            }
+            if let Some(stack) = c.stack.take() {
+                pool.spare.push(stack);
+            }
+        }
         if pool.parked.len() >= pool.size {
             return false;
         }
