@@ -51,16 +51,20 @@ fn parked(server: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Wait (up to 10 s) until the server has at least `n` parked children; returns them.
+/// Wait (up to 10 s) until the server's pools are full: the same children parked for 200 ms.
 #[track_caller]
-fn wait_parked(server: u32, n: usize) -> Vec<u32> {
+fn wait_pool_full(server: u32) -> Vec<u32> {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut last, mut since) = (Vec::new(), Instant::now());
     loop {
-        let p = parked(server);
-        if p.len() >= n {
+        let mut p = parked(server);
+        p.sort_unstable();
+        if p != last {
+            (last, since) = (p, Instant::now());
+        } else if !p.is_empty() && since.elapsed() >= Duration::from_millis(200) {
             return p;
         }
-        assert!(Instant::now() < deadline, "the server parked {} children, not {n}", p.len());
+        assert!(Instant::now() < deadline, "the pool never filled: {last:?}");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -87,7 +91,7 @@ fn state_via(server: &mut PrivateServer, configure: impl Fn(&mut Command)) -> St
 fn a_pool_child_sees_what_a_cloned_child_sees() {
     let mut pooled = PrivateServer::start_with_pool(Some(2)).expect("private server");
     let mut cloned = PrivateServer::start_with_pool(Some(0)).expect("private server");
-    let ready = wait_parked(pooled.pid(), 2);
+    let ready = wait_pool_full(pooled.pid());
     assert!(parked(cloned.pid()).is_empty(), "a server without a pool parks nothing");
     // An fd opened after the pool children were made: it must reach the child all the same.
     let dir = TempDir::new("pool-fds");
@@ -153,13 +157,13 @@ fn a_pool_child_sees_what_a_cloned_child_sees() {
 fn parked_children_die_with_the_server_and_started_ones_live_on() {
     let mut server = PrivateServer::start_with_pool(Some(2)).expect("private server");
     let spid = server.pid();
-    let before = wait_parked(spid, 2);
+    let before = wait_pool_full(spid);
     let mut sleeper = Command::new(probe());
     sleeper.args(["sleep", "30"]);
     let mut child = server.client().spawn(&sleeper).expect("spawn");
     let cpid = child.id();
     assert!(before.contains(&cpid), "the sleeper was not one of {before:?}");
-    let parked_now = wait_parked(spid, 2);
+    let parked_now = wait_pool_full(spid);
     assert!(!parked_now.contains(&cpid), "the sleeper has exec'd: it is parked no more");
     // The server dies hard: no chance to retire its pool.
     // SAFETY: a signal to our own private server's pid (its pidfd keeps the pid ours).
