@@ -64,9 +64,9 @@ pub struct ServerOptions {
     /// decoded request to a spawner thread (see `hand_off`), so several clone+exec run at once
     /// and the loop stays free to read; the loop itself helps when two or more are queued.
     pub spawn_threads: usize,
-    /// Children made ahead of time per spawning thread, woken by a request instead of cloned
-    /// for it (default [`DEFAULT_POOL`]; 0: none). The threads refill their pools when no
-    /// request waits. Requests whose clone itself must carry something (namespaces, a
+    /// Children made ahead of time per spawning thread (the loop thread and each spawner
+    /// thread), woken by a request instead of cloned for it (default [`DEFAULT_POOL`]; 0:
+    /// none). The threads refill their pools when no request waits. Requests whose clone itself must carry something (namespaces, a
     /// cgroup, id maps written from outside) clone as usual.
     pub pool: Option<usize>,
 }
@@ -1192,7 +1192,9 @@ impl<'a> Looper<'a> {
     /// or more are queued. Measured here: 16 in flight from one caller thread went from
     /// about a local loop's rate to 1.7x with one spawner thread handing-off every request,
     /// against about 1.1x when the loop kept lone requests for itself; the hop costs a
-    /// lone request a thread wake-up (~10 us here).
+    /// lone request a thread wake-up (~10 us here). With a pool, `take_request` keeps a lone
+    /// request of the server's own uid on the loop when a child is parked there: waking it
+    /// costs the loop a futex wake and the wait for the exec, not a clone.
     fn hand_off(&self, _conn: &Conn) -> bool {
         !self.spawners.is_empty()
     }
