@@ -125,6 +125,8 @@ pub struct Options {
     pub actions: Option<usize>,
     pub no_install: bool,
     pub steps: bool,
+    /// Server: pool children per spawning thread of the private server (`None`: its default).
+    pub server_pool: Option<usize>,
 }
 
 /// A row by its id as in the JSON file (`vfork_exec`, `spawnkit_clone_vfork`, ...).
@@ -453,12 +455,13 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
     // First of all, while this process is small and has one thread: the private spawn server
     // is a fork of it.
     // A server that cannot start (no fork allowed here) skips the method, not the run.
-    let (early, early_err) =
-        match matches!(args.method, Method::Server | Method::All).then(server::start) {
-            Some(Ok(e)) => (Some(e), None),
-            Some(Err(e)) => (None, Some(format!("server: the method was skipped: {e}"))),
-            None => (None, None),
-        };
+    let (early, early_err) = match matches!(args.method, Method::Server | Method::All)
+        .then(|| server::start(args.server_pool))
+    {
+        Some(Ok(e)) => (Some(e), None),
+        Some(Err(e)) => (None, Some(format!("server: the method was skipped: {e}"))),
+        None => (None, None),
+    };
     // The async method's tokio row through a server: a private server of its own, forked
     // here for the same reason.
     let mut async_server = matches!(args.method, Method::Async | Method::All).then(|| {

@@ -172,8 +172,11 @@ pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool
 pub struct Early(PrivateServer);
 
 /// Fork the private server now, while this process is small and has one thread.
-pub fn start() -> Result<Early, String> {
-    PrivateServer::start().map(Early).map_err(|e| format!("private spawn server: {e}"))
+/// `pool`: its children made ahead of time per spawning thread (`None`: the default).
+pub fn start(pool: Option<usize>) -> Result<Early, String> {
+    PrivateServer::start_with_pool(pool)
+        .map(Early)
+        .map_err(|e| format!("private spawn server: {e}"))
 }
 
 fn tiny(prog: &CStr, out_fd: RawFd) -> Command {

@@ -82,6 +82,10 @@ pub struct BenchArgs {
     /// and print what each piece adds.
     #[arg(long)]
     pub steps: bool,
+    /// Server: children made ahead of time per spawning thread of the private server
+    /// (`spawnkit serve --pool`) [default: the server's, 2; 0: none].
+    #[arg(long, value_name = "N")]
+    pub server_pool: Option<usize>,
 }
 
 impl BenchArgs {
@@ -107,6 +111,7 @@ impl BenchArgs {
             actions: a.actions,
             no_install: a.no_install,
             steps: a.steps,
+            server_pool: a.server_pool,
         }
     }
 }

@@ -73,6 +73,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pub exec_timeout: Option<Duration>,
 
+    /// Keep N children made ahead of time per spawning thread, woken by a request instead of
+    /// cloned for it (default 2; 0: none). Requests that need namespaces or a cgroup at the
+    /// clone clone as usual.
+    #[arg(long, value_name = "N")]
+    pub pool: Option<usize>,
+
     /// Root only: also let this user in (name or number); its children run as it.
     #[arg(long, value_name = "USER|UID", value_parser = str::parse::<spawnkit::User>)]
     pub allow_uid: Option<spawnkit::User>,
@@ -109,6 +115,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         // This process is the server's alone: the kernel reaps its children.
         kernel_reaps: true,
         spawn_threads: spawnkit::serve::default_spawn_threads(),
+        pool: args.pool,
     };
     let mut server = Server::bind(args.socket.as_deref(), args.key_file.as_deref(), opts)
         .map_err(|e| e.to_string())?;

@@ -87,8 +87,66 @@ impl Serve {
     }
 
     /// The server's children (running or zombie), of every thread of it (a spawner thread's
-    /// children are listed under its own task).
+    /// children are listed under its own task), but for the children parked in its pool.
     fn children(&self) -> Vec<u32> {
+        self.all_children().into_iter().filter(|&c| !self.parked(c)).collect()
+    }
+
+    /// The children parked in the server's pool (made ahead of time, waiting for a request):
+    /// those that share the server's memory, which a spawned child does only until its exec.
+    fn parked_children(&self) -> Vec<u32> {
+        self.all_children().into_iter().filter(|&c| self.parked(c)).collect()
+    }
+
+    /// Wait (up to 10 s) until at least `n` children are parked in the server's pool.
+    #[track_caller]
+    fn wait_parked(&self, n: usize) -> Vec<u32> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let p = self.parked_children();
+            if p.len() >= n {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "{} children parked, not {n}", p.len());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Wait (up to 10 s) until the pool is full: the same children parked for 200 ms.
+    #[track_caller]
+    fn wait_pool_full(&self) -> Vec<u32> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (mut last, mut since) = (Vec::new(), Instant::now());
+        loop {
+            let mut p = self.parked_children();
+            p.sort_unstable();
+            if p != last {
+                (last, since) = (p, Instant::now());
+            } else if !p.is_empty() && since.elapsed() >= Duration::from_millis(200) {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "the pool never filled: {last:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn parked(&self, child: u32) -> bool {
+        const KCMP_VM: i32 = 1;
+        // SAFETY: kcmp takes integers only.
+        let same = unsafe {
+            libc::syscall(
+                libc::SYS_kcmp,
+                self.pid() as libc::pid_t,
+                child as libc::pid_t,
+                KCMP_VM,
+                0,
+                0,
+            )
+        };
+        same == 0
+    }
+
+    fn all_children(&self) -> Vec<u32> {
         let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid()))
             .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect::<Vec<_>>())
             .unwrap_or_default();
@@ -659,6 +717,7 @@ fn a_child_stopped_before_its_exec_is_killed() {
     let server_exe = std::fs::read_link(format!("/proc/{}/exe", s.pid())).unwrap();
     let dir = TempDir::new("prexec");
     let pid = s.pid();
+    let server_mnt = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
     let stopper = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -666,9 +725,12 @@ fn a_child_stopped_before_its_exec_is_killed() {
             for t in tasks.flatten() {
                 let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
                 for c in kids.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
-                    // Still the server's image: it has not exec'd yet.
+                    // Still the server's image: it has not exec'd yet; in a mount namespace
+                    // of its own: the request's child, not one parked in the server's pool.
                     if std::fs::read_link(format!("/proc/{c}/exe")).ok().as_ref()
                         == Some(&server_exe)
+                        && std::fs::read_link(format!("/proc/{c}/ns/mnt")).ok().as_ref()
+                            != Some(&server_mnt)
                     {
                         // SAFETY: a signal to a pid just read, the server's child.
                         unsafe { libc::kill(c, libc::SIGSTOP) };
@@ -684,6 +746,7 @@ fn a_child_stopped_before_its_exec_is_killed() {
         cmd.ro_bind(&dir.0, &dir.0);
     }
     let mut client = s.client();
+    let parked = s.wait_parked(1);
     let t = Instant::now();
     let r = client.spawn(&cmd);
     let stopped = stopper.join().unwrap();
@@ -691,6 +754,10 @@ fn a_child_stopped_before_its_exec_is_killed() {
     let Err(e) = r else { panic!("a child stopped before its exec cannot have started") };
     assert!(e.to_string().contains("did not reach execve"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(10), "killed after about 0.5 s");
+    // The children parked in the pool of the same spawning thread wait for requests: the
+    // watchdog left them alone.
+    let now = s.parked_children();
+    assert!(parked.iter().all(|p| now.contains(p)), "parked {parked:?}, now {now:?}");
     s.still_serves();
     drop(client);
     s.settles_at(base);
@@ -1028,6 +1095,86 @@ fn allow_uid_runs_the_child_as_the_peer_and_refuses_root_powers() {
         assert_eq!(code, Some(125), "{extra:?} must be refused: {err}");
         assert!(err.contains("serve"), "{extra:?}: {err}");
     }
+}
+
+/// A root server's `--allow-uid` request served by a pool child: the child made by root
+/// before the request takes the peer's filesystem ids when woken, so its chdir is checked with
+/// the peer's rights.
+#[test]
+fn allow_uid_through_a_pool_child() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = TempDir::new("allowpool");
+    std::fs::set_permissions(&dir.0, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let socket = dir.join("s.sock");
+    let s = Serve::start_at(dir, socket.clone(), &["--allow-uid", "65534", "--pool", "1"]);
+    let hidden = s.dir.join("root-only");
+    std::fs::create_dir_all(hidden.join("open")).unwrap();
+    std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let cwd = hidden.join("open");
+    let run = |args: &[&str]| {
+        StdCommand::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", spawnkit_bin()])
+            .args(["run", "--via"])
+            .arg(&socket)
+            .args(args)
+            .current_dir("/")
+            .stdin(StdStdio::null())
+            .output()
+            .unwrap()
+    };
+    let p = probe();
+    // One parked child per spawning thread (the loop's and a spawner thread's): another
+    // uid's request goes to a spawner thread.
+    let parked = s.wait_pool_full();
+    let out = run(&["--", p.to_str().unwrap(), "state"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st = parse_state(&String::from_utf8_lossy(&out.stdout));
+    assert!(parked.contains(&st["pid"].parse().unwrap()), "not a pool child: {parked:?}");
+    assert!(st["uid"].starts_with("65534"), "uid {}", st["uid"]);
+    assert_eq!(st["groups"], "");
+    // The chdir as the peer: refused behind a root-only directory.
+    let parked = s.wait_pool_full();
+    let out = run(&["--cwd", cwd.to_str().unwrap(), "--", "/bin/true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("chdir") && err.contains("Permission denied"), "{err}");
+    let now = s.parked_children();
+    assert!(parked.iter().any(|p| !now.contains(p)), "a pool child served it");
+}
+
+/// A parked pool child that a client stops (SIGSTOP to a pid it guessed) before a request
+/// wakes it: the watchdog kills it once the request has waited `--exec-timeout`, and the
+/// request is served by a clone instead; a parked child killed outright is simply skipped.
+/// Nothing is left behind either way.
+#[test]
+fn a_stopped_or_killed_pool_child_does_not_lose_a_request() {
+    let s = Serve::start(&["--exec-timeout", "0.5", "--pool", "1"]);
+    let base = s.quiet_fds();
+    // One parked child per spawning thread: stop them all, so the request wakes a stopped
+    // one whichever thread takes it.
+    let parked = s.wait_pool_full();
+    for p in &parked {
+        unsafe_free_kill(*p, libc::SIGSTOP);
+    }
+    let t = Instant::now();
+    s.still_serves();
+    assert!(t.elapsed() >= Duration::from_millis(400), "no stopped child was woken");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let gone = || parked.iter().filter(|p| !s.all_children().contains(p)).count();
+    while gone() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(gone() >= 1, "the woken stopped child is gone");
+    // The others, still parked (the watchdog leaves them), are killed outright: skipped.
+    for p in parked.iter().filter(|p| s.all_children().contains(p)) {
+        unsafe_free_kill(*p, libc::SIGKILL);
+    }
+    s.still_serves();
+    s.wait_pool_full();
+    s.settles_at(base);
 }
 
 #[test]

@@ -38,6 +38,13 @@ impl PrivateServer {
     /// Fork the server and connect to it. Safe to call from a function PyO3 calls: the
     /// forked child never returns into the caller; it `_exit`s when the server stops.
     pub fn start() -> Result<PrivateServer> {
+        PrivateServer::start_with_pool(None)
+    }
+
+    /// [`start`](PrivateServer::start) with `pool` children made ahead of time per spawning
+    /// thread (`None`: [`DEFAULT_POOL`](super::DEFAULT_POOL); `Some(0)`: none), as
+    /// [`ServerOptions::pool`].
+    pub fn start_with_pool(pool: Option<usize>) -> Result<PrivateServer> {
         let key = Key::generate()?;
         let (ours, theirs) = UnixStream::pair()
             .map_err(|e| Error::os("socketpair", "", e.raw_os_error().unwrap_or(0)))?;
@@ -63,6 +70,7 @@ impl PrivateServer {
                 ServerOptions {
                     kernel_reaps: true,
                     spawn_threads: super::server::default_spawn_threads(),
+                    pool,
                     ..ServerOptions::default()
                 },
             ) else {

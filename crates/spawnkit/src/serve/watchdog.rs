@@ -7,7 +7,8 @@
 //! with. So every thread that spawns says when it started (a [`Slot`]), and the watchdog, a
 //! thread of its own, looks every so often: for a thread in a spawn for longer than the limit,
 //! it kills that thread's children that have not exec'd yet (they still share the server's
-//! address space). The spawn then fails with an error that says so. A spawn held up before
+//! address space), except the children parked in the thread's pool (sys/pool.rs), which wait
+//! for a request and are not stuck. The spawn then fails with an error that says so. A spawn held up before
 //! its clone is not the watchdog's to end: nothing there may wait (the gate refuses waiting
 //! locks; a lock path is opened without blocking).
 
@@ -112,6 +113,10 @@ fn kill_unexeced_child(slot: &Slot, since: u64) {
             .collect()
     };
     for pid in children() {
+        // A parked pool child waits for a request: it is not stuck.
+        if crate::sys::pool::is_parked(pid) {
+            continue;
+        }
         let Ok(fd) = pidfd::open(pid) else { continue };
         if !children().contains(&pid) {
             continue;

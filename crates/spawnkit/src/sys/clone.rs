@@ -10,7 +10,7 @@
 use core::arch::asm;
 use core::sync::atomic::{AtomicU8, Ordering};
 
-use super::in_child::{child_main, ChildCtx};
+use super::in_child::{child_main, pool_main, ChildCtx, Dock};
 use super::raw::check;
 use super::stack::Stack;
 
@@ -112,6 +112,59 @@ pub(crate) unsafe fn clone_vfork(
 
 const BASE_FLAGS: u64 = libc::CLONE_VM as u64 | libc::CLONE_PIDFD as u64;
 
+const CHILD_MAIN: unsafe extern "C" fn(*const ChildCtx<'_>) -> ! = child_main;
+
+/// Start a pool child (sys/pool.rs): clone3 with `CLONE_VM | CLONE_FILES | CLONE_PIDFD |
+/// CLONE_CLEAR_SIGHAND`, its tid stored in `dock.tid` before this returns
+/// (`CLONE_PARENT_SETTID`) and cleared, with a futex wake, when it execs or exits
+/// (`CLONE_CHILD_CLEARTID`: the kernel does that at mm_release when the memory is shared). It
+/// runs `pool_main(dock)` on `stack` and parks. clone3 only: no fallback (the caller then
+/// spawns the usual way).
+///
+/// # Safety
+/// All signals must be blocked in the calling thread (the child keeps that mask while
+/// parked). `dock` and `stack` must stay where they are, untouched but for the dock's
+/// protocol, until the child has exec'd or exited (`dock.tid` back to 0).
+pub(crate) unsafe fn clone_parked(dock: &Dock, stack: &Stack) -> Result<Cloned, i32> {
+    if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
+        return Err(libc::ENOSYS);
+    }
+    let mut pidfd: i32 = -1;
+    let tid = dock.tid.as_ptr() as u64;
+    let args = CloneArgs {
+        flags: libc::CLONE_VM as u64
+            | libc::CLONE_FILES as u64
+            | libc::CLONE_PIDFD as u64
+            | libc::CLONE_PARENT_SETTID as u64
+            | libc::CLONE_CHILD_CLEARTID as u64
+            | CLONE_CLEAR_SIGHAND,
+        pidfd: &mut pidfd as *mut i32 as u64,
+        child_tid: tid,
+        parent_tid: tid,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.base() as u64,
+        stack_size: stack.size() as u64,
+        ..Default::default()
+    };
+    let entry: unsafe extern "C" fn(*const Dock) -> ! = pool_main;
+    // SAFETY: `args` is a valid clone_args; the child starts on `stack` and runs
+    // `pool_main(dock)`, which never returns (caller's contract).
+    let r = unsafe {
+        trampoline(
+            libc::SYS_clone3,
+            &args as *const CloneArgs as usize,
+            core::mem::size_of::<CloneArgs>(),
+            0,
+            0,
+            0,
+            dock as *const Dock as usize,
+            entry as usize,
+        )
+    };
+    let pid = check(r)? as i32;
+    Ok(Cloned { pid, pidfd })
+}
+
 /// # Safety
 /// As for [`clone_vfork`]; `flags` holds BASE_FLAGS, CLONE_VFORK if wanted, and CLONE_NEW*.
 unsafe fn clone3(
@@ -142,7 +195,8 @@ unsafe fn clone3(
             0,
             0,
             0,
-            ctx,
+            ctx as *const ChildCtx<'_> as usize,
+            CHILD_MAIN as usize,
         )
     };
     let pid = check(r)? as i32;
@@ -166,7 +220,8 @@ unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, flags: u64) -> Res
             &mut pidfd as *mut i32 as usize,
             0,
             0,
-            ctx,
+            ctx as *const ChildCtx<'_> as usize,
+            CHILD_MAIN as usize,
         )
     };
     let pid = check(r)? as i32;
@@ -184,11 +239,13 @@ unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, flags: u64) -> Res
 }
 
 /// Issue clone/clone3; in the child (return value 0, now on the new stack) call
-/// `child_main(ctx)`, which never returns. Returns the raw result in the parent.
+/// `entry(arg)` (`child_main(ctx)` or `pool_main(dock)`), which never returns. Returns the raw
+/// result in the parent.
 ///
 /// # Safety
-/// The arguments must describe a clone onto a fresh stack; `ctx` must outlive the child's
-/// use of it (guaranteed by CLONE_VFORK).
+/// The arguments must describe a clone onto a fresh stack; `entry` must be an
+/// `unsafe extern "C" fn(*const T) -> !` and `arg` a `*const T` valid for as long as the child
+/// uses it (guaranteed by CLONE_VFORK, or by the caller's wait for the child's exec or exit).
 #[cfg(target_arch = "x86_64")]
 unsafe fn trampoline(
     nr: i64,
@@ -197,9 +254,9 @@ unsafe fn trampoline(
     a3: usize,
     a4: usize,
     a5: usize,
-    ctx: &ChildCtx<'_>,
+    arg: usize,
+    entry: usize,
 ) -> isize {
-    let entry = child_main as unsafe extern "C" fn(*const ChildCtx<'_>) -> ! as usize;
     let ret: isize;
     // SAFETY: in the parent the syscall returns like any other (rax, rcx, r11 clobbered).
     // In the child rsp is already the new stack's top (16-byte aligned); clear rbp so
@@ -216,7 +273,7 @@ unsafe fn trampoline(
             "2:",
             inlateout("rax") nr as isize => ret,
             in("rdi") a1, in("rsi") a2, in("rdx") a3, in("r10") a4, in("r8") a5,
-            in("r12") ctx as *const ChildCtx<'_> as usize,
+            in("r12") arg,
             in("r13") entry,
             lateout("rcx") _, lateout("r11") _,
             options(nostack)
@@ -233,9 +290,9 @@ unsafe fn trampoline(
     a3: usize,
     a4: usize,
     a5: usize,
-    ctx: &ChildCtx<'_>,
+    arg: usize,
+    entry: usize,
 ) -> isize {
-    let entry = child_main as unsafe extern "C" fn(*const ChildCtx<'_>) -> ! as usize;
     let ret: isize;
     // SAFETY: as on x86_64: the parent gets x0; the child, already on the new stack (sp
     // 16-aligned), clears the frame pointer and branches to the entry with ctx in x0.
@@ -252,7 +309,7 @@ unsafe fn trampoline(
             in("x8") nr,
             inlateout("x0") a1 as isize => ret,
             in("x1") a2, in("x2") a3, in("x3") a4, in("x4") a5,
-            in("x9") ctx as *const ChildCtx<'_> as usize,
+            in("x9") arg,
             in("x10") entry,
             options(nostack)
         );

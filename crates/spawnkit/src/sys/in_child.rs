@@ -14,7 +14,7 @@
 
 use core::ffi::c_char;
 use core::ptr;
-use core::sync::atomic::{compiler_fence, Ordering};
+use core::sync::atomic::{compiler_fence, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use super::raw::{check, sc};
 use crate::steps::{FdRef, Hook, Step};
@@ -37,6 +37,9 @@ pub(crate) const STEP_EXEC: i32 = -2;
 pub(crate) const STEP_PRE_EXEC: i32 = -3;
 pub(crate) const STEP_SIGNALS: i32 = -4;
 pub(crate) const STEP_NONE: i32 = -1;
+/// A pool child's wake-up (sys/pool.rs): its own copy of the fd table, the server's death
+/// signal cleared, the requester's filesystem ids. Nothing of the plan has run yet.
+pub(crate) const STEP_POOL: i32 = -5;
 
 /// Everything the child reads, prepared by the parent before the clone.
 pub(crate) struct ChildCtx<'a> {
@@ -73,6 +76,107 @@ struct KernelSigaction {
 const SIG_DFL: usize = 0;
 const SIG_IGN: usize = 1;
 const NSIG: i32 = 64;
+
+/// What a parked pool child (sys/pool.rs) and the thread that wakes it share. Made by that
+/// thread before the clone and kept in place until the child has exec'd or exited.
+#[derive(Default)]
+pub(crate) struct Dock {
+    /// [`DOCK_PARKED`] until the waker stores [`DOCK_GO`] (Release) and wakes the futex.
+    pub go: AtomicU32,
+    /// The child's tid: stored by the kernel before the clone returns (CLONE_PARENT_SETTID),
+    /// set to 0 and futex-woken by it when the child execs or exits (CLONE_CHILD_CLEARTID).
+    pub tid: AtomicI32,
+    /// The `ChildCtx` to run, stored before `go`.
+    pub ctx: AtomicUsize,
+    /// Filesystem ids to take on waking (a root server's `--allow-uid` client), stored before
+    /// `go`: `fs_set` 1, then `fs_uid` and `fs_gid`.
+    pub fs_set: AtomicU32,
+    pub fs_uid: AtomicU32,
+    pub fs_gid: AtomicU32,
+    /// The server's pid: a child whose parent is already gone when it starts exits at once.
+    pub parent: i32,
+}
+
+pub(crate) const DOCK_PARKED: u32 = 0;
+pub(crate) const DOCK_GO: u32 = 1;
+
+/// A pool child's entry point: ask to be killed with its parent, park on `dock.go` (all
+/// signals blocked: the mask it was cloned with), and when woken, take the request's
+/// context, undo what only a parked child has (the shared fd table, the death signal, the
+/// server's filesystem ids) and go on as any other child: [`child_main`].
+///
+/// # Safety
+/// `dock` points to a live [`Dock`] that stays in place until this child has exec'd or exited;
+/// the `ChildCtx` stored in it before `go` obeys `child_main`'s contract.
+pub(crate) unsafe extern "C" fn pool_main(dock: *const Dock) -> ! {
+    // SAFETY: the waker keeps the dock alive until this child has exec'd or exited.
+    let dock = unsafe { &*dock };
+    // SAFETY: prctl and getppid take integers.
+    let orphaned = unsafe {
+        sc!(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        sc!(libc::SYS_getppid) != dock.parent as isize
+    };
+    if orphaned {
+        exit(0);
+    }
+    loop {
+        let go = dock.go.load(Ordering::Acquire);
+        if go == DOCK_GO {
+            break;
+        }
+        if go != DOCK_PARKED {
+            exit(0);
+        }
+        // SAFETY: FUTEX_WAIT on a live u32 of the shared memory, no timeout. A private futex
+        // is keyed by (mm, address), and the waker shares this mm.
+        unsafe {
+            sc!(
+                libc::SYS_futex,
+                dock.go.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                DOCK_PARKED,
+                0usize
+            )
+        };
+    }
+    let ctx = dock.ctx.load(Ordering::Relaxed) as *const ChildCtx<'_>;
+    // SAFETY: stored before `go` (Release, read above with Acquire); the waker keeps it alive
+    // until this child has exec'd or exited.
+    let c = unsafe { &*ctx };
+    report(c, STEP_POOL, 0, 0);
+    if let Err(e) = wake_up(dock) {
+        report(c, STEP_POOL, e, 0);
+        exit(127);
+    }
+    // SAFETY: the caller's contract: `ctx` obeys child_main's.
+    unsafe { child_main(ctx) }
+}
+
+/// What a woken pool child undoes before the plan: the server's death signal (a child the
+/// server started lives on after it), the fd table shared with the server since the clone
+/// (a copy of it now, holding the fds received with the request, as a clone now would
+/// copy), and the server's filesystem ids when the request wants its client's.
+fn wake_up(dock: &Dock) -> Result<(), i32> {
+    // SAFETY: prctl and unshare take integers.
+    check(unsafe { sc!(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) })?;
+    // SAFETY: as above.
+    check(unsafe { sc!(libc::SYS_unshare, libc::CLONE_FILES) })?;
+    if dock.fs_set.load(Ordering::Relaxed) != 0 {
+        let (uid, gid) = (dock.fs_uid.load(Ordering::Relaxed), dock.fs_gid.load(Ordering::Relaxed));
+        // SAFETY: setgroups with an empty list (no pointer read); setfsgid and setfsuid take
+        // integers and return the previous id (u32::MAX, an invalid id, only reads it).
+        let (g, u) = unsafe {
+            check(sc!(libc::SYS_setgroups, 0, ptr::null::<u32>()))?;
+            sc!(libc::SYS_setfsgid, gid);
+            sc!(libc::SYS_setfsuid, uid);
+            (sc!(libc::SYS_setfsgid, u32::MAX), sc!(libc::SYS_setfsuid, u32::MAX))
+        };
+        if g != gid as isize || u != uid as isize {
+            return Err(libc::EPERM);
+        }
+    }
+    Ok(())
+}
 
 #[inline(always)]
 fn report(ctx: &ChildCtx<'_>, step: i32, errno: i32, detail: i32) {

@@ -52,6 +52,7 @@ pub(crate) mod in_child;
 pub(crate) mod nss;
 pub(crate) mod parent;
 pub(crate) mod pidfd;
+pub(crate) mod pool;
 pub(crate) mod posix;
 pub(crate) mod raw;
 #[cfg(feature = "tokio")]
@@ -218,6 +219,11 @@ pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static st
     };
     if let Some((_, w)) = &notify {
         ctx.notify_fd = std::os::fd::AsRawFd::as_raw_fd(w);
+    }
+    if pool::eligible(plan) {
+        if let Some((pid, pidfd)) = pool::run(&mut ctx) {
+            return Ok(Outcome { pid, pidfd, report });
+        }
     }
     let (vfork, flags) = (notify.is_none(), plan.clone_flags);
     let cloned = stack::with_stack(|stack| {

@@ -325,7 +325,10 @@ pub(crate) fn with_fs_ids<R>(uid: u32, gid: u32, f: impl FnOnce() -> R) -> Resul
         let u = libc::syscall(libc::SYS_setfsuid, uid);
         (g, u)
     };
+    // A pool child woken by `f` was made before: it takes these ids itself.
+    super::pool::set_fs_ids(Some((uid, gid)));
     let r = f();
+    super::pool::set_fs_ids(None);
     // SAFETY: as above, restoring the ids and groups saved before.
     unsafe {
         libc::syscall(libc::SYS_setfsuid, old_uid);

@@ -1,0 +1,182 @@
+//! The spawn server's pool of children made ahead of time (`ServerOptions::pool`): a child
+//! woken from the pool sees what a child cloned for the request sees (read from inside it by
+//! the probe, beside one from a server without a pool), parked children die with the server,
+//! and the children the server started outlive it.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use common::{probe, State, TempDir};
+use spawnkit::{Command, PrivateServer, SigSet, Signal, Stdio};
+
+/// Every child of the server process, of every thread of it.
+fn all_children(server: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{server}/task"))
+        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect::<Vec<_>>())
+        .unwrap_or_default();
+    tasks
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The server's parked pool children: those sharing its memory (kcmp KCMP_VM), which a
+/// spawned child does only until its exec.
+fn parked(server: u32) -> Vec<u32> {
+    const KCMP_VM: i32 = 1;
+    all_children(server)
+        .into_iter()
+        .filter(|&c| {
+            // SAFETY: kcmp takes integers only.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_kcmp,
+                    server as libc::pid_t,
+                    c as libc::pid_t,
+                    KCMP_VM,
+                    0,
+                    0,
+                )
+            };
+            r == 0
+        })
+        .collect()
+}
+
+/// Wait (up to 10 s) until the server's pools are full: the same children parked for 200 ms.
+#[track_caller]
+fn wait_pool_full(server: u32) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut last, mut since) = (Vec::new(), Instant::now());
+    loop {
+        let mut p = parked(server);
+        p.sort_unstable();
+        if p != last {
+            (last, since) = (p, Instant::now());
+        } else if !p.is_empty() && since.elapsed() >= Duration::from_millis(200) {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "the pool never filled: {last:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Dead: gone, or a zombie.
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z"),
+    }
+}
+
+fn state_via(server: &mut PrivateServer, configure: impl Fn(&mut Command)) -> State {
+    let mut cmd = Command::new(probe());
+    cmd.arg("state").stdout(Stdio::Pipe);
+    configure(&mut cmd);
+    let mut child = server.client().spawn(&cmd).expect("spawn via server");
+    let out = child.communicate(None, Some(Duration::from_secs(20))).expect("communicate");
+    assert!(out.status.success(), "probe ended with {}", out.status);
+    State::parse(&String::from_utf8(out.stdout).expect("utf-8"))
+}
+
+#[test]
+fn a_pool_child_sees_what_a_cloned_child_sees() {
+    let mut pooled = PrivateServer::start_with_pool(Some(2)).expect("private server");
+    let mut cloned = PrivateServer::start_with_pool(Some(0)).expect("private server");
+    let ready = wait_pool_full(pooled.pid());
+    assert!(parked(cloned.pid()).is_empty(), "a server without a pool parks nothing");
+    // An fd opened after the pool children were made: it must reach the child all the same.
+    let dir = TempDir::new("pool-fds");
+    let file = std::fs::File::create(dir.join("passed")).unwrap();
+    let configure = |cmd: &mut Command| {
+        cmd.env("SPAWNKIT_POOL_TEST", "1").fd(5, file.as_raw_fd()).umask(0o027);
+    };
+    let a = state_via(&mut pooled, configure);
+    let b = state_via(&mut cloned, configure);
+    assert!(ready.contains(&(a.int("pid") as u32)), "the child was not one of {ready:?}");
+    assert_eq!(a.int("ppid") as u32, pooled.pid(), "the parent is the server");
+    assert_eq!(b.int("ppid") as u32, cloned.pid());
+    // Nothing of the server's leaks in: its fds (the pool child shared its fd table while
+    // parked), its all-blocked mask (the parked child's), its death signal (the parked
+    // child's), its handlers.
+    assert_eq!(a.fd_numbers(), vec![0, 1, 2, 5], "child fds: {}", a.get("fds"));
+    assert!(a.fd(5).unwrap().target.ends_with("/passed"));
+    assert_eq!(a.hex("sigblk"), 0);
+    assert_eq!(a.int("pdeathsig"), 0);
+    for key in [
+        "cwd",
+        "umask",
+        "sigblk",
+        "sigign",
+        "sigcgt",
+        "uid",
+        "gid",
+        "groups",
+        "nnp",
+        "cpus_allowed",
+        "nice",
+        "pgid",
+        "sid",
+        "fds",
+    ] {
+        if key == "fds" {
+            assert_eq!(a.fd_numbers(), b.fd_numbers());
+            continue;
+        }
+        if key == "pgid" || key == "sid" {
+            // Relative to each server.
+            assert_eq!(a.int(key) == pooled.pid() as i64, b.int(key) == cloned.pid() as i64);
+            continue;
+        }
+        assert_eq!(a.get(key), b.get(key), "{key} differs from a cloned child's");
+    }
+    for (k, v) in &b.map {
+        if k.starts_with("limit.") {
+            assert_eq!(a.get(k), v, "{k}");
+        }
+    }
+    assert_eq!(a.env, b.env);
+    // A mask and a death signal the request asks for are the request's, not the parked
+    // child's.
+    let masked = state_via(&mut pooled, |cmd| {
+        cmd.signal_mask(SigSet::empty().with(Signal::USR1)).parent_death_signal(Signal::TERM);
+    });
+    assert_eq!(masked.hex("sigblk"), 1 << (libc::SIGUSR1 - 1));
+    assert_eq!(masked.int("pdeathsig"), libc::SIGTERM as i64);
+}
+
+#[test]
+fn parked_children_die_with_the_server_and_started_ones_live_on() {
+    let mut server = PrivateServer::start_with_pool(Some(2)).expect("private server");
+    let spid = server.pid();
+    let before = wait_pool_full(spid);
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "30"]);
+    let mut child = server.client().spawn(&sleeper).expect("spawn");
+    let cpid = child.id();
+    assert!(before.contains(&cpid), "the sleeper was not one of {before:?}");
+    let parked_now = wait_pool_full(spid);
+    assert!(!parked_now.contains(&cpid), "the sleeper has exec'd: it is parked no more");
+    // The server dies hard: no chance to retire its pool.
+    // SAFETY: a signal to our own private server's pid (its pidfd keeps the pid ours).
+    assert_eq!(unsafe { libc::kill(spid as libc::pid_t, libc::SIGKILL) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !parked_now.iter().all(|&p| dead(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for p in &parked_now {
+        assert!(dead(*p), "parked child {p} outlived the server");
+    }
+    // The child it started is its client's: its death signal was cleared on waking.
+    assert!(!dead(cpid), "the started child died with the server");
+    child.kill().unwrap();
+    drop(server);
+}
