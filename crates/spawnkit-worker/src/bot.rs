@@ -1,7 +1,14 @@
-//! The bot: one session with the server's `Bots` service. It long-polls `UpdateBotSession`
+//! A bot: one session with the server's `Bots` service. It long-polls `UpdateBotSession`
 //! for leases while it has room, starts each lease's action on a task of its own, and reports
 //! a lease `COMPLETED` (with its status and `ActionResult`) only once the result is whole:
 //! every output uploaded. A result that could not be reported stays until it is.
+//!
+//! The worker runs one bot per `--concurrency` slot, each a session of capacity 1 with a bot
+//! id of its own ([`slot_bot_id`]), so that a finished action's report never queues behind
+//! another slot's call (calls are serial per session: one session for all slots made each
+//! result wait for the call in flight, tens of ms against a loaded BuildGrid). A call that
+//! carries no result (a long poll, a keepalive) is dropped when a result is whole, and the
+//! result leaves at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -78,6 +85,28 @@ pub struct Bot {
 
 /// Returned by `shutdown.changed()`: how many termination signals arrived.
 pub type Shutdown = watch::Receiver<u32>;
+
+/// The bot id of slot `slot` of the worker whose id is `base`: `BASE/SLOT`. Each slot is a
+/// bot of its own to the server (BuildGrid closes a session when another is created with
+/// the same bot id, and requeues its leases).
+pub fn slot_bot_id(base: &str, slot: usize) -> String {
+    format!("{base}/{slot}")
+}
+
+impl Stats {
+    /// Add another bot's figures to these.
+    pub fn merge(&mut self, o: Stats) {
+        self.completed += o.completed;
+        self.returned += o.returned;
+        self.cancelled += o.cancelled;
+        self.sessions += o.sessions;
+        self.overhead.extend(o.overhead);
+        self.server_wait.extend(o.server_wait);
+        self.cas_wait.extend(o.cas_wait);
+        self.cas_calls.extend(o.cas_calls);
+        self.report_wait.extend(o.report_wait);
+    }
+}
 
 impl Bot {
     fn worker(&self) -> proto::Worker {
@@ -239,10 +268,11 @@ impl Bot {
             tokio::pin!(call);
             let resp = tokio::select! {
                 resp = &mut call => resp,
-                d = done_rx.recv(), if long_poll => {
-                    // Drop the long poll to report at once. A lease the server assigned in
-                    // the cancelled call is sent again by the next one (it is ours in its
-                    // database), so nothing is lost.
+                d = done_rx.recv(), if reported.is_empty() => {
+                    // Drop the call (a long poll or a keepalive: it carries no result) to
+                    // report at once. A lease the server assigned in the cancelled call is
+                    // sent again by the next one (it is ours in its database), so nothing
+                    // is lost.
                     last_call_end = Instant::now();
                     if let Some((id, out)) = d { complete(&mut slots, id, out); }
                     continue;

@@ -132,18 +132,6 @@ async fn run_async(config: Config) -> Result<Stats, String> {
         default_timeout: config.default_timeout,
         max_timeout: config.max_timeout,
     });
-    let bot = bot::Bot {
-        client: proto::BotsClient::new(bots_channel),
-        auth,
-        config: bot::BotConfig {
-            instance: config.instance.clone(),
-            bot_id,
-            capacity: config.concurrency,
-            platform: config.platform.clone(),
-            drain_timeout: config.drain_timeout,
-        },
-        exec,
-    };
     let (tx, rx) = tokio::sync::watch::channel(0u32);
     let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;
@@ -156,7 +144,32 @@ async fn run_async(config: Config) -> Result<Stats, String> {
             tx.send_modify(|n| *n += 1);
         }
     });
-    let stats = bot.run(rx).await;
+    // One bot session per slot, each of capacity 1: a slot's result is reported the moment
+    // it is whole, never behind another slot's call (calls are serial per session).
+    let mut bots = Vec::with_capacity(config.concurrency);
+    for slot in 0..config.concurrency {
+        let bot = bot::Bot {
+            client: proto::BotsClient::new(bots_channel.clone()),
+            auth: auth.clone(),
+            config: bot::BotConfig {
+                instance: config.instance.clone(),
+                bot_id: bot::slot_bot_id(&bot_id, slot),
+                capacity: 1,
+                platform: config.platform.clone(),
+                drain_timeout: config.drain_timeout,
+            },
+            exec: exec.clone(),
+        };
+        bots.push(tokio::spawn(bot.run(rx.clone())));
+    }
+    drop(rx);
+    let mut stats = Stats::default();
+    for b in bots {
+        match b.await {
+            Ok(s) => stats.merge(s),
+            Err(e) => eprintln!("spawnkit worker: a bot session's task failed: {e}"),
+        }
+    }
     signals.abort();
     exec::remove_tree(&actions);
     if let Some(path) = &config.stats_file {
