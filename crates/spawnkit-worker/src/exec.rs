@@ -11,7 +11,6 @@ use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
 use bazel_remote_apis::google::protobuf::{Any, Timestamp};
 use bazel_remote_apis::google::rpc::Status;
 use prost::Message;
-use spawnkit::tokio::CommandExt;
 use spawnkit::{Namespaces, Rlimit, Stdio, TmpOptions};
 
 use crate::cas::{
@@ -314,18 +313,32 @@ impl Executor {
         let t0 = Instant::now();
         let mut exit_code;
         let mut st = status(tonic::Code::Ok, "");
-        match c.spawn_async() {
+        // The spawn is a clone-vfork: its thread is blocked until the child's exec (~1 ms
+        // with the fence's namespaces), so it runs on tokio's blocking pool, not on a runtime
+        // thread that other actions' tasks and the bot sessions share.
+        let private_pid = f.private_pid;
+        let spawned = tokio::task::spawn_blocking(move || {
+            let child = c.spawn()?;
+            // In a pid namespace the kernel kills everything inside when pid 1 dies; without
+            // one, the process group is what the command's children share. Made here, so
+            // that an action cancelled during the spawn still ends its group (the child
+            // itself goes with kill_on_drop).
+            let killer = GroupKiller(if private_pid { 0 } else { child.id() as i32 });
+            Ok::<_, spawnkit::Error>((child, killer))
+        })
+        .await
+        .map_err(|e| Fail::Internal(format!("spawn task: {e}")))?;
+        match spawned {
             Err(e) if e.step() == "execve" || e.kind() == spawnkit::ErrorKind::NotFound => {
                 // The command could not start: a result, as a shell reports it.
                 exit_code = e.exit_code();
                 let _ = std::fs::write(&stderr_path, format!("spawnkit worker: {e}\n"));
             }
             Err(e) => return Err(Fail::Internal(format!("spawn: {e}"))),
-            Ok(mut child) => {
+            Ok((child, killer)) => {
+                let mut child = spawnkit::tokio::Child::new(child)
+                    .map_err(|e| Fail::Internal(format!("spawn: {e}")))?;
                 let pgid = child.id().unwrap_or(0) as i32;
-                // In a pid namespace the kernel kills everything inside when pid 1 dies;
-                // without one, the process group is what the command's children share.
-                let killer = GroupKiller(if f.private_pid { 0 } else { pgid });
                 match tokio::time::timeout(timeout, child.wait()).await {
                     Ok(Ok(s)) => exit_code = exit_code_of(s),
                     Ok(Err(e)) => return Err(Fail::Internal(format!("wait: {e}"))),
