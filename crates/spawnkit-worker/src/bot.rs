@@ -42,13 +42,16 @@ enum Slot {
 #[derive(Clone, Copy)]
 struct Waits {
     cas: Wait,
+    /// When the action's task began.
+    started: Instant,
     /// When the result was whole.
     ready: Instant,
 }
 
 impl Waits {
     fn none() -> Waits {
-        Waits { cas: Wait::default(), ready: Instant::now() }
+        let now = Instant::now();
+        Waits { cas: Wait::default(), started: now, ready: now }
     }
 }
 
@@ -70,6 +73,21 @@ pub struct Stats {
     /// Result whole -> the end of the `UpdateBotSession` call that was in flight then (calls
     /// are serial per session: the result waits for it); zero when none was.
     pub report_wait: Vec<Duration>,
+    /// Lease received -> the action's task running (the worker's own, not a wait on the
+    /// servers: tokio's scheduling and the CPU).
+    pub start: Vec<Duration>,
+    /// Result whole -> its report sent, minus `report_wait` (the worker's own, likewise).
+    pub handoff: Vec<Duration>,
+}
+
+/// A result in the request being sent, with its figures.
+struct Reported {
+    id: String,
+    overhead: Duration,
+    cas_wait: Wait,
+    report_wait: Duration,
+    start: Duration,
+    handoff: Duration,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -105,6 +123,8 @@ impl Stats {
         self.cas_wait.extend(o.cas_wait);
         self.cas_calls.extend(o.cas_calls);
         self.report_wait.extend(o.report_wait);
+        self.start.extend(o.start);
+        self.handoff.extend(o.handoff);
     }
 }
 
@@ -236,12 +256,16 @@ impl Bot {
                         leases.push((**lease).clone());
                         let total = sent_at.duration_since(*received);
                         let report_wait = last_call_end.saturating_duration_since(waits.ready);
-                        reported.push((
-                            id.clone(),
-                            total.saturating_sub(*run_time),
-                            waits.cas,
+                        reported.push(Reported {
+                            id: id.clone(),
+                            overhead: total.saturating_sub(*run_time),
+                            cas_wait: waits.cas,
                             report_wait,
-                        ));
+                            start: waits.started.saturating_duration_since(*received),
+                            handoff: sent_at
+                                .saturating_duration_since(waits.ready)
+                                .saturating_sub(report_wait),
+                        });
                     }
                 }
             }
@@ -286,18 +310,20 @@ impl Bot {
             match resp {
                 Ok(mut s) => {
                     backoff = Duration::from_millis(200);
-                    for (id, overhead, cas_wait, report_wait) in reported {
-                        if let Some(Slot::Done { lease, .. }) = slots.remove(&id) {
+                    for r in reported {
+                        if let Some(Slot::Done { lease, .. }) = slots.remove(&r.id) {
                             let code = lease.status.as_ref().map_or(0, |s| s.code);
                             if code == tonic::Code::Unavailable as i32 && terminating.is_some() {
                                 stats.returned += 1;
                             } else {
                                 stats.completed += 1;
-                                stats.overhead.push(overhead);
-                                stats.server_wait.push(cas_wait.time + report_wait);
-                                stats.cas_wait.push(cas_wait.time);
-                                stats.cas_calls.push(cas_wait.calls);
-                                stats.report_wait.push(report_wait);
+                                stats.overhead.push(r.overhead);
+                                stats.server_wait.push(r.cas_wait.time + r.report_wait);
+                                stats.cas_wait.push(r.cas_wait.time);
+                                stats.cas_calls.push(r.cas_wait.calls);
+                                stats.report_wait.push(r.report_wait);
+                                stats.start.push(r.start);
+                                stats.handoff.push(r.handoff);
                             }
                         }
                     }
@@ -428,7 +454,7 @@ fn complete(slots: &mut HashMap<String, Slot>, id: String, out: Outcome) {
         result: out.result.map(|r| proto::pack("build.bazel.remote.execution.v2.ActionResult", &r)),
         ..Default::default()
     };
-    let waits = Waits { cas: out.cas_wait, ready: out.ready };
+    let waits = Waits { cas: out.cas_wait, started: out.started, ready: out.ready };
     slots
         .insert(id, Slot::Done { lease: Box::new(lease), received, run_time: out.run_time, waits });
 }

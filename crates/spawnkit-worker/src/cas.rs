@@ -649,3 +649,62 @@ impl LocalCache {
         }
     }
 }
+
+/// Input-root `Directory` messages by digest, in memory: input roots of one build share most
+/// of their directories, and a `Directory` is content-addressed, so once fetched it never
+/// needs a round trip again. Bounded by the messages' encoded size; the least recently used
+/// go first.
+pub struct DirCache {
+    limit: u64,
+    state: Mutex<DirState>,
+}
+
+#[derive(Default)]
+struct DirState {
+    /// hash -> (the message, its encoded size, last use tick)
+    entries: HashMap<String, (std::sync::Arc<re::Directory>, u64, u64)>,
+    total: u64,
+    tick: u64,
+}
+
+impl DirCache {
+    pub fn new(limit: u64) -> DirCache {
+        DirCache { limit, state: Mutex::new(DirState::default()) }
+    }
+
+    /// The cached message of `d`, if any.
+    pub fn get(&self, d: &re::Digest) -> Option<std::sync::Arc<re::Directory>> {
+        let mut st = self.state.lock().unwrap();
+        st.tick += 1;
+        let tick = st.tick;
+        let e = st.entries.get_mut(&d.hash)?;
+        e.2 = tick;
+        Some(e.0.clone())
+    }
+
+    /// Remember the message of `d` (already checked against its digest).
+    pub fn insert(&self, d: &re::Digest, dir: std::sync::Arc<re::Directory>) {
+        let size = d.size_bytes.max(0) as u64;
+        let mut st = self.state.lock().unwrap();
+        st.tick += 1;
+        let tick = st.tick;
+        if let Some(old) = st.entries.insert(d.hash.clone(), (dir, size, tick)) {
+            st.total -= old.1;
+        }
+        st.total += size;
+        if st.total <= self.limit {
+            return;
+        }
+        let mut by_age: Vec<(u64, String)> =
+            st.entries.iter().map(|(h, (_, _, t))| (*t, h.clone())).collect();
+        by_age.sort();
+        for (_, h) in by_age {
+            if st.total <= self.limit {
+                break;
+            }
+            if let Some(e) = st.entries.remove(&h) {
+                st.total -= e.1;
+            }
+        }
+    }
+}

@@ -14,7 +14,8 @@ use prost::Message;
 use spawnkit::{Namespaces, Rlimit, Stdio, TmpOptions};
 
 use crate::cas::{
-    count_waits, digest_file, digest_name, digest_of, io_err, Blob, Cas, CasError, LocalCache, Wait,
+    count_waits, digest_file, digest_name, digest_of, io_err, Blob, Cas, CasError, DirCache,
+    LocalCache, Wait,
 };
 use crate::proto::{self, PreconditionFailure, Violation};
 
@@ -50,6 +51,8 @@ impl Default for Fence {
 pub struct Executor {
     pub cas: Cas,
     pub cache: LocalCache,
+    /// The input roots' `Directory` messages already fetched.
+    pub dirs: DirCache,
     pub work_dir: PathBuf,
     pub fence: Fence,
     pub bot_id: String,
@@ -66,7 +69,9 @@ pub struct Outcome {
     pub run_time: Duration,
     /// The action's waits on the CAS server (its CAS and ByteStream calls).
     pub cas_wait: Wait,
-    /// When the outcome was whole (the start of its wait to be reported).
+    /// When the action's task began, and when the outcome was whole (the start of its wait
+    /// to be reported).
+    pub started: Instant,
     pub ready: Instant,
 }
 
@@ -180,6 +185,7 @@ impl Executor {
     /// Run the action of a lease payload to the end. Never fails: a failure of the worker
     /// is a status.
     pub async fn run(self: &Arc<Self>, lease_id: &str, payload: Option<Any>) -> Outcome {
+        let started = Instant::now();
         let start = SystemTime::now();
         let mut meta = re::ExecutedActionMetadata {
             worker: self.bot_id.clone(),
@@ -198,13 +204,14 @@ impl Executor {
                 m.worker_completed_timestamp = Some(timestamp(SystemTime::now()));
                 result.execution_metadata = Some(m);
                 let ready = Instant::now();
-                Outcome { status: st, result: Some(result), run_time, cas_wait, ready }
+                Outcome { status: st, result: Some(result), run_time, cas_wait, started, ready }
             }
             Err(f) => Outcome {
                 status: f.into_status(),
                 result: None,
                 run_time,
                 cas_wait,
+                started,
                 ready: Instant::now(),
             },
         }
@@ -236,7 +243,26 @@ impl Executor {
             .command_digest
             .clone()
             .ok_or_else(|| Fail::Invalid("the Action has no command_digest".into()))?;
-        let command: re::Command = self.cas.get_message(&cmd_digest).await?;
+        // The Command and, unless cached, the input root's top Directory: one BatchReadBlobs.
+        let mut want = vec![cmd_digest.clone()];
+        let root_digest = action.input_root_digest.clone().filter(|d| d.size_bytes > 0);
+        let mut fetched_root = None;
+        if let Some(d) = root_digest.as_ref().filter(|d| self.dirs.get(d).is_none()) {
+            if d.hash != cmd_digest.hash {
+                want.push(d.clone());
+            }
+        }
+        let mut got = self.cas.read_blobs(&want).await?;
+        if let Some(d) = want.get(1) {
+            fetched_root = got.remove(&d.hash).map(|data| (d.clone(), data));
+        }
+        let data = got.remove(&cmd_digest.hash).unwrap_or_default();
+        let command = re::Command::decode(data.as_slice()).map_err(|e| {
+            Fail::Cas(CasError::Corrupt(format!(
+                "blob {} does not parse: {e}",
+                digest_name(&cmd_digest)
+            )))
+        })?;
         if command.arguments.is_empty() {
             return Err(Fail::Invalid("the Command has no arguments".into()));
         }
@@ -250,7 +276,7 @@ impl Executor {
         std::fs::create_dir_all(&out_dir)
             .map_err(|e| Fail::Internal(format!("mkdir {out_dir:?}: {e}")))?;
         if let Some(d) = &action.input_root_digest {
-            self.materialize(d, &root).await?;
+            self.materialize(d, fetched_root, &root).await?;
         }
         let workdir_rel = safe_rel(&command.working_directory, "working_directory")?;
         let workdir = root.join(&workdir_rel);
@@ -398,21 +424,50 @@ impl Executor {
         Ok((st, result))
     }
 
-    /// Fetch the input root's directories, then its files (hard links from the cache).
-    async fn materialize(&self, root_digest: &re::Digest, root: &Path) -> Result<(), Fail> {
-        let mut dirs: HashMap<String, re::Directory> = HashMap::new();
+    /// Fetch the input root's directories (those not in the Directory cache, one level per
+    /// BatchReadBlobs; `fetched`: the root's bytes when they came with the Command), then its
+    /// files (hard links from the content cache).
+    async fn materialize(
+        &self,
+        root_digest: &re::Digest,
+        fetched: Option<(re::Digest, Vec<u8>)>,
+        root: &Path,
+    ) -> Result<(), Fail> {
+        let parse = |d: &re::Digest, data: &[u8]| {
+            re::Directory::decode(data).map(Arc::new).map_err(|e| {
+                Fail::Cas(CasError::Corrupt(format!(
+                    "Directory {} does not parse: {e}",
+                    digest_name(d)
+                )))
+            })
+        };
+        let mut dirs: HashMap<String, Arc<re::Directory>> = HashMap::new();
         let mut level = vec![root_digest.clone()];
+        let mut given = fetched;
         while !level.is_empty() {
-            let got = self.cas.read_blobs(&level).await?;
+            let mut found = Vec::new();
+            let mut wanted = Vec::new();
+            for d in level {
+                if let Some(dir) = self.dirs.get(&d) {
+                    found.push((d, dir));
+                } else if let Some((_, data)) = given.take().filter(|(g, _)| g.hash == d.hash) {
+                    let dir = parse(&d, &data)?;
+                    self.dirs.insert(&d, dir.clone());
+                    found.push((d, dir));
+                } else {
+                    wanted.push(d);
+                }
+            }
+            if !wanted.is_empty() {
+                let got = self.cas.read_blobs(&wanted).await?;
+                for d in wanted {
+                    let dir = parse(&d, got.get(&d.hash).map(Vec::as_slice).unwrap_or_default())?;
+                    self.dirs.insert(&d, dir.clone());
+                    found.push((d, dir));
+                }
+            }
             let mut next = Vec::new();
-            for d in &level {
-                let data = got.get(&d.hash).map(Vec::as_slice).unwrap_or_default();
-                let dir = re::Directory::decode(data).map_err(|e| {
-                    Fail::Cas(CasError::Corrupt(format!(
-                        "Directory {} does not parse: {e}",
-                        digest_name(d)
-                    )))
-                })?;
+            for (d, dir) in found {
                 for sub in &dir.directories {
                     if let Some(sd) = &sub.digest {
                         if !dirs.contains_key(&sd.hash) {
@@ -420,7 +475,7 @@ impl Executor {
                         }
                     }
                 }
-                dirs.insert(d.hash.clone(), dir);
+                dirs.insert(d.hash, dir);
             }
             next.sort_by(|a, b| a.hash.cmp(&b.hash));
             next.dedup();

@@ -55,6 +55,9 @@ pub struct Config {
     pub stats_file: Option<PathBuf>,
 }
 
+/// The in-memory cache of input-root `Directory` messages: encoded bytes at most.
+const DIR_CACHE_BYTES: u64 = 64 << 20;
+
 /// A random 128-bit id in hex (upload names, temporary files, bot ids).
 pub(crate) fn random_id() -> String {
     let mut b = [0u8; 16];
@@ -126,6 +129,7 @@ async fn run_async(config: Config) -> Result<Stats, String> {
     let exec = Arc::new(exec::Executor {
         cas: cas::Cas::new(cas_channel, &config.instance, auth.clone()),
         cache,
+        dirs: cas::DirCache::new(DIR_CACHE_BYTES),
         work_dir,
         fence: config.fence.clone(),
         bot_id: bot_id.clone(),
@@ -180,7 +184,8 @@ async fn run_async(config: Config) -> Result<Stats, String> {
         let json = format!(
             "{{\"completed\": {}, \"returned\": {}, \"cancelled\": {}, \"sessions\": {}, \
              \"overhead_us\": [{}], \"server_wait_us\": [{}], \"cas_wait_us\": [{}], \
-             \"cas_calls\": [{}], \"report_wait_us\": [{}]}}\n",
+             \"cas_calls\": [{}], \"report_wait_us\": [{}], \"start_us\": [{}], \
+             \"handoff_us\": [{}]}}\n",
             stats.completed,
             stats.returned,
             stats.cancelled,
@@ -190,6 +195,8 @@ async fn run_async(config: Config) -> Result<Stats, String> {
             us(&stats.cas_wait),
             calls.join(", "),
             us(&stats.report_wait),
+            us(&stats.start),
+            us(&stats.handoff),
         );
         std::fs::write(path, json).map_err(|e| format!("--stats-file {}: {e}", path.display()))?;
     }
