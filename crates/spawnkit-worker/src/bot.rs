@@ -429,8 +429,12 @@ impl Bot {
             let id = lease.id.clone();
             let payload = lease.payload;
             let handle = tokio::spawn(async move {
-                let out = exec.run(&id, payload).await;
+                let (out, workspace) = exec.run(payload).await;
                 let _ = tx.send((id, out));
+                // Cleaned after the result has left for the bot, not before: yield first, so
+                // that the bot's task (woken onto this thread) sends the report meanwhile.
+                tokio::task::yield_now().await;
+                workspace.release();
             });
             slots.insert(lease.id, Slot::Running { abort: handle.abort_handle(), received });
         }

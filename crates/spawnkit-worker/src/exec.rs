@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
@@ -59,6 +60,9 @@ pub struct Executor {
     /// Used when the action sets no timeout (and the cap on the one it sets).
     pub default_timeout: Duration,
     pub max_timeout: Duration,
+    /// Clean workspaces (`actions/wN`) ready for the next action, and the next N.
+    pub workspaces: Mutex<Vec<PathBuf>>,
+    pub next_workspace: AtomicU64,
 }
 
 /// What a lease ends with: a status (OK even when the command failed) and a result.
@@ -129,15 +133,68 @@ impl Fail {
     }
 }
 
-/// Removes the action's directory when the action ends, however it ends (a cancelled lease
-/// drops the future that owns it).
-struct DirGuard(PathBuf);
+/// An action's directory, `actions/wN` under the work directory: `root` (the input root)
+/// and `io` (stdout, stderr). Reused from action to action: one that ends is cleaned (the
+/// input root emptied and its mode reset, stdout and stderr truncated) after its result has
+/// been sent, and goes back to the pool, so that an action does not create and delete these
+/// inodes every time (on ext4 without a journal, each new inode is searched for past the
+/// recently deleted ones: that took ~40 % of the worker's CPU in `spawnkit bench worker`).
+/// One dropped without [`release`](Workspace::release) (a cancelled or returned lease, whose
+/// command may still be dying) is removed whole and never reused.
+pub struct Workspace {
+    dir: PathBuf,
+    exec: Arc<Executor>,
+    released: bool,
+}
 
-impl Drop for DirGuard {
-    fn drop(&mut self) {
-        remove_tree(&self.0);
+impl Workspace {
+    /// Clean the directory and give it back to the pool; if it cannot be cleaned, it is
+    /// removed instead.
+    pub fn release(mut self) {
+        let root = self.dir.join("root");
+        let io = self.dir.join("io");
+        let truncate =
+            |p: PathBuf| match std::fs::OpenOptions::new().write(true).truncate(true).open(&p) {
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            };
+        let clean = empty_dir(&root)
+            && (!root.exists()
+                || std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).is_ok())
+            && truncate(io.join("stdout"))
+            && truncate(io.join("stderr"));
+        if clean {
+            self.released = true;
+            self.exec.workspaces.lock().unwrap().push(std::mem::take(&mut self.dir));
+        }
     }
 }
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if !self.released {
+            remove_tree(&self.dir);
+        }
+    }
+}
+
+/// Remove everything inside `dir` (which may be missing); whether it is empty now.
+fn empty_dir(dir: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else { return !dir.exists() };
+    for e in rd.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&p);
+        } else {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    std::fs::read_dir(dir).is_ok_and(|mut rd| rd.next().is_none())
+}
+
+/// Outputs (stdout and stderr included) up to this many bytes in all are hashed on the
+/// action's task; larger ones, or any output directory, on tokio's blocking pool.
+const INLINE_OUTPUTS: u64 = 64 << 10;
 
 /// Remove a directory tree, making directories writable first where the action took that away.
 pub fn remove_tree(dir: &Path) {
@@ -184,7 +241,9 @@ fn safe_name(n: &str) -> Result<&str, Fail> {
 impl Executor {
     /// Run the action of a lease payload to the end. Never fails: a failure of the worker
     /// is a status.
-    pub async fn run(self: &Arc<Self>, lease_id: &str, payload: Option<Any>) -> Outcome {
+    /// The action's [`Workspace`] comes back with the outcome: release it once the outcome
+    /// has been sent.
+    pub async fn run(self: &Arc<Self>, payload: Option<Any>) -> (Outcome, Workspace) {
         let started = Instant::now();
         let start = SystemTime::now();
         let mut meta = re::ExecutedActionMetadata {
@@ -192,13 +251,11 @@ impl Executor {
             worker_start_timestamp: Some(timestamp(start)),
             ..Default::default()
         };
-        let dir = self.work_dir.join("actions").join(sanitize(lease_id));
-        let guard = DirGuard(dir.clone());
+        let ws = self.workspace();
         let mut run_time = Duration::ZERO;
         let (r, cas_wait) =
-            count_waits(self.run_inner(payload, &dir, &mut meta, &mut run_time)).await;
-        drop(guard);
-        match r {
+            count_waits(self.run_inner(payload, &ws.dir, &mut meta, &mut run_time)).await;
+        let out = match r {
             Ok((st, mut result)) => {
                 let mut m = meta;
                 m.worker_completed_timestamp = Some(timestamp(SystemTime::now()));
@@ -214,7 +271,18 @@ impl Executor {
                 started,
                 ready: Instant::now(),
             },
-        }
+        };
+        (out, ws)
+    }
+
+    /// A clean workspace from the pool, or a new one.
+    fn workspace(self: &Arc<Self>) -> Workspace {
+        let reused = self.workspaces.lock().unwrap().pop();
+        let dir = reused.unwrap_or_else(|| {
+            let n = self.next_workspace.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.work_dir.join("actions").join(format!("w{n}"))
+        });
+        Workspace { dir, exec: self.clone(), released: false }
     }
 
     async fn run_inner(
@@ -268,8 +336,8 @@ impl Executor {
         }
 
         // The input root.
+        // A workspace from the pool has them already, empty.
         let root = dir.join("root");
-        remove_tree(dir);
         std::fs::create_dir_all(&root)
             .map_err(|e| Fail::Internal(format!("mkdir {root:?}: {e}")))?;
         let out_dir = dir.join("io");
@@ -395,10 +463,12 @@ impl Executor {
         // Outputs.
         meta.output_upload_start_timestamp = Some(timestamp(SystemTime::now()));
         let mut result = re::ActionResult { exit_code, ..Default::default() };
+        let outputs_small = outputs_size(&workdir, &outputs, [&stdout_path, &stderr_path])
+            .is_some_and(|n| n <= INLINE_OUTPUTS);
         let mut blobs = Vec::new();
         let this = self.clone();
         let workdir2 = workdir.clone();
-        let (result_filled, blobs_filled) = tokio::task::spawn_blocking(move || {
+        let collect = move || {
             let mut result = result;
             for (p, is_dir) in &outputs {
                 this.collect_output(&workdir2, p, *is_dir, legacy_files, &mut result, &mut blobs)?;
@@ -415,9 +485,16 @@ impl Executor {
                 }
             }
             Ok::<_, CasError>((result, blobs))
-        })
-        .await
-        .map_err(|e| Fail::Internal(format!("output task: {e}")))??;
+        };
+        // Small outputs are hashed here: a hop to the blocking pool and back costs more (two
+        // thread wake-ups, each a wait for a CPU on a loaded node) than hashing 64 KiB.
+        let (result_filled, blobs_filled) = if outputs_small {
+            collect()?
+        } else {
+            tokio::task::spawn_blocking(collect)
+                .await
+                .map_err(|e| Fail::Internal(format!("output task: {e}")))??
+        };
         result = result_filled;
         self.cas.upload(blobs_filled).await?;
         meta.output_upload_completed_timestamp = Some(timestamp(SystemTime::now()));
@@ -703,14 +780,17 @@ fn chown_dirs(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-fn sanitize(id: &str) -> String {
-    let s: String = id
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-        .collect();
-    if s.is_empty() {
-        crate::random_id()
-    } else {
-        s
+/// The bytes of the outputs and of stdout and stderr, if none of them is a directory (a tree
+/// is not sized here: `None`).
+fn outputs_size(workdir: &Path, outputs: &[(String, bool)], io: [&Path; 2]) -> Option<u64> {
+    let mut total = 0;
+    for p in outputs.iter().map(|(p, _)| workdir.join(p)).chain(io.iter().map(|p| p.to_path_buf()))
+    {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => return None,
+            Ok(m) if m.is_file() => total += m.len(),
+            _ => {}
+        }
     }
+    Some(total)
 }

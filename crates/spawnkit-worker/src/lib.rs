@@ -135,6 +135,8 @@ async fn run_async(config: Config) -> Result<Stats, String> {
         bot_id: bot_id.clone(),
         default_timeout: config.default_timeout,
         max_timeout: config.max_timeout,
+        workspaces: Default::default(),
+        next_workspace: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(0u32);
     let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
