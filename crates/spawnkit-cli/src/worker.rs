@@ -13,12 +13,12 @@ What it does:
   CreateBotSession, then UpdateBotSession to take leases and report results); each session
   has capacity 1 and the bot id ID/SLOT (ID: --bot-id), so a finished action is reported at
   once, never behind another slot's call. For each lease: fetches the Command (and the
-  input root's directories not cached yet) from the CAS, lays out the input root under --work-dir (hard links from
-  a local content cache, --cache-size bounded), runs the command with spawnkit's engine,
-  uploads output files, output directories (as Tree), symlinks, stdout and stderr, and
-  reports the ActionResult with exit code and timestamps. A failing command is a result; a
-  missing input blob is FAILED_PRECONDITION naming the digest; a timeout kills the
-  command's whole process tree and reports DEADLINE_EXCEEDED.
+  input root's directories not cached yet) from the CAS, lays out the input root under
+  --work-dir (hard links from a local content cache, --cache-size bounded), runs the
+  command with spawnkit's engine, uploads output files, output directories (as Tree),
+  symlinks, stdout and stderr, and reports the ActionResult with exit code and timestamps.
+  A failing command is a result; a missing input blob is FAILED_PRECONDITION naming the
+  digest; a timeout kills the command's whole process tree and reports DEADLINE_EXCEEDED.
 
 The fence (--fence, default net,tmp,pid):
   net  a network namespace with only lo (the platform property network=on lifts it)
