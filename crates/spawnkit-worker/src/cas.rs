@@ -58,6 +58,37 @@ fn waited(t0: Instant) {
     });
 }
 
+/// How long a CAS call refused for the moment is tried again.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Make a unary CAS call (counted as a wait), and again while the server refuses it for the
+/// moment (UNAVAILABLE, or UNKNOWN: a connection broken mid-call), for up to [`RETRY_FOR`]:
+/// a server restart must not cost an action its result, since an action reported
+/// UNAVAILABLE after its command ran would run again elsewhere.
+async fn retrying<T, F, Fut>(mut call: F) -> Result<T, tonic::Status>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, tonic::Status>>,
+{
+    let deadline = Instant::now() + RETRY_FOR;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let t0 = Instant::now();
+        let r = call().await;
+        waited(t0);
+        match r {
+            Err(s)
+                if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+                    && Instant::now() + backoff < deadline =>
+            {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// What went wrong talking to the CAS, kept apart so a missing input can be reported as
 /// `FAILED_PRECONDITION` naming the digest.
 #[derive(Debug)]
@@ -239,9 +270,12 @@ impl Cas {
             digests,
             ..Default::default()
         };
-        let t0 = Instant::now();
-        let resp = self.cas.clone().batch_read_blobs(self.auth.request(req)).await;
-        waited(t0);
+        let resp = retrying(|| {
+            let mut c = self.cas.clone();
+            let r = self.auth.request(req.clone());
+            async move { c.batch_read_blobs(r).await }
+        })
+        .await;
         let resp = resp?.into_inner();
         for r in resp.responses {
             let d = r.digest.unwrap_or_default();
@@ -343,9 +377,12 @@ impl Cas {
             blob_digests: unique.values().map(|(d, _)| d.clone()).collect(),
             ..Default::default()
         };
-        let t0 = Instant::now();
-        let missing = self.cas.clone().find_missing_blobs(self.auth.request(req)).await;
-        waited(t0);
+        let missing = retrying(|| {
+            let mut c = self.cas.clone();
+            let r = self.auth.request(req.clone());
+            async move { c.find_missing_blobs(r).await }
+        })
+        .await;
         let missing = missing?.into_inner();
         let mut batch = Vec::new();
         let mut batch_size = 0usize;
@@ -386,9 +423,12 @@ impl Cas {
             requests,
             ..Default::default()
         };
-        let t0 = Instant::now();
-        let resp = self.cas.clone().batch_update_blobs(self.auth.request(req)).await;
-        waited(t0);
+        let resp = retrying(|| {
+            let mut c = self.cas.clone();
+            let r = self.auth.request(req.clone());
+            async move { c.batch_update_blobs(r).await }
+        })
+        .await;
         let resp = resp?.into_inner();
         for r in resp.responses {
             if let Some(s) = r.status.filter(|s| s.code != 0) {
