@@ -253,6 +253,25 @@ def test_results_close_together(farm):
     assert st["completed"] == 2 and st["report_wait_us"] == [0, 0], st
 
 
+def test_no_pid_fence_no_reuse(farm):
+    """Without the pid fence, a process that left the action's process group outlives it: the
+    action's directory is removed, not reused, so what that process writes later never shows
+    up in the next action's input root."""
+    f = farm.start_worker("f", "--fence", "net,tmp", concurrency=1, platform="OSFamily=nopid")
+    first = [{"platform": {"OSFamily": "nopid"}, "args": [
+        "sh", "-c",
+        # (the pause: the group is killed when sh exits; setsid must have run by then)
+        "setsid sh -c 'sleep 1; echo leak > leaked.txt' >/dev/null 2>&1 & sleep 0.5; echo started"]}]
+    second = [{"platform": {"OSFamily": "nopid"}, "args": ["sh", "-c", "sleep 1.5; ls -A"]}]
+    r1 = farm.execute(first)[0]
+    assert (r1.get("code"), r1.get("stdout")) == (0, "started\n"), r1
+    r2 = farm.execute(second)[0]
+    assert (r2.get("code"), r2.get("exit_code")) == (0, 0), r2
+    assert "leaked.txt" not in r2["stdout"], r2
+    f.send_signal(signal.SIGTERM)
+    assert f.wait(timeout=30) == 0, buildgrid_farm.tail(f.log)
+
+
 def test_server_restart(farm):
     """Actions running while the server restarts finish once, with whole results; the workers
     reconnect and take new work."""

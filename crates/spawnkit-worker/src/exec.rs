@@ -140,7 +140,10 @@ impl Fail {
 /// inodes every time (on ext4 without a journal, each new inode is searched for past the
 /// recently deleted ones: that took ~40 % of the worker's CPU in `spawnkit bench worker`).
 /// One dropped without [`release`](Workspace::release) (a cancelled or returned lease, whose
-/// command may still be dying) is removed whole and never reused.
+/// command may still be dying) is removed whole and never reused. Only the pid fence makes
+/// reuse safe (every process of the action is dead once its pid 1 is reaped); without it a
+/// process that left the action's group could still write into the directory or stdout, so
+/// each workspace is removed after its action, as before.
 pub struct Workspace {
     dir: PathBuf,
     exec: Arc<Executor>,
@@ -151,6 +154,9 @@ impl Workspace {
     /// Clean the directory and give it back to the pool; if it cannot be cleaned, it is
     /// removed instead.
     pub fn release(mut self) {
+        if !self.exec.fence.private_pid {
+            return;
+        }
         let root = self.dir.join("root");
         let io = self.dir.join("io");
         let truncate =
