@@ -142,7 +142,7 @@ def run(farm, n, row_id, fence, files):
     bad = [r for r in res if r.get("code") != 0 or r.get("exit_code") != 0]
     if bad:
         raise RuntimeError(f"{len(bad)} of {n} actions failed, e.g. {bad[0]}\n{farm.logs()}")
-    us, excl, wait, cas_wait, report_wait, calls = [], [], [], [], [], []
+    us, excl, wait, cas_wait, report_wait, calls, start, handoff = [], [], [], [], [], [], [], []
     for s in stats:
         st = json.loads(s.read_text())
         us += st["overhead_us"]
@@ -151,6 +151,8 @@ def run(farm, n, row_id, fence, files):
         cas_wait += st.get("cas_wait_us", [])
         report_wait += st.get("report_wait_us", [])
         calls += st.get("cas_calls", [])
+        start += st.get("start_us", [])
+        handoff += st.get("handoff_us", [])
     us.sort()
 
     def med_ms(v):
@@ -173,6 +175,10 @@ def run(farm, n, row_id, fence, files):
         "cas_wait_ms_median": med_ms(cas_wait),
         "report_wait_ms_median": med_ms(report_wait),
         "cas_calls_median": statistics.median(calls) if calls else None,
+        # Parts of the own time excluding the waits: lease received -> the action's task
+        # running, and result whole -> report sent (the rest is inside the action's task).
+        "start_ms_median": med_ms(start),
+        "handoff_ms_median": med_ms(handoff),
         "phases_ms": {
             "queued_to_worker_start": phase_ms(res, "queued_timestamp", "worker_start_timestamp"),
             "input_fetch": phase_ms(res, "input_fetch_start_timestamp", "input_fetch_completed_timestamp"),

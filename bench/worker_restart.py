@@ -56,6 +56,12 @@ def main():
             "lost_or_wrong": len(bad) + (n - len(results)),
             "ran_before_restart": ran_before, "restart_after_s": restart_after,
             "ran_twice": sum(1 for c in counts.values() if c > 1),
+            # Of those, the ones whose Execute the client sent again (its stream broke before
+            # the operation was named; BuildGrid may have queued the first one already): run
+            # twice by the client's retry, not by a worker.
+            "ran_twice_client_resent": sum(1 for k, c in counts.items()
+                                           if c > 1 and int(k) < len(results)
+                                           and results[int(k)].get("attempts", 1) > 1),
             "never_ran": n - len(counts), "wall_s": round(wall, 1),
             "first_bad": [f"{i}: {json.dumps(r)[:300]}" for i, r in bad[:3]],
         }

@@ -236,12 +236,12 @@ class Farm:
             os.killpg(self.server.pid, signal.SIGKILL)
             self.server.wait()
 
-    def start_worker(self, name, *extra, concurrency=2):
+    def start_worker(self, name, *extra, concurrency=2, platform="OSFamily=linux"):
         work = self.tmp / f"work-{name}"
         log_path = self.tmp / f"worker-{name}.log"
         log = open(log_path, "ab")
         cmd = [spawnkit_bin(), "worker", "--remote", self.remote, "--instance", self.instance,
-               "--concurrency", str(concurrency), "--work-dir", str(work), "--platform", "OSFamily=linux",
+               "--concurrency", str(concurrency), "--work-dir", str(work), "--platform", platform,
                "--bot-id", f"test-{name}", *extra]
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -261,6 +261,16 @@ class Farm:
         return subprocess.run([str(self.bgd), "execute", "--remote", self.remote, "--instance-name",
                                self.instance, "command", *args], cwd=cwd, capture_output=True, text=True,
                               timeout=timeout)
+
+    def bots(self):
+        """BuildGrid's bots as its database has them: [bot_id, session name, max capacity]."""
+        code = ("import json, sys, sqlalchemy as sa\n"
+                "with sa.create_engine(sys.argv[1]).connect() as c:\n"
+                "    rows = c.execute(sa.text('select bot_id, name, max_capacity from bots')).all()\n"
+                "print(json.dumps([list(r) for r in rows]))")
+        r = subprocess.run([self.python, "-c", code, self.pg.url], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"reading BuildGrid's bots: {r.stderr[-3000:]}"
+        return json.loads(r.stdout)
 
     def logs(self):
         parts = [f"--- bgd.log\n{tail(self.server_log, 30)}"]

@@ -155,7 +155,9 @@ def run(spec):
             if last is not None and last.done:
                 break
         except grpc.RpcError:
-            if time.monotonic() > deadline:
+            if last is None or time.monotonic() > deadline:
+                # Before the operation had a name there is nothing to wait for: the caller
+                # tries the whole action again if the server was only unavailable.
                 raise
             time.sleep(0.5)
         if last is None:
@@ -200,9 +202,13 @@ def main():
         # As Bazel's --remote_retries: a call refused while the server is down or restarting
         # (UNAVAILABLE) is tried again, the whole action, for up to 3 minutes.
         deadline = time.monotonic() + 180
+        attempts = 0
         while True:
+            attempts += 1
             try:
                 results[i] = run(specs[i])
+                if attempts > 1:  # an Execute sent again may run the action again
+                    results[i]["attempts"] = attempts
                 return
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() < deadline:

@@ -5,6 +5,8 @@
 Skips, loudly, only where BuildGrid or PostgreSQL cannot be installed (see buildgrid_farm.py).
 """
 
+import json
+import os
 import pathlib
 import signal
 import sys
@@ -45,6 +47,29 @@ def procs_with(marker):
             except OSError:
                 pass
     return found
+
+
+def assert_clean(work):
+    """Nothing of any action is left in a worker's action directories: each workspace
+    (actions/wN, reused from action to action) holds an empty input root and an empty stdout
+    and stderr, and nothing else."""
+    for ws in (work / "actions").iterdir():
+        assert {p.name for p in ws.iterdir()} <= {"root", "io"}, list(ws.iterdir())
+        if (ws / "root").exists():
+            assert list((ws / "root").iterdir()) == [], ws
+        if (ws / "io").exists():
+            io = {p.name: p.stat().st_size for p in (ws / "io").iterdir()}
+            assert set(io) <= {"stdout", "stderr"} and set(io.values()) <= {0}, (ws, io)
+
+
+def slot_bots(farm, *workers):
+    """{bot id: [session names]} of the given workers' slots (test-NAME/SLOT) in BuildGrid."""
+    out = {}
+    for bot_id, name, capacity in farm.bots():
+        if bot_id.split("/")[0] in [f"test-{w}" for w in workers]:
+            assert capacity == 1, (bot_id, capacity)
+            out.setdefault(bot_id, []).append(name)
+    return out
 
 
 def by_name(specs, results):
@@ -155,7 +180,7 @@ def test_actions(farm):
     # Both workers took part, and each cleaned its work directory after every action.
     assert {r["worker"] for r in results.values() if r.get("worker")} == {"test-a", "test-b"}
     for w in farm.workers:
-        assert list((w.work / "actions").iterdir()) == []
+        assert_clean(w.work)
 
 
 def test_bgd_execute_command(farm, tmp_path):
@@ -169,6 +194,82 @@ def test_bgd_execute_command(farm, tmp_path):
     assert (tmp_path / "testing" / "out.txt").read_text() == "FROM THE INPUT ROOT\n", r.stdout
     # bgd prints the operation; its metadata names the worker that ran it.
     assert "test-a" in r.stdout or "test-b" in r.stdout, r.stdout
+
+
+def test_each_slot_is_a_bot(farm):
+    """Each --concurrency slot is a bot session of its own (capacity 1, bot id ID/SLOT) in
+    BuildGrid, and the same ones, once each, after the server restarted."""
+    expected = {"test-a/0", "test-a/1", "test-b/0", "test-b/1"}
+    before = slot_bots(farm, "a", "b")
+    assert set(before) == expected and all(len(v) == 1 for v in before.values()), before
+    farm.stop_server()
+    time.sleep(1)
+    farm.start_server()
+    # Every slot takes work again: four actions held open at once need all four.
+    fifo = farm.tmp / "slots-go"
+    os.mkfifo(fifo)
+    specs = [{"name": f"s{i}", "args": ["sh", "-c", f"cat {fifo} > /dev/null; echo {i}"]} for i in range(4)]
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", farm.execute(specs)))
+    t.start()
+    deadline = time.monotonic() + 120
+    while len(procs_with(f"cat\0{fifo}")) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(procs_with(f"cat\0{fifo}")) >= 4, farm.logs()
+    with open(fifo, "w"):
+        pass
+    t.join(timeout=120)
+    assert [r.get("stdout") for r in out["r"]] == [f"{i}\n" for i in range(4)], f"{out}\n{farm.logs()}"
+    after = slot_bots(farm, "a", "b")
+    assert set(after) == expected and all(len(v) == 1 for v in after.values()), after
+
+
+def test_results_close_together(farm):
+    """Two actions of one worker that finish at the same moment are both reported, and
+    neither result waits for a Bots call in flight (report_wait is 0 for both: each slot's
+    session reports its own)."""
+    stats = farm.tmp / "stats-e.json"
+    e = farm.start_worker("e", "--stats-file", str(stats), platform="OSFamily=pair")
+    fifo = farm.tmp / "pair-go"
+    os.mkfifo(fifo)
+    specs = [{"name": f"p{i}", "platform": {"OSFamily": "pair"},
+              "args": ["sh", "-c", f"cat {fifo} > /dev/null; echo pair {i}"]} for i in range(2)]
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", farm.execute(specs)))
+    t.start()
+    deadline = time.monotonic() + 60
+    while len(procs_with(f"cat\0{fifo}")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(procs_with(f"cat\0{fifo}")) >= 2, farm.logs()
+    with open(fifo, "w"):  # both readers see the end of the FIFO at once
+        pass
+    t.join(timeout=60)
+    assert "r" in out, farm.logs()
+    for i, r in enumerate(out["r"]):
+        assert (r.get("code"), r.get("stdout"), r.get("worker")) == (0, f"pair {i}\n", "test-e"), r
+    e.send_signal(signal.SIGTERM)
+    assert e.wait(timeout=30) == 0, buildgrid_farm.tail(e.log)
+    st = json.loads(stats.read_text())
+    assert st["completed"] == 2 and st["report_wait_us"] == [0, 0], st
+
+
+def test_no_pid_fence_no_reuse(farm):
+    """Without the pid fence, a process that left the action's process group outlives it: the
+    action's directory is removed, not reused, so what that process writes later never shows
+    up in the next action's input root."""
+    f = farm.start_worker("f", "--fence", "net,tmp", concurrency=1, platform="OSFamily=nopid")
+    first = [{"platform": {"OSFamily": "nopid"}, "args": [
+        "sh", "-c",
+        # (the pause: the group is killed when sh exits; setsid must have run by then)
+        "setsid sh -c 'sleep 1; echo leak > leaked.txt' >/dev/null 2>&1 & sleep 0.5; echo started"]}]
+    second = [{"platform": {"OSFamily": "nopid"}, "args": ["sh", "-c", "sleep 1.5; ls -A"]}]
+    r1 = farm.execute(first)[0]
+    assert (r1.get("code"), r1.get("stdout")) == (0, "started\n"), r1
+    r2 = farm.execute(second)[0]
+    assert (r2.get("code"), r2.get("exit_code")) == (0, 0), r2
+    assert "leaked.txt" not in r2["stdout"], r2
+    f.send_signal(signal.SIGTERM)
+    assert f.wait(timeout=30) == 0, buildgrid_farm.tail(f.log)
 
 
 def test_server_restart(farm):

@@ -1132,6 +1132,8 @@ fn worker_json(w: &WorkerResults) -> Value {
                     "cas_wait_ms_median",
                     "report_wait_ms_median",
                     "cas_calls_median",
+                    "start_ms_median",
+                    "handoff_ms_median",
                 ] {
                     if let Some(x) = raw.get(k) {
                         o.insert(k.into(), x.clone());

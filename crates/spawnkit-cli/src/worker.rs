@@ -9,14 +9,16 @@ use crate::run::parse_seconds;
 
 const AFTER_HELP: &str = "\
 What it does:
-  Creates a bot session with the server's Remote Workers API (Bots: CreateBotSession, then
-  UpdateBotSession to take leases and report results), and for each lease: fetches the
-  Action and Command from the CAS, lays out the input root under --work-dir (hard links from
-  a local content cache, --cache-size bounded), runs the command with spawnkit's engine,
-  uploads output files, output directories (as Tree), symlinks, stdout and stderr, and
-  reports the ActionResult with exit code and timestamps. A failing command is a result; a
-  missing input blob is FAILED_PRECONDITION naming the digest; a timeout kills the
-  command's whole process tree and reports DEADLINE_EXCEEDED.
+  Creates one bot session per --concurrency slot with the server's Remote Workers API (Bots:
+  CreateBotSession, then UpdateBotSession to take leases and report results); each session
+  has capacity 1 and the bot id ID/SLOT (ID: --bot-id), so a finished action is reported at
+  once, never behind another slot's call. For each lease: fetches the Command (and the
+  input root's directories not cached yet) from the CAS, lays out the input root under
+  --work-dir (hard links from a local content cache, --cache-size bounded), runs the
+  command with spawnkit's engine, uploads output files, output directories (as Tree),
+  symlinks, stdout and stderr, and reports the ActionResult with exit code and timestamps.
+  A failing command is a result; a missing input blob is FAILED_PRECONDITION naming the
+  digest; a timeout kills the command's whole process tree and reports DEADLINE_EXCEEDED.
 
 The fence (--fence, default net,tmp,pid):
   net  a network namespace with only lo (the platform property network=on lifts it)
@@ -82,7 +84,7 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "FILE", help_heading = "Server")]
     pub cas_client_cert: Option<PathBuf>,
 
-    /// Actions run at once (default: the number of CPUs).
+    /// Actions run at once: one bot session of capacity 1 each (default: the number of CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub concurrency: Option<u32>,
 
@@ -95,7 +97,7 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "KEY=VALUE", value_parser = parse_property)]
     pub platform: Vec<(String, String)>,
 
-    /// The bot id (default: HOSTNAME-PID-RANDOM).
+    /// The bot id (default: HOSTNAME-PID-RANDOM); slot N's session has the bot id ID/N.
     #[arg(long, value_name = "ID")]
     pub bot_id: Option<String>,
 

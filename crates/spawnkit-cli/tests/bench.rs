@@ -796,6 +796,12 @@ fn worker_method_rows_and_ratios() {
         let wait = row["server_wait_ms_median"].as_f64().unwrap();
         assert!(wait > 0.0 && wait <= p90, "{row}");
         assert!(row["cas_calls_median"].as_f64().unwrap() >= 1.0, "{row}");
+        // Its parts outside the action's task: lease received -> task running, result whole
+        // -> report sent.
+        for k in ["start_ms_median", "handoff_ms_median"] {
+            let x = row[k].as_f64().unwrap();
+            assert!(x >= 0.0 && x <= p90, "{k}: {row}");
+        }
         assert!(row["floor_ms"].as_f64().unwrap() > 0.0, "{row}");
         farm_ran = true;
     }

@@ -1,7 +1,14 @@
-//! The bot: one session with the server's `Bots` service. It long-polls `UpdateBotSession`
+//! A bot: one session with the server's `Bots` service. It long-polls `UpdateBotSession`
 //! for leases while it has room, starts each lease's action on a task of its own, and reports
 //! a lease `COMPLETED` (with its status and `ActionResult`) only once the result is whole:
 //! every output uploaded. A result that could not be reported stays until it is.
+//!
+//! The worker runs one bot per `--concurrency` slot, each a session of capacity 1 with a bot
+//! id of its own ([`slot_bot_id`]), so that a finished action's report never queues behind
+//! another slot's call (calls are serial per session: one session for all slots made each
+//! result wait for the call in flight, tens of ms against a loaded BuildGrid). A call that
+//! carries no result (a long poll, a keepalive) is dropped when a result is whole, and the
+//! result leaves at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,13 +42,16 @@ enum Slot {
 #[derive(Clone, Copy)]
 struct Waits {
     cas: Wait,
+    /// When the action's task began.
+    started: Instant,
     /// When the result was whole.
     ready: Instant,
 }
 
 impl Waits {
     fn none() -> Waits {
-        Waits { cas: Wait::default(), ready: Instant::now() }
+        let now = Instant::now();
+        Waits { cas: Wait::default(), started: now, ready: now }
     }
 }
 
@@ -63,6 +73,21 @@ pub struct Stats {
     /// Result whole -> the end of the `UpdateBotSession` call that was in flight then (calls
     /// are serial per session: the result waits for it); zero when none was.
     pub report_wait: Vec<Duration>,
+    /// Lease received -> the action's task running (the worker's own, not a wait on the
+    /// servers: tokio's scheduling and the CPU).
+    pub start: Vec<Duration>,
+    /// Result whole -> its report sent, minus `report_wait` (the worker's own, likewise).
+    pub handoff: Vec<Duration>,
+}
+
+/// A result in the request being sent, with its figures.
+struct Reported {
+    id: String,
+    overhead: Duration,
+    cas_wait: Wait,
+    report_wait: Duration,
+    start: Duration,
+    handoff: Duration,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -78,6 +103,30 @@ pub struct Bot {
 
 /// Returned by `shutdown.changed()`: how many termination signals arrived.
 pub type Shutdown = watch::Receiver<u32>;
+
+/// The bot id of slot `slot` of the worker whose id is `base`: `BASE/SLOT`. Each slot is a
+/// bot of its own to the server (BuildGrid closes a session when another is created with
+/// the same bot id, and requeues its leases).
+pub fn slot_bot_id(base: &str, slot: usize) -> String {
+    format!("{base}/{slot}")
+}
+
+impl Stats {
+    /// Add another bot's figures to these.
+    pub fn merge(&mut self, o: Stats) {
+        self.completed += o.completed;
+        self.returned += o.returned;
+        self.cancelled += o.cancelled;
+        self.sessions += o.sessions;
+        self.overhead.extend(o.overhead);
+        self.server_wait.extend(o.server_wait);
+        self.cas_wait.extend(o.cas_wait);
+        self.cas_calls.extend(o.cas_calls);
+        self.report_wait.extend(o.report_wait);
+        self.start.extend(o.start);
+        self.handoff.extend(o.handoff);
+    }
+}
 
 impl Bot {
     fn worker(&self) -> proto::Worker {
@@ -207,12 +256,16 @@ impl Bot {
                         leases.push((**lease).clone());
                         let total = sent_at.duration_since(*received);
                         let report_wait = last_call_end.saturating_duration_since(waits.ready);
-                        reported.push((
-                            id.clone(),
-                            total.saturating_sub(*run_time),
-                            waits.cas,
+                        reported.push(Reported {
+                            id: id.clone(),
+                            overhead: total.saturating_sub(*run_time),
+                            cas_wait: waits.cas,
                             report_wait,
-                        ));
+                            start: waits.started.saturating_duration_since(*received),
+                            handoff: sent_at
+                                .saturating_duration_since(waits.ready)
+                                .saturating_sub(report_wait),
+                        });
                     }
                 }
             }
@@ -239,10 +292,11 @@ impl Bot {
             tokio::pin!(call);
             let resp = tokio::select! {
                 resp = &mut call => resp,
-                d = done_rx.recv(), if long_poll => {
-                    // Drop the long poll to report at once. A lease the server assigned in
-                    // the cancelled call is sent again by the next one (it is ours in its
-                    // database), so nothing is lost.
+                d = done_rx.recv(), if reported.is_empty() => {
+                    // Drop the call (a long poll or a keepalive: it carries no result) to
+                    // report at once. A lease the server assigned in the cancelled call is
+                    // sent again by the next one (it is ours in its database), so nothing
+                    // is lost.
                     last_call_end = Instant::now();
                     if let Some((id, out)) = d { complete(&mut slots, id, out); }
                     continue;
@@ -256,18 +310,20 @@ impl Bot {
             match resp {
                 Ok(mut s) => {
                     backoff = Duration::from_millis(200);
-                    for (id, overhead, cas_wait, report_wait) in reported {
-                        if let Some(Slot::Done { lease, .. }) = slots.remove(&id) {
+                    for r in reported {
+                        if let Some(Slot::Done { lease, .. }) = slots.remove(&r.id) {
                             let code = lease.status.as_ref().map_or(0, |s| s.code);
                             if code == tonic::Code::Unavailable as i32 && terminating.is_some() {
                                 stats.returned += 1;
                             } else {
                                 stats.completed += 1;
-                                stats.overhead.push(overhead);
-                                stats.server_wait.push(cas_wait.time + report_wait);
-                                stats.cas_wait.push(cas_wait.time);
-                                stats.cas_calls.push(cas_wait.calls);
-                                stats.report_wait.push(report_wait);
+                                stats.overhead.push(r.overhead);
+                                stats.server_wait.push(r.cas_wait.time + r.report_wait);
+                                stats.cas_wait.push(r.cas_wait.time);
+                                stats.cas_calls.push(r.cas_wait.calls);
+                                stats.report_wait.push(r.report_wait);
+                                stats.start.push(r.start);
+                                stats.handoff.push(r.handoff);
                             }
                         }
                     }
@@ -373,8 +429,12 @@ impl Bot {
             let id = lease.id.clone();
             let payload = lease.payload;
             let handle = tokio::spawn(async move {
-                let out = exec.run(&id, payload).await;
+                let (out, workspace) = exec.run(payload).await;
                 let _ = tx.send((id, out));
+                // Cleaned after the result has left for the bot, not before: yield first, so
+                // that the bot's task (woken onto this thread) sends the report meanwhile.
+                tokio::task::yield_now().await;
+                workspace.release();
             });
             slots.insert(lease.id, Slot::Running { abort: handle.abort_handle(), received });
         }
@@ -398,7 +458,7 @@ fn complete(slots: &mut HashMap<String, Slot>, id: String, out: Outcome) {
         result: out.result.map(|r| proto::pack("build.bazel.remote.execution.v2.ActionResult", &r)),
         ..Default::default()
     };
-    let waits = Waits { cas: out.cas_wait, ready: out.ready };
+    let waits = Waits { cas: out.cas_wait, started: out.started, ready: out.ready };
     slots
         .insert(id, Slot::Done { lease: Box::new(lease), received, run_time: out.run_time, waits });
 }

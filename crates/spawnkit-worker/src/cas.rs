@@ -58,6 +58,37 @@ fn waited(t0: Instant) {
     });
 }
 
+/// How long a CAS call refused for the moment is tried again.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Make a unary CAS call (counted as a wait), and again while the server refuses it for the
+/// moment (UNAVAILABLE, or UNKNOWN: a connection broken mid-call), for up to [`RETRY_FOR`]:
+/// a server restart must not cost an action its result, since an action reported
+/// UNAVAILABLE after its command ran would run again elsewhere.
+async fn retrying<T, F, Fut>(mut call: F) -> Result<T, tonic::Status>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, tonic::Status>>,
+{
+    let deadline = Instant::now() + RETRY_FOR;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let t0 = Instant::now();
+        let r = call().await;
+        waited(t0);
+        match r {
+            Err(s)
+                if matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+                    && Instant::now() + backoff < deadline =>
+            {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// What went wrong talking to the CAS, kept apart so a missing input can be reported as
 /// `FAILED_PRECONDITION` naming the digest.
 #[derive(Debug)]
@@ -239,9 +270,12 @@ impl Cas {
             digests,
             ..Default::default()
         };
-        let t0 = Instant::now();
-        let resp = self.cas.clone().batch_read_blobs(self.auth.request(req)).await;
-        waited(t0);
+        let resp = retrying(|| {
+            let mut c = self.cas.clone();
+            let r = self.auth.request(req.clone());
+            async move { c.batch_read_blobs(r).await }
+        })
+        .await;
         let resp = resp?.into_inner();
         for r in resp.responses {
             let d = r.digest.unwrap_or_default();
@@ -343,9 +377,12 @@ impl Cas {
             blob_digests: unique.values().map(|(d, _)| d.clone()).collect(),
             ..Default::default()
         };
-        let t0 = Instant::now();
-        let missing = self.cas.clone().find_missing_blobs(self.auth.request(req)).await;
-        waited(t0);
+        let missing = retrying(|| {
+            let mut c = self.cas.clone();
+            let r = self.auth.request(req.clone());
+            async move { c.find_missing_blobs(r).await }
+        })
+        .await;
         let missing = missing?.into_inner();
         let mut batch = Vec::new();
         let mut batch_size = 0usize;
@@ -386,9 +423,12 @@ impl Cas {
             requests,
             ..Default::default()
         };
-        let t0 = Instant::now();
-        let resp = self.cas.clone().batch_update_blobs(self.auth.request(req)).await;
-        waited(t0);
+        let resp = retrying(|| {
+            let mut c = self.cas.clone();
+            let r = self.auth.request(req.clone());
+            async move { c.batch_update_blobs(r).await }
+        })
+        .await;
         let resp = resp?.into_inner();
         for r in resp.responses {
             if let Some(s) = r.status.filter(|s| s.code != 0) {
@@ -646,6 +686,65 @@ impl LocalCache {
             let _ = std::fs::remove_file(self.dir.join(&name));
             st.entries.remove(&name);
             st.total -= size;
+        }
+    }
+}
+
+/// Input-root `Directory` messages by digest, in memory: input roots of one build share most
+/// of their directories, and a `Directory` is content-addressed, so once fetched it never
+/// needs a round trip again. Bounded by the messages' encoded size; the least recently used
+/// go first.
+pub struct DirCache {
+    limit: u64,
+    state: Mutex<DirState>,
+}
+
+#[derive(Default)]
+struct DirState {
+    /// hash -> (the message, its encoded size, last use tick)
+    entries: HashMap<String, (std::sync::Arc<re::Directory>, u64, u64)>,
+    total: u64,
+    tick: u64,
+}
+
+impl DirCache {
+    pub fn new(limit: u64) -> DirCache {
+        DirCache { limit, state: Mutex::new(DirState::default()) }
+    }
+
+    /// The cached message of `d`, if any.
+    pub fn get(&self, d: &re::Digest) -> Option<std::sync::Arc<re::Directory>> {
+        let mut st = self.state.lock().unwrap();
+        st.tick += 1;
+        let tick = st.tick;
+        let e = st.entries.get_mut(&d.hash)?;
+        e.2 = tick;
+        Some(e.0.clone())
+    }
+
+    /// Remember the message of `d` (already checked against its digest).
+    pub fn insert(&self, d: &re::Digest, dir: std::sync::Arc<re::Directory>) {
+        let size = d.size_bytes.max(0) as u64;
+        let mut st = self.state.lock().unwrap();
+        st.tick += 1;
+        let tick = st.tick;
+        if let Some(old) = st.entries.insert(d.hash.clone(), (dir, size, tick)) {
+            st.total -= old.1;
+        }
+        st.total += size;
+        if st.total <= self.limit {
+            return;
+        }
+        let mut by_age: Vec<(u64, String)> =
+            st.entries.iter().map(|(h, (_, _, t))| (*t, h.clone())).collect();
+        by_age.sort();
+        for (_, h) in by_age {
+            if st.total <= self.limit {
+                break;
+            }
+            if let Some(e) = st.entries.remove(&h) {
+                st.total -= e.1;
+            }
         }
     }
 }

@@ -4,18 +4,19 @@
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
 use bazel_remote_apis::google::protobuf::{Any, Timestamp};
 use bazel_remote_apis::google::rpc::Status;
 use prost::Message;
-use spawnkit::tokio::CommandExt;
 use spawnkit::{Namespaces, Rlimit, Stdio, TmpOptions};
 
 use crate::cas::{
-    count_waits, digest_file, digest_name, digest_of, io_err, Blob, Cas, CasError, LocalCache, Wait,
+    count_waits, digest_file, digest_name, digest_of, io_err, Blob, Cas, CasError, DirCache,
+    LocalCache, Wait,
 };
 use crate::proto::{self, PreconditionFailure, Violation};
 
@@ -51,12 +52,17 @@ impl Default for Fence {
 pub struct Executor {
     pub cas: Cas,
     pub cache: LocalCache,
+    /// The input roots' `Directory` messages already fetched.
+    pub dirs: DirCache,
     pub work_dir: PathBuf,
     pub fence: Fence,
     pub bot_id: String,
     /// Used when the action sets no timeout (and the cap on the one it sets).
     pub default_timeout: Duration,
     pub max_timeout: Duration,
+    /// Clean workspaces (`actions/wN`) ready for the next action, and the next N.
+    pub workspaces: Mutex<Vec<PathBuf>>,
+    pub next_workspace: AtomicU64,
 }
 
 /// What a lease ends with: a status (OK even when the command failed) and a result.
@@ -67,7 +73,9 @@ pub struct Outcome {
     pub run_time: Duration,
     /// The action's waits on the CAS server (its CAS and ByteStream calls).
     pub cas_wait: Wait,
-    /// When the outcome was whole (the start of its wait to be reported).
+    /// When the action's task began, and when the outcome was whole (the start of its wait
+    /// to be reported).
+    pub started: Instant,
     pub ready: Instant,
 }
 
@@ -125,15 +133,74 @@ impl Fail {
     }
 }
 
-/// Removes the action's directory when the action ends, however it ends (a cancelled lease
-/// drops the future that owns it).
-struct DirGuard(PathBuf);
+/// An action's directory, `actions/wN` under the work directory: `root` (the input root)
+/// and `io` (stdout, stderr). Reused from action to action: one that ends is cleaned (the
+/// input root emptied and its mode reset, stdout and stderr truncated) after its result has
+/// been sent, and goes back to the pool, so that an action does not create and delete these
+/// inodes every time (on ext4 without a journal, each new inode is searched for past the
+/// recently deleted ones: that took ~40 % of the worker's CPU in `spawnkit bench worker`).
+/// One dropped without [`release`](Workspace::release) (a cancelled or returned lease, whose
+/// command may still be dying) is removed whole and never reused. Only the pid fence makes
+/// reuse safe (every process of the action is dead once its pid 1 is reaped); without it a
+/// process that left the action's group could still write into the directory or stdout, so
+/// each workspace is removed after its action, as before.
+pub struct Workspace {
+    dir: PathBuf,
+    exec: Arc<Executor>,
+    released: bool,
+}
 
-impl Drop for DirGuard {
-    fn drop(&mut self) {
-        remove_tree(&self.0);
+impl Workspace {
+    /// Clean the directory and give it back to the pool; if it cannot be cleaned, it is
+    /// removed instead.
+    pub fn release(mut self) {
+        if !self.exec.fence.private_pid {
+            return;
+        }
+        let root = self.dir.join("root");
+        let io = self.dir.join("io");
+        let truncate =
+            |p: PathBuf| match std::fs::OpenOptions::new().write(true).truncate(true).open(&p) {
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            };
+        let clean = empty_dir(&root)
+            && (!root.exists()
+                || std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).is_ok())
+            && truncate(io.join("stdout"))
+            && truncate(io.join("stderr"));
+        if clean {
+            self.released = true;
+            self.exec.workspaces.lock().unwrap().push(std::mem::take(&mut self.dir));
+        }
     }
 }
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if !self.released {
+            remove_tree(&self.dir);
+        }
+    }
+}
+
+/// Remove everything inside `dir` (which may be missing); whether it is empty now.
+fn empty_dir(dir: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else { return !dir.exists() };
+    for e in rd.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&p);
+        } else {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    std::fs::read_dir(dir).is_ok_and(|mut rd| rd.next().is_none())
+}
+
+/// Outputs (stdout and stderr included) up to this many bytes in all are hashed on the
+/// action's task; larger ones, or any output directory, on tokio's blocking pool.
+const INLINE_OUTPUTS: u64 = 64 << 10;
 
 /// Remove a directory tree, making directories writable first where the action took that away.
 pub fn remove_tree(dir: &Path) {
@@ -180,35 +247,48 @@ fn safe_name(n: &str) -> Result<&str, Fail> {
 impl Executor {
     /// Run the action of a lease payload to the end. Never fails: a failure of the worker
     /// is a status.
-    pub async fn run(self: &Arc<Self>, lease_id: &str, payload: Option<Any>) -> Outcome {
+    /// The action's [`Workspace`] comes back with the outcome: release it once the outcome
+    /// has been sent.
+    pub async fn run(self: &Arc<Self>, payload: Option<Any>) -> (Outcome, Workspace) {
+        let started = Instant::now();
         let start = SystemTime::now();
         let mut meta = re::ExecutedActionMetadata {
             worker: self.bot_id.clone(),
             worker_start_timestamp: Some(timestamp(start)),
             ..Default::default()
         };
-        let dir = self.work_dir.join("actions").join(sanitize(lease_id));
-        let guard = DirGuard(dir.clone());
+        let ws = self.workspace();
         let mut run_time = Duration::ZERO;
         let (r, cas_wait) =
-            count_waits(self.run_inner(payload, &dir, &mut meta, &mut run_time)).await;
-        drop(guard);
-        match r {
+            count_waits(self.run_inner(payload, &ws.dir, &mut meta, &mut run_time)).await;
+        let out = match r {
             Ok((st, mut result)) => {
                 let mut m = meta;
                 m.worker_completed_timestamp = Some(timestamp(SystemTime::now()));
                 result.execution_metadata = Some(m);
                 let ready = Instant::now();
-                Outcome { status: st, result: Some(result), run_time, cas_wait, ready }
+                Outcome { status: st, result: Some(result), run_time, cas_wait, started, ready }
             }
             Err(f) => Outcome {
                 status: f.into_status(),
                 result: None,
                 run_time,
                 cas_wait,
+                started,
                 ready: Instant::now(),
             },
-        }
+        };
+        (out, ws)
+    }
+
+    /// A clean workspace from the pool, or a new one.
+    fn workspace(self: &Arc<Self>) -> Workspace {
+        let reused = self.workspaces.lock().unwrap().pop();
+        let dir = reused.unwrap_or_else(|| {
+            let n = self.next_workspace.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.work_dir.join("actions").join(format!("w{n}"))
+        });
+        Workspace { dir, exec: self.clone(), released: false }
     }
 
     async fn run_inner(
@@ -237,21 +317,40 @@ impl Executor {
             .command_digest
             .clone()
             .ok_or_else(|| Fail::Invalid("the Action has no command_digest".into()))?;
-        let command: re::Command = self.cas.get_message(&cmd_digest).await?;
+        // The Command and, unless cached, the input root's top Directory: one BatchReadBlobs.
+        let mut want = vec![cmd_digest.clone()];
+        let root_digest = action.input_root_digest.clone().filter(|d| d.size_bytes > 0);
+        let mut fetched_root = None;
+        if let Some(d) = root_digest.as_ref().filter(|d| self.dirs.get(d).is_none()) {
+            if d.hash != cmd_digest.hash {
+                want.push(d.clone());
+            }
+        }
+        let mut got = self.cas.read_blobs(&want).await?;
+        if let Some(d) = want.get(1) {
+            fetched_root = got.remove(&d.hash).map(|data| (d.clone(), data));
+        }
+        let data = got.remove(&cmd_digest.hash).unwrap_or_default();
+        let command = re::Command::decode(data.as_slice()).map_err(|e| {
+            Fail::Cas(CasError::Corrupt(format!(
+                "blob {} does not parse: {e}",
+                digest_name(&cmd_digest)
+            )))
+        })?;
         if command.arguments.is_empty() {
             return Err(Fail::Invalid("the Command has no arguments".into()));
         }
 
         // The input root.
+        // A workspace from the pool has them already, empty.
         let root = dir.join("root");
-        remove_tree(dir);
         std::fs::create_dir_all(&root)
             .map_err(|e| Fail::Internal(format!("mkdir {root:?}: {e}")))?;
         let out_dir = dir.join("io");
         std::fs::create_dir_all(&out_dir)
             .map_err(|e| Fail::Internal(format!("mkdir {out_dir:?}: {e}")))?;
         if let Some(d) = &action.input_root_digest {
-            self.materialize(d, &root).await?;
+            self.materialize(d, fetched_root, &root).await?;
         }
         let workdir_rel = safe_rel(&command.working_directory, "working_directory")?;
         let workdir = root.join(&workdir_rel);
@@ -314,18 +413,32 @@ impl Executor {
         let t0 = Instant::now();
         let mut exit_code;
         let mut st = status(tonic::Code::Ok, "");
-        match c.spawn_async() {
+        // The spawn is a clone-vfork: its thread is blocked until the child's exec (~1 ms
+        // with the fence's namespaces), so it runs on tokio's blocking pool, not on a runtime
+        // thread that other actions' tasks and the bot sessions share.
+        let private_pid = f.private_pid;
+        let spawned = tokio::task::spawn_blocking(move || {
+            let child = c.spawn()?;
+            // In a pid namespace the kernel kills everything inside when pid 1 dies; without
+            // one, the process group is what the command's children share. Made here, so
+            // that an action cancelled during the spawn still ends its group (the child
+            // itself goes with kill_on_drop).
+            let killer = GroupKiller(if private_pid { 0 } else { child.id() as i32 });
+            Ok::<_, spawnkit::Error>((child, killer))
+        })
+        .await
+        .map_err(|e| Fail::Internal(format!("spawn task: {e}")))?;
+        match spawned {
             Err(e) if e.step() == "execve" || e.kind() == spawnkit::ErrorKind::NotFound => {
                 // The command could not start: a result, as a shell reports it.
                 exit_code = e.exit_code();
                 let _ = std::fs::write(&stderr_path, format!("spawnkit worker: {e}\n"));
             }
             Err(e) => return Err(Fail::Internal(format!("spawn: {e}"))),
-            Ok(mut child) => {
+            Ok((child, killer)) => {
+                let mut child = spawnkit::tokio::Child::new(child)
+                    .map_err(|e| Fail::Internal(format!("spawn: {e}")))?;
                 let pgid = child.id().unwrap_or(0) as i32;
-                // In a pid namespace the kernel kills everything inside when pid 1 dies;
-                // without one, the process group is what the command's children share.
-                let killer = GroupKiller(if f.private_pid { 0 } else { pgid });
                 match tokio::time::timeout(timeout, child.wait()).await {
                     Ok(Ok(s)) => exit_code = exit_code_of(s),
                     Ok(Err(e)) => return Err(Fail::Internal(format!("wait: {e}"))),
@@ -356,10 +469,12 @@ impl Executor {
         // Outputs.
         meta.output_upload_start_timestamp = Some(timestamp(SystemTime::now()));
         let mut result = re::ActionResult { exit_code, ..Default::default() };
+        let outputs_small = outputs_size(&workdir, &outputs, [&stdout_path, &stderr_path])
+            .is_some_and(|n| n <= INLINE_OUTPUTS);
         let mut blobs = Vec::new();
         let this = self.clone();
         let workdir2 = workdir.clone();
-        let (result_filled, blobs_filled) = tokio::task::spawn_blocking(move || {
+        let collect = move || {
             let mut result = result;
             for (p, is_dir) in &outputs {
                 this.collect_output(&workdir2, p, *is_dir, legacy_files, &mut result, &mut blobs)?;
@@ -376,30 +491,66 @@ impl Executor {
                 }
             }
             Ok::<_, CasError>((result, blobs))
-        })
-        .await
-        .map_err(|e| Fail::Internal(format!("output task: {e}")))??;
+        };
+        // Small outputs are hashed here: a hop to the blocking pool and back costs more (two
+        // thread wake-ups, each a wait for a CPU on a loaded node) than hashing 64 KiB.
+        let (result_filled, blobs_filled) = if outputs_small {
+            collect()?
+        } else {
+            tokio::task::spawn_blocking(collect)
+                .await
+                .map_err(|e| Fail::Internal(format!("output task: {e}")))??
+        };
         result = result_filled;
         self.cas.upload(blobs_filled).await?;
         meta.output_upload_completed_timestamp = Some(timestamp(SystemTime::now()));
         Ok((st, result))
     }
 
-    /// Fetch the input root's directories, then its files (hard links from the cache).
-    async fn materialize(&self, root_digest: &re::Digest, root: &Path) -> Result<(), Fail> {
-        let mut dirs: HashMap<String, re::Directory> = HashMap::new();
+    /// Fetch the input root's directories (those not in the Directory cache, one level per
+    /// BatchReadBlobs; `fetched`: the root's bytes when they came with the Command), then its
+    /// files (hard links from the content cache).
+    async fn materialize(
+        &self,
+        root_digest: &re::Digest,
+        fetched: Option<(re::Digest, Vec<u8>)>,
+        root: &Path,
+    ) -> Result<(), Fail> {
+        let parse = |d: &re::Digest, data: &[u8]| {
+            re::Directory::decode(data).map(Arc::new).map_err(|e| {
+                Fail::Cas(CasError::Corrupt(format!(
+                    "Directory {} does not parse: {e}",
+                    digest_name(d)
+                )))
+            })
+        };
+        let mut dirs: HashMap<String, Arc<re::Directory>> = HashMap::new();
         let mut level = vec![root_digest.clone()];
+        let mut given = fetched;
         while !level.is_empty() {
-            let got = self.cas.read_blobs(&level).await?;
+            let mut found = Vec::new();
+            let mut wanted = Vec::new();
+            for d in level {
+                if let Some(dir) = self.dirs.get(&d) {
+                    found.push((d, dir));
+                } else if let Some((_, data)) = given.take().filter(|(g, _)| g.hash == d.hash) {
+                    let dir = parse(&d, &data)?;
+                    self.dirs.insert(&d, dir.clone());
+                    found.push((d, dir));
+                } else {
+                    wanted.push(d);
+                }
+            }
+            if !wanted.is_empty() {
+                let got = self.cas.read_blobs(&wanted).await?;
+                for d in wanted {
+                    let dir = parse(&d, got.get(&d.hash).map(Vec::as_slice).unwrap_or_default())?;
+                    self.dirs.insert(&d, dir.clone());
+                    found.push((d, dir));
+                }
+            }
             let mut next = Vec::new();
-            for d in &level {
-                let data = got.get(&d.hash).map(Vec::as_slice).unwrap_or_default();
-                let dir = re::Directory::decode(data).map_err(|e| {
-                    Fail::Cas(CasError::Corrupt(format!(
-                        "Directory {} does not parse: {e}",
-                        digest_name(d)
-                    )))
-                })?;
+            for (d, dir) in found {
                 for sub in &dir.directories {
                     if let Some(sd) = &sub.digest {
                         if !dirs.contains_key(&sd.hash) {
@@ -407,7 +558,7 @@ impl Executor {
                         }
                     }
                 }
-                dirs.insert(d.hash.clone(), dir);
+                dirs.insert(d.hash, dir);
             }
             next.sort_by(|a, b| a.hash.cmp(&b.hash));
             next.dedup();
@@ -635,14 +786,17 @@ fn chown_dirs(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-fn sanitize(id: &str) -> String {
-    let s: String = id
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-        .collect();
-    if s.is_empty() {
-        crate::random_id()
-    } else {
-        s
+/// The bytes of the outputs and of stdout and stderr, if none of them is a directory (a tree
+/// is not sized here: `None`).
+fn outputs_size(workdir: &Path, outputs: &[(String, bool)], io: [&Path; 2]) -> Option<u64> {
+    let mut total = 0;
+    for p in outputs.iter().map(|(p, _)| workdir.join(p)).chain(io.iter().map(|p| p.to_path_buf()))
+    {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => return None,
+            Ok(m) if m.is_file() => total += m.len(),
+            _ => {}
+        }
     }
+    Some(total)
 }

@@ -55,6 +55,9 @@ pub struct Config {
     pub stats_file: Option<PathBuf>,
 }
 
+/// The in-memory cache of input-root `Directory` messages: encoded bytes at most.
+const DIR_CACHE_BYTES: u64 = 64 << 20;
+
 /// A random 128-bit id in hex (upload names, temporary files, bot ids).
 pub(crate) fn random_id() -> String {
     let mut b = [0u8; 16];
@@ -126,24 +129,15 @@ async fn run_async(config: Config) -> Result<Stats, String> {
     let exec = Arc::new(exec::Executor {
         cas: cas::Cas::new(cas_channel, &config.instance, auth.clone()),
         cache,
+        dirs: cas::DirCache::new(DIR_CACHE_BYTES),
         work_dir,
         fence: config.fence.clone(),
         bot_id: bot_id.clone(),
         default_timeout: config.default_timeout,
         max_timeout: config.max_timeout,
+        workspaces: Default::default(),
+        next_workspace: Default::default(),
     });
-    let bot = bot::Bot {
-        client: proto::BotsClient::new(bots_channel),
-        auth,
-        config: bot::BotConfig {
-            instance: config.instance.clone(),
-            bot_id,
-            capacity: config.concurrency,
-            platform: config.platform.clone(),
-            drain_timeout: config.drain_timeout,
-        },
-        exec,
-    };
     let (tx, rx) = tokio::sync::watch::channel(0u32);
     let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM: {e}"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT: {e}"))?;
@@ -156,7 +150,32 @@ async fn run_async(config: Config) -> Result<Stats, String> {
             tx.send_modify(|n| *n += 1);
         }
     });
-    let stats = bot.run(rx).await;
+    // One bot session per slot, each of capacity 1: a slot's result is reported the moment
+    // it is whole, never behind another slot's call (calls are serial per session).
+    let mut bots = Vec::with_capacity(config.concurrency);
+    for slot in 0..config.concurrency {
+        let bot = bot::Bot {
+            client: proto::BotsClient::new(bots_channel.clone()),
+            auth: auth.clone(),
+            config: bot::BotConfig {
+                instance: config.instance.clone(),
+                bot_id: bot::slot_bot_id(&bot_id, slot),
+                capacity: 1,
+                platform: config.platform.clone(),
+                drain_timeout: config.drain_timeout,
+            },
+            exec: exec.clone(),
+        };
+        bots.push(tokio::spawn(bot.run(rx.clone())));
+    }
+    drop(rx);
+    let mut stats = Stats::default();
+    for b in bots {
+        match b.await {
+            Ok(s) => stats.merge(s),
+            Err(e) => eprintln!("spawnkit worker: a bot session's task failed: {e}"),
+        }
+    }
     signals.abort();
     exec::remove_tree(&actions);
     if let Some(path) = &config.stats_file {
@@ -167,7 +186,8 @@ async fn run_async(config: Config) -> Result<Stats, String> {
         let json = format!(
             "{{\"completed\": {}, \"returned\": {}, \"cancelled\": {}, \"sessions\": {}, \
              \"overhead_us\": [{}], \"server_wait_us\": [{}], \"cas_wait_us\": [{}], \
-             \"cas_calls\": [{}], \"report_wait_us\": [{}]}}\n",
+             \"cas_calls\": [{}], \"report_wait_us\": [{}], \"start_us\": [{}], \
+             \"handoff_us\": [{}]}}\n",
             stats.completed,
             stats.returned,
             stats.cancelled,
@@ -177,6 +197,8 @@ async fn run_async(config: Config) -> Result<Stats, String> {
             us(&stats.cas_wait),
             calls.join(", "),
             us(&stats.report_wait),
+            us(&stats.start),
+            us(&stats.handoff),
         );
         std::fs::write(path, json).map_err(|e| format!("--stats-file {}: {e}", path.display()))?;
     }
