@@ -566,16 +566,20 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
         ),
         ("many: no entry at all", many(&[], 0, 24), vec![]),
         (
-            "many: a repeat with no entry before it",
+            "many: a repeat with no entry before it (then a good entry)",
             {
                 let mut b = many(&[], 0, 25);
                 b.extend_from_slice(&frame::REPEAT_ENTRY.to_le_bytes());
                 b.push(n);
-                b[..4].copy_from_slice(&5u32.to_le_bytes());
-                b[7] = n;
+                b.extend_from_slice(&(good_body.len() as u32).to_le_bytes());
+                b.push(n);
+                b.extend_from_slice(&good_body);
+                let body_len = (b.len() - 16) as u32;
+                b[..4].copy_from_slice(&body_len.to_le_bytes());
+                b[7] = 2 * n;
                 b
             },
-            good_fds.clone(),
+            good_fds.iter().chain(&good_fds).copied().collect(),
         ),
         (
             "many: repeats that add up to more than a frame may carry",
@@ -620,16 +624,36 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     }
     ids.sort_unstable();
     assert_eq!(ids, [30, 31], "ids follow the frame's, one per entry");
-    // A repeat entry spawns the entry before it again, with fds of its own: a good entry
-    // and two repeats are three children.
-    let mut bytes = many(&[(good_body.clone(), n)], 3 * n, 40);
-    for _ in 0..2 {
+    // A repeat entry spawns the entry before it again, with fds of its own: a command that
+    // writes to its stdout, then two repeats, each entry with a pipe of its own as stdout:
+    // three children, one line in each pipe.
+    let pipes: Vec<(std::fs::File, std::fs::File)> = (0..3)
+        .map(|_| {
+            let (r, w) = std::io::pipe().unwrap();
+            (
+                std::fs::File::from(std::os::fd::OwnedFd::from(r)),
+                std::fs::File::from(std::os::fd::OwnedFd::from(w)),
+            )
+        })
+        .collect();
+    let mut echo = Command::new("/bin/sh");
+    echo.args(["-c", "echo x"]).current_dir("/").env_clear();
+    echo.stdin(spawnkit::Stdio::Fd(0)).stderr(spawnkit::Stdio::Fd(2));
+    echo.stdout(spawnkit::Stdio::Fd(pipes[0].1.as_raw_fd()));
+    let (echo_body, echo_fds) = echo.to_wire().unwrap();
+    let at = echo_fds.iter().position(|&fd| fd == pipes[0].1.as_raw_fd()).unwrap();
+    let k = echo_fds.len() as u8;
+    let mut bytes = many(&[(echo_body, k)], 3 * k, 40);
+    let mut fds = echo_fds.clone();
+    for p in &pipes[1..] {
         bytes.extend_from_slice(&frame::REPEAT_ENTRY.to_le_bytes());
-        bytes.push(n);
+        bytes.push(k);
+        let mut own = echo_fds.clone();
+        own[at] = p.1.as_raw_fd();
+        fds.extend(own);
     }
     let body_len = (bytes.len() - 16) as u32;
     bytes[..4].copy_from_slice(&body_len.to_le_bytes());
-    let fds: Vec<RawFd> = good_fds.iter().chain(&good_fds).chain(&good_fds).copied().collect();
     send_fds(&c, &bytes, &fds);
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -640,6 +664,13 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     }
     ids.sort_unstable();
     assert_eq!(ids, [40, 41, 42], "one answer per entry, repeats included");
+    for (i, (r, w)) in pipes.into_iter().enumerate() {
+        drop(w);
+        let mut out = String::new();
+        let mut r = r;
+        r.read_to_string(&mut out).unwrap();
+        assert_eq!(out, "x\n", "entry {i}'s stdout: its own pipe, one child");
+    }
     drop(c);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !(marker.exists() && marker2.exists()) && Instant::now() < deadline {

@@ -572,12 +572,14 @@ fn exits_wake_no_server_thread() {
     // requests: the watchdog sleeps for seconds at a time.
     let idle_switches = || -> u64 {
         let mut total = 0;
+        let mut found = false;
         for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
             let dir = task.path();
             let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
             if !comm.starts_with("spawnkit-watchd") {
                 continue;
             }
+            found = true;
             let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
             for line in status.lines() {
                 if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:") {
@@ -585,6 +587,7 @@ fn exits_wake_no_server_thread() {
                 }
             }
         }
+        assert!(found, "no watchdog thread in the server: nothing measured");
         total
     };
     let mut cmd = Command::new("/bin/true");

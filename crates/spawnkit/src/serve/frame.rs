@@ -7,7 +7,7 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 /// The protocol version this build speaks (byte 4 of every header).
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 16;
 /// The largest body a frame may have (4 MiB: room for a command with an environment and
@@ -430,6 +430,25 @@ mod tests {
         std::fs::File::open("/dev/null").unwrap().into()
     }
 
+    /// `n` fds each with an inode of its own (socketpair ends), and those inodes in order.
+    fn distinct_fds(n: usize) -> (Vec<OwnedFd>, Vec<u64>) {
+        let mut fds: Vec<OwnedFd> = Vec::with_capacity(n + 1);
+        while fds.len() < n {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            fds.push(a.into());
+            fds.push(b.into());
+        }
+        fds.truncate(n);
+        let inos = fds.iter().map(ino).collect();
+        (fds, inos)
+    }
+
+    fn ino(fd: &OwnedFd) -> u64 {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap().ino()
+    }
+
     #[test]
     fn a_frame_round_trips_in_pieces() {
         let mut inbox = Inbox::new();
@@ -448,8 +467,11 @@ mod tests {
     #[test]
     fn refusals() {
         let mut b = hdr(Kind::Spawn, 0, 0, 1);
-        b[4] = 2;
-        assert_eq!(Header::decode(&b), Err(FrameError::Version(2)));
+        b[4] = VERSION + 1;
+        assert_eq!(Header::decode(&b), Err(FrameError::Version(VERSION + 1)));
+        // Version 1 had no repeat entries: its peers are told, not misread.
+        b[4] = 1;
+        assert_eq!(Header::decode(&b), Err(FrameError::Version(1)));
         let mut b = hdr(Kind::Spawn, 0, 0, 1);
         b[5] = 99;
         assert_eq!(Header::decode(&b), Err(FrameError::Kind(99)));
@@ -576,6 +598,77 @@ mod tests {
             }
         }
 
+        /// Bodies built from entries, some of them repeats, with fds told apart by their
+        /// inode: split back into the same commands, each entry holding its own fds in
+        /// order (or refused when over `max`). Then the same body with one byte changed,
+        /// or cut short: never a panic, and what is accepted still covers the body exactly
+        /// and hands every fd, in order, to exactly one entry.
+        #[test]
+        fn spawn_many_entries_keep_their_fds(
+            cmds in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..40), 0u8..4, any::<bool>()), 1..70),
+            max in 1usize..=64,
+            at in any::<proptest::sample::Index>(),
+            byte in any::<u8>(),
+            cut in any::<bool>(),
+        ) {
+            let mut body = Vec::new();
+            let mut want: Vec<(Vec<u8>, usize)> = Vec::new();
+            for (i, (b, n, again)) in cmds.iter().enumerate() {
+                let n = *n as usize;
+                if *again && i > 0 {
+                    body.extend_from_slice(&REPEAT_ENTRY.to_le_bytes());
+                    body.push(n as u8);
+                    let prev = want[i - 1].0.clone();
+                    want.push((prev, n));
+                } else {
+                    body.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    body.push(n as u8);
+                    body.extend_from_slice(b);
+                    want.push((b.clone(), n));
+                }
+            }
+            let total: usize = want.iter().map(|(_, n)| n).sum();
+            let (fds, inos) = distinct_fds(total);
+            match split_many(&body, fds, max) {
+                Ok(entries) => {
+                    prop_assert!(want.len() <= max);
+                    prop_assert_eq!(entries.len(), want.len());
+                    let mut next = inos.iter();
+                    for ((b, f), (wb, wn)) in entries.iter().zip(&want) {
+                        prop_assert_eq!(*b, &wb[..]);
+                        prop_assert_eq!(f.len(), *wn);
+                        for fd in f {
+                            prop_assert_eq!(Some(&ino(fd)), next.next());
+                        }
+                    }
+                }
+                Err(e) => {
+                    prop_assert!(want.len() > max);
+                    prop_assert_eq!(e, "more commands than one frame may carry");
+                }
+            }
+            // Damaged: one byte changed, or the body cut short there.
+            let i = at.index(body.len());
+            let mut bad = body.clone();
+            if cut { bad.truncate(i) } else { bad[i] = byte }
+            let (fds, inos) = distinct_fds(total);
+            if let Ok(entries) = split_many(&bad, fds, max) {
+                prop_assert!(!entries.is_empty() && entries.len() <= max);
+                let covered: usize = entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (b, _))| {
+                        let repeat = i > 0 && std::ptr::eq(*b, entries[i - 1].0);
+                        5 + if repeat { 0 } else { b.len() }
+                    })
+                    .sum();
+                prop_assert_eq!(covered, bad.len());
+                let got: Vec<u64> = entries.iter().flat_map(|(_, f)| f.iter().map(ino)).collect();
+                prop_assert_eq!(got, inos);
+            }
+        }
+
         /// A SpawnedMany body of arbitrary bytes: accepted only with one pidfd per entry.
         #[test]
         fn arbitrary_spawned_many_bodies(bytes in proptest::collection::vec(any::<u8>(), 0..200),
@@ -627,6 +720,10 @@ mod tests {
             split_many(&repeat(0), vec![], 4).err(),
             Some("a repeated entry with none before it")
         );
+        // Exactly a frame's worth to decode is allowed (the client may send that).
+        let half = vec![0u8; MAX_BODY / 2];
+        let full = [entry(half.len() as u32, 0, &half), repeat(0)].concat();
+        assert_eq!(split_many(&full, vec![], 4).map(|v| v.len()), Ok(2));
         let big = vec![0u8; MAX_BODY / 2 + 1];
         let amplified = [entry(big.len() as u32, 0, &big), repeat(0)].concat();
         assert_eq!(

@@ -511,24 +511,45 @@ impl Server {
     /// Serve until stopped (the stopper, a signal, the alive pipe, `idle_exit`, or, for a
     /// server without a listener, its last connection closing). Children keep running.
     pub fn run(mut self) -> Result<()> {
-        // No thread of the server takes SIGCHLD. A child's exit sends it to the thread that
-        // made the child; while that thread has every signal blocked (around a clone) the
-        // kernel does not drop it as ignored but hands it to another thread that does not
-        // block it, waking that thread (the watchdog, say) once per exit for nothing. With
-        // it blocked on this thread before the watchdog and spawner threads start (they
-        // inherit the mask), it stays pending, once, and wakes no one. The children's masks
-        // are their commands' own (set in the child), so they see none of this.
-        let chld = 1u64 << (libc::SIGCHLD - 1);
-        let was_blocked = crate::sys::sigmask::thread_mask().is_some_and(|m| m & chld != 0);
-        let _ = crate::sys::sigmask::block(chld);
+        // A server that owns its process (`kernel_reaps`: `spawnkit serve`, a private
+        // server) blocks SIGCHLD in all its threads. A child's exit sends SIGCHLD to the
+        // thread that made the child; while that thread has every signal blocked (around a
+        // clone) the kernel does not drop it as ignored but hands it to a thread that does
+        // not block it, waking that thread (the watchdog, say) once per exit for nothing.
+        // Blocked everywhere (the watchdog and spawner threads inherit this thread's mask),
+        // it stays pending, once, and wakes no one. A server on a thread of a bigger process
+        // leaves the mask alone: there a blocked SIGCHLD would go to the host's threads at
+        // every exit instead of being dropped. The children's masks are their commands' own.
+        let _sigchld = self.opts.kernel_reaps.then(SigchldBlocked::new);
         let result = Looper::new(&mut self).and_then(|mut looper| looper.run());
-        if !was_blocked {
-            let _ = crate::sys::sigmask::unblock(chld);
-        }
         for p in &self.made {
             let _ = std::fs::remove_file(p);
         }
         result
+    }
+}
+
+/// SIGCHLD blocked on this thread for as long as it lives (restored on drop, a panic
+/// included, unless it was blocked before).
+struct SigchldBlocked {
+    was_blocked: bool,
+}
+
+impl SigchldBlocked {
+    const BIT: u64 = 1u64 << (libc::SIGCHLD - 1);
+
+    fn new() -> SigchldBlocked {
+        let was_blocked = crate::sys::sigmask::thread_mask().is_some_and(|m| m & Self::BIT != 0);
+        let _ = crate::sys::sigmask::block(Self::BIT);
+        SigchldBlocked { was_blocked }
+    }
+}
+
+impl Drop for SigchldBlocked {
+    fn drop(&mut self) {
+        if !self.was_blocked {
+            let _ = crate::sys::sigmask::unblock(Self::BIT);
+        }
     }
 }
 
