@@ -642,6 +642,9 @@ pub fn json(res: &Results) -> Value {
                 tmpfs on /tmp, pid namespace; /bin/true spawn -> exit, median, minus the same \
                 spawn without a fence) over bubblewrap's (bwrap --unshare-net --unshare-pid \
                 --tmpfs /tmp --dev-bind / / /bin/true, started the same way, minus the same)",
+            "server_caller_cpu_batch_max/vfork_cpu": "in other_ratios: the same as \
+                server_caller_cpu/vfork_cpu with 64 requests per message (a SpawnMany frame's \
+                most), the batch the API allows",
             "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
                 beside vfork+exec, the floor under the server ratios",
         },
@@ -866,8 +869,9 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
     );
     writeln!(
         o,
-        "   the server: {} requests submitted in one message, then received, then waited for; the others one at a time",
-        server::IN_FLIGHT
+        "   the server: {} (or {}) requests submitted in one message, then received, then waited for; the others one at a time",
+        server::IN_FLIGHT,
+        server::BATCH_MAX
     );
     write!(o, "{:<w$}", "row");
     for s in sizes {

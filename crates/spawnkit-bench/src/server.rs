@@ -4,7 +4,8 @@
 //!
 //! * latency, request → the tiny child's first instruction (Triplett's method, as `latency`);
 //! * the calling thread's own CPU per spawn (getrusage(RUSAGE_THREAD)), the child waited for:
-//!   for the server, 16 requests submitted in one message (`submit_many`), then their 16
+//!   for the server, 16 requests submitted in one message (`submit_many`; a second row with
+//!   64, the most one message carries: "batched where the API allows"), then their 16
 //!   answers received, then the 16 children waited for; for the others, spawn and wait,
 //!   one at a time;
 //! * throughput from one calling thread: the server with up to 16 requests in flight (or
@@ -38,6 +39,10 @@ pub const SIZES: [Size; 2] = [Size::Small, Size::Touched];
 
 /// Requests in flight from the one calling thread (CPU and throughput).
 pub const IN_FLIGHT: usize = 16;
+
+/// The most requests one message may carry (a SpawnMany frame): the CPU row "batched as
+/// the API allows".
+pub const BATCH_MAX: usize = spawnkit::serve::frame::MAX_BATCH_REPLY;
 
 /// Spawns per turn of a row (latency: as the latency method's turns).
 pub const BLOCK: usize = 10;
@@ -135,6 +140,9 @@ impl ServerResults {
                 let rtt = self.floor.get(&size).map(|f| f.0.min_us);
                 div(rtt.zip(lat("vfork_exec")).map(|(a, b)| a + b), lat("vfork_exec"))
             }
+            "server_caller_cpu_batch_max/vfork_cpu" => {
+                div(cpu("spawnkit_server_batch_max"), cpu("vfork_exec"))
+            }
             "floor: socket round trip cpu/vfork_cpu" => {
                 div(self.floor.get(&size).map(|f| f.1), cpu("vfork_exec"))
             }
@@ -158,13 +166,18 @@ pub const RATIOS: [Target; 5] = [
     Target { key: "py_server_cpu/py_local_cpu", target: 0.5, at_least: false },
 ];
 
-/// The floors under the first two ratios, measured in the same run (in `other_ratios`).
-pub const FLOORS: [&str; 2] =
-    ["floor: (socket round trip + vfork)/vfork", "floor: socket round trip cpu/vfork_cpu"];
+/// In `other_ratios`: the caller's CPU with as many requests per message as the API allows
+/// (the target's "batched where the API allows"; the main ratio keeps 16 per message), and
+/// the floors under the first two ratios, all measured in the same run.
+pub const FLOORS: [&str; 3] = [
+    "server_caller_cpu_batch_max/vfork_cpu",
+    "floor: (socket round trip + vfork)/vfork",
+    "floor: socket round trip cpu/vfork_cpu",
+];
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
-    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs;
+    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs + runs;
     SIZES.len() * (per_size + if python { 3 * runs } else { 0 })
 }
 
@@ -281,25 +294,38 @@ fn cpu_block(
     null: RawFd,
     n: usize,
 ) -> Result<f64, String> {
-    let c0 = sys::thread_cpu_us();
     if way == Way::Server {
-        let cmd = tiny(prog, null);
-        let mut left = n;
-        while left > 0 {
-            let k = left.min(IN_FLIGHT);
-            // One message for the k requests (a SpawnMany frame): the batched API.
-            client.submit_many(std::iter::repeat_n(&cmd, k)).map_err(|e| e.to_string())?;
-            let mut children = Vec::with_capacity(k);
-            for _ in 0..k {
-                children.push(client.receive().map_err(|e| e.to_string())?.1);
-            }
-            for c in children {
-                wait_ok(c.map_err(|e| e.to_string())?)?;
-            }
-            left -= k;
+        return cpu_batched(client, prog, null, n, IN_FLIGHT);
+    }
+    let c0 = sys::thread_cpu_us();
+    spawn_wait(way, client, prog, null, n)?;
+    Ok(sys::thread_cpu_us() - c0)
+}
+
+/// The caller's CPU for `n` spawns of the server, `batch` requests at a time: submitted in
+/// one message (a SpawnMany frame: the batched API), their answers received, their children
+/// waited for.
+fn cpu_batched(
+    client: &mut Client,
+    prog: &CStr,
+    null: RawFd,
+    n: usize,
+    batch: usize,
+) -> Result<f64, String> {
+    let c0 = sys::thread_cpu_us();
+    let cmd = tiny(prog, null);
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(batch);
+        client.submit_many(std::iter::repeat_n(&cmd, k)).map_err(|e| e.to_string())?;
+        let mut children = Vec::with_capacity(k);
+        for _ in 0..k {
+            children.push(client.receive().map_err(|e| e.to_string())?.1);
         }
-    } else {
-        spawn_wait(way, client, prog, null, n)?;
+        for c in children {
+            wait_ok(c.map_err(|e| e.to_string())?)?;
+        }
+        left -= k;
     }
     Ok(sys::thread_cpu_us() - c0)
 }
@@ -357,6 +383,7 @@ pub fn run(
     let client = server.client();
     let mut lat: Vec<BTreeMap<Size, Stats>> = vec![BTreeMap::new(); WAYS.len()];
     let mut cpu: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
+    let mut cpu_max: BTreeMap<Size, f64> = BTreeMap::new();
     let mut tp: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
     let mut floor = BTreeMap::new();
     for size in SIZES {
@@ -385,8 +412,10 @@ pub fn run(
             }
         }
         // (b) the calling thread's CPU, in turns of 2 × IN_FLIGHT spawns
+        //     and the server with BATCH_MAX requests per message, taking the same turns
         let turn = 2 * IN_FLIGHT;
         let mut acc = vec![(0.0, 0usize); WAYS.len()];
+        let mut acc_max = (0.0, 0usize);
         for round in 0..runs.div_ceil(turn) {
             for k in 0..WAYS.len() {
                 let i = (round + k) % WAYS.len();
@@ -396,11 +425,22 @@ pub fn run(
                 acc[i].1 += n;
                 progress.inc(n as u64);
             }
+            // 64 per message every other round: spread over the rounds as the others are.
+            let n = BATCH_MAX.min(runs - acc_max.1);
+            if n > 0 && round % 2 == 0 {
+                acc_max.0 += cpu_batched(client, prog, null_fd, n, BATCH_MAX)
+                    .map_err(|e| format!("server cpu, {BATCH_MAX} per message: {e}"))?;
+                acc_max.1 += n;
+                progress.inc(n as u64);
+            }
         }
         for (i, (us, n)) in acc.into_iter().enumerate() {
             if n > 0 {
                 cpu[i].insert(size, us / n as f64);
             }
+        }
+        if acc_max.1 > 0 {
+            cpu_max.insert(size, acc_max.0 / acc_max.1 as f64);
         }
         // (c) throughput from this one thread
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
@@ -444,6 +484,11 @@ pub fn run(
             .iter()
             .zip(cpu)
             .map(|(w, values)| ValueRow { id: w.id().into(), name: w.name().into(), values })
+            .chain(std::iter::once(ValueRow {
+                id: "spawnkit_server_batch_max".into(),
+                name: format!("spawnkit private server, {BATCH_MAX} per message"),
+                values: cpu_max,
+            }))
             .collect(),
         throughput: WAYS
             .iter()
