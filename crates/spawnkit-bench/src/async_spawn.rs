@@ -1,9 +1,12 @@
 //! Method 7, async spawning (issue 15): start TOTAL processes (1,000) with at most LIMIT (64)
 //! running and wait for all of them, from one event loop, with the tiny static child and with
 //! /bin/true: `tokio::process` beside spawnkit's tokio face (`spawn_async`, waiting on the
-//! pidfd), on a current-thread tokio runtime (one per round, the same for both rows); and
-//! asyncio's `create_subprocess_exec` (default watcher, `PidfdChildWatcher`) beside
-//! `spawnkit.asyncio` through bench/python_async.py (embedded).
+//! pidfd) and its async `Client` through a private server, on a current-thread tokio runtime
+//! (one per round, the same for all three rows); two floor rows, the same children started and
+//! reaped from one thread with no runtime at all (what `tokio::process` and the local face
+//! could reach at best on the runtime's one thread); and asyncio's `create_subprocess_exec`
+//! (default watcher, `PidfdChildWatcher`) beside `spawnkit.asyncio`, locally and through a
+//! private server, through bench/python_async.py (embedded).
 //!
 //! Per row: the wall time, processes per second, the event loop's longest stall (the largest
 //! gap between two ticks of a 1 ms timer running on the same loop while the spawning runs,
