@@ -334,3 +334,22 @@ def test_uvloop_through_a_server(through):
     uvloop = pytest.importorskip("uvloop")
     (ppid, stdin, fds, rc), threads = child_view(uvloop.run)
     assert (ppid, stdin, rc) == (through.pid, "/dev/null", 0)
+
+
+def test_a_closed_loop_is_not_kept():
+    # The face's per-loop state is weak: a finished loop is freed.
+    import gc
+    import weakref
+
+    loop = asyncio.new_event_loop()
+
+    async def main():
+        p = await ska.create_subprocess_exec("true")
+        return await p.wait()
+
+    assert loop.run_until_complete(main()) == 0
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None

@@ -118,20 +118,20 @@ class _Turn:
     """Per loop: the time spent spawning in this turn of the loop, and the tasks waiting for
     the next turn (woken one at a time, in order, while the turn has time left)."""
 
-    __slots__ = ("loop", "spent", "reset", "waiting", "__weakref__")
+    # No reference to the loop: it is the key of this value in the weak `_turns`.
+    __slots__ = ("spent", "reset", "waiting")
 
-    def __init__(self, loop):
-        self.loop = loop
+    def __init__(self):
         self.spent = 0.0
         self.reset = False
         self.waiting = _collections.deque()
 
-    def charge(self, seconds):
-        """Count `seconds` of spawning against this turn."""
+    def charge(self, loop, seconds):
+        """Count `seconds` of spawning on `loop` against this turn."""
         self.spent += seconds
         if not self.reset:
             self.reset = True
-            self.loop.call_soon(self.next_turn)
+            loop.call_soon(self.next_turn)
 
     def next_turn(self):
         self.spent = 0.0
@@ -155,7 +155,7 @@ async def _take_turn(loop):
     """Wait, in order, for a turn of the loop with time left for spawning."""
     turn = _turns.get(loop)
     if turn is None:
-        turn = _turns[loop] = _Turn(loop)
+        turn = _turns[loop] = _Turn()
     if turn.spent >= SPAWN_SLICE or turn.waiting:
         f = loop.create_future()
         turn.waiting.append(f)
@@ -293,7 +293,7 @@ async def _spawn_here(loop, args, shell, stdin, stdout, stderr, bufsize, kwargs,
     try:
         return _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, via)
     finally:
-        turn.charge(_time.perf_counter() - started)
+        turn.charge(loop, _time.perf_counter() - started)
         turn.wake()
 
 
