@@ -115,20 +115,25 @@ SPAWN_SLICE = 0.002
 
 
 class _Turn:
-    """Per loop: the time spent spawning in this turn of the loop, and the tasks waiting for
-    the next turn (woken one at a time, in order, while the turn has time left)."""
+    """Per loop: the time spent spawning in this turn of the loop, the last spawn's cost, and
+    the tasks waiting for a turn with time left. A new turn wakes as many of them, in order,
+    as the last spawn's cost says fit in a slice; one that finds the slice used up when it
+    runs waits again, ahead of the others."""
 
     # No reference to the loop: it is the key of this value in the weak `_turns`.
-    __slots__ = ("spent", "reset", "waiting")
+    __slots__ = ("spent", "last", "reset", "waiting", "again")
 
     def __init__(self):
         self.spent = 0.0
+        self.last = 0.0
         self.reset = False
         self.waiting = _collections.deque()
+        self.again = []  # woken too late in a full turn: first in the next
 
     def charge(self, loop, seconds):
         """Count `seconds` of spawning on `loop` against this turn."""
         self.spent += seconds
+        self.last = seconds
         if not self.reset:
             self.reset = True
             loop.call_soon(self.next_turn)
@@ -136,15 +141,18 @@ class _Turn:
     def next_turn(self):
         self.spent = 0.0
         self.reset = False
-        self.wake()
+        if self.again:
+            self.waiting.extendleft(reversed(self.again))
+            self.again = []
+        self.wake(max(1, int(SPAWN_SLICE / max(self.last, 1e-5))))
 
-    def wake(self):
-        """Let the first waiting task go, if this turn has time left."""
-        while self.waiting and self.spent < SPAWN_SLICE:
+    def wake(self, n=1):
+        """Let the first `n` waiting tasks go."""
+        while self.waiting and n > 0:
             f = self.waiting.popleft()
             if not f.done():
                 f.set_result(None)
-                return
+                n -= 1
 
 
 # Per loop.
@@ -156,14 +164,21 @@ async def _take_turn(loop):
     turn = _turns.get(loop)
     if turn is None:
         turn = _turns[loop] = _Turn()
-    if turn.spent >= SPAWN_SLICE or turn.waiting:
+    queue = turn.waiting
+    while turn.spent >= SPAWN_SLICE or queue:
         f = loop.create_future()
-        turn.waiting.append(f)
+        queue.append(f)
         try:
             await f
         except BaseException:
             turn.wake()  # pass the turn on
             raise
+        if turn.spent < SPAWN_SLICE:
+            break
+        queue = turn.again
+        if not turn.reset:  # pragma: no cover - a full turn has its next one scheduled
+            turn.reset = True
+            loop.call_soon(turn.next_turn)
     return turn
 
 
@@ -294,7 +309,6 @@ async def _spawn_here(loop, args, shell, stdin, stdout, stderr, bufsize, kwargs,
         return _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, via)
     finally:
         turn.charge(loop, _time.perf_counter() - started)
-        turn.wake()
 
 
 async def _make_transport(loop, protocol, args, shell, stdin, stdout, stderr, bufsize,
