@@ -1,9 +1,11 @@
 """spawnkit.asyncio: asyncio's subprocess API with spawnkit children waited for by pidfd.
 
-CPython's own Lib/test/test_asyncio/test_subprocess.py runs against it twice: on
+CPython's own Lib/test/test_asyncio/test_subprocess.py runs against it three times: on
 spawnkit.asyncio's event loop (so `asyncio.create_subprocess_exec` and `loop.subprocess_exec`
-go through spawnkit unchanged) and with `spawnkit.asyncio.create_subprocess_exec`/`_shell` in
-place of asyncio's on a plain loop. Tests that mock CPython internals are listed with why.
+go through spawnkit unchanged), the same with a private spawn server set process-wide
+(`spawnkit.subprocess.use_server`: requests in flight, answers awaited through the loop), and
+with `spawnkit.asyncio.create_subprocess_exec`/`_shell` in place of asyncio's on a plain loop.
+Tests that mock CPython internals are listed with why.
 """
 
 import asyncio
@@ -25,16 +27,41 @@ NOT_APPLICABLE = {
     "test_popen_error_with_stdin_pipe": "mocks the standard subprocess.Popen (as above)",
 }
 
+# test name -> why it does not apply through a spawn server (the server run only)
+NOT_THROUGH_A_SERVER = {
+    name: "passes close_fds=False, which a spawn server refuses (it would hand over the "
+          "server's own fds: docs/protocol.md); test_close_fds_false_refused_through_a_server "
+          "checks the refusal"
+    for name in ("test_devnull_error", "test_devnull_input", "test_devnull_output",
+                 "test_devstdin_input", "test_empty_input", "test_stdin_not_inheritable")
+}
+
 RUNNER = textwrap.dedent("""
     import asyncio, sys, unittest
-    import spawnkit.asyncio as ska
+    import spawnkit, spawnkit.asyncio as ska, spawnkit.subprocess as sks
     from test.test_asyncio import test_subprocess as T, utils as test_utils
+
+    SERVER = spawnkit.Server()  # forked now, while this process is small
 
     class SpawnkitLoopTests(T.SubprocessMixin, test_utils.TestCase):
         def setUp(self):
             super().setUp()
             self.loop = ska.new_event_loop()
             self.set_event_loop(self.loop)
+
+    class SpawnkitServerTests(SpawnkitLoopTests):
+        # Every child through the private server, its answer awaited by the loop.
+        def setUp(self):
+            super().setUp()
+            sks.use_server(SERVER)
+
+        def tearDown(self):
+            sks.use_server(None)
+            super().tearDown()
+
+    for name in sys.argv[1].split(","):
+        setattr(SpawnkitServerTests, name, unittest.skip("refused through a server")(
+            lambda self: None))
 
     class SpawnkitFunctionsTests(T.SubprocessMixin, test_utils.TestCase):
         # asyncio's create_subprocess_* replaced by spawnkit's on a plain loop (the tests that
@@ -62,7 +89,7 @@ RUNNER = textwrap.dedent("""
             watcher.attach_loop(None)
             watcher.close()
 
-    skip = set(sys.argv[1:])
+    skip = set(sys.argv[2:])
 
     def tests(suite):
         for t in suite:
@@ -72,11 +99,12 @@ RUNNER = textwrap.dedent("""
                 yield t
 
     load = unittest.defaultTestLoader.loadTestsFromTestCase
-    loaded = unittest.TestSuite([load(SpawnkitLoopTests), load(SpawnkitFunctionsTests)])
+    loaded = unittest.TestSuite([load(SpawnkitLoopTests), load(SpawnkitServerTests),
+                                 load(SpawnkitFunctionsTests)])
     keep = unittest.TestSuite(t for t in tests(loaded) if t.id().rsplit(".", 1)[-1] not in skip)
     result = unittest.TextTestRunner(verbosity=1).run(keep)
     print(f"{result.testsRun} run, {len(result.failures)} failures, {len(result.errors)} errors")
-    sys.exit(0 if result.wasSuccessful() and result.testsRun > 40 else 1)
+    sys.exit(0 if result.wasSuccessful() and result.testsRun > 60 else 1)
 """)
 
 
@@ -87,7 +115,8 @@ def test_cpython_test_asyncio_subprocess_passes_with_spawnkit():
         pytest.skip("this Python has no test package (Lib/test)")
     env = dict(os.environ)
     env.pop("PYTHONWARNINGS", None)
-    r = subprocess.run([sys.executable, "-c", RUNNER, *NOT_APPLICABLE], capture_output=True,
+    r = subprocess.run([sys.executable, "-c", RUNNER, ",".join(NOT_THROUGH_A_SERVER),
+                        *NOT_APPLICABLE], capture_output=True,
                        text=True, timeout=600, env=env, cwd=os.path.dirname(__file__))
     tail = "\n".join((r.stdout + r.stderr).splitlines()[-60:])
     assert r.returncode == 0, tail
@@ -178,3 +207,149 @@ def test_uvloop_loops_work_too():
         return await p.communicate(b"via uvloop"), p.returncode
 
     assert uvloop.run(main()) == ((b"via uvloop", None), 0)
+
+
+CHILD_VIEW = ("import os; print(os.getppid(), os.readlink('/proc/self/fd/0'), "
+              "sorted(int(n) for n in os.listdir('/proc/self/fd')))")
+
+
+def child_view(run):
+    """(ppid, stdin's target, open fds) as a child started by `run`'s loop sees them, and the
+    threads this process had at most meanwhile."""
+    threads = []
+
+    async def main():
+        p = await ska.create_subprocess_exec(sys.executable, "-c", CHILD_VIEW,
+                                             stdin=asyncio.subprocess.DEVNULL,
+                                             stdout=asyncio.subprocess.PIPE)
+        threads.append(threading.active_count())
+        out, _ = await p.communicate()
+        ppid, stdin, fds = out.decode().split(" ", 2)
+        return int(ppid), stdin, fds.strip(), p.returncode
+
+    return run(main()), max(threads)
+
+
+@pytest.fixture(scope="module")
+def server():
+    import spawnkit
+    with spawnkit.Server() as s:
+        yield s
+
+
+@pytest.fixture
+def through(server):
+    import spawnkit.subprocess as sks
+    sks.use_server(server)
+    yield server
+    sks.use_server(None)
+
+
+def test_plain_streams_as_cpython_gives_them():
+    # The fast path (argv and streams only): stdin is /dev/null, the parent is this process,
+    # and the child has 0-2 and nothing else of ours (fd 3 is its own listdir's).
+    (ppid, stdin, fds, rc), threads = child_view(asyncio.run)
+    assert (ppid, stdin, fds, rc, threads) == (os.getpid(), "/dev/null", "[0, 1, 2, 3]", 0, 1)
+
+
+def test_through_a_server_the_child_is_the_servers(through):
+    # With a spawn server set process-wide, the loop sends the request and awaits the answer:
+    # the child's parent is the server (this thread never cloned it), no thread was made.
+    before = open_fds()
+    (ppid, stdin, fds, rc), threads = child_view(asyncio.run)
+    assert (ppid, stdin, fds, rc, threads) == (through.pid, "/dev/null", "[0, 1, 2, 3]", 0, 1)
+    assert open_fds() == before
+
+
+def test_many_in_flight_through_a_server(through):
+    # 200 children, 64 at a time, each its own exit code: every answer reaches its own task.
+    async def main():
+        sem = asyncio.Semaphore(64)
+
+        async def one(i):
+            async with sem:
+                p = await ska.create_subprocess_exec("sh", "-c", f"exit {i % 100}")
+                return await p.wait()
+
+        return await asyncio.gather(*(one(i) for i in range(200)))
+
+    assert asyncio.run(main()) == [i % 100 for i in range(200)]
+
+
+def test_errors_through_a_server_as_locally(through):
+    before = open_fds()
+
+    async def main():
+        with pytest.raises(FileNotFoundError) as e:
+            await ska.create_subprocess_exec("/no/such/program", stdin=asyncio.subprocess.PIPE,
+                                             stdout=asyncio.subprocess.PIPE)
+        with pytest.raises(ValueError, match="close_other_fds"):
+            await ska.create_subprocess_exec("true", close_fds=False)
+        return e.value.filename
+
+    assert asyncio.run(main()) == "/no/such/program"
+    assert open_fds() == before
+
+
+def test_close_fds_false_refused_through_a_server(through):
+    async def main():
+        with pytest.raises(ValueError, match="hand over the server's fds"):
+            await ska.create_subprocess_exec("true", stdin=asyncio.subprocess.DEVNULL,
+                                             close_fds=False)
+
+    asyncio.run(main())
+
+
+def processes_with_arg(arg):
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if arg.encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            pass
+    return found
+
+
+def test_a_cancelled_request_leaves_no_child(through):
+    # Cancelled while its answer is awaited: the child the server started is killed and
+    # reaped, and the task sees its cancellation.
+    marker = f"30.{os.getpid()}"
+
+    async def main():
+        t = asyncio.ensure_future(ska.create_subprocess_exec("sleep", marker))
+        await asyncio.sleep(0)  # the request is out, its answer awaited
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        p = await ska.create_subprocess_exec("true")  # the connection still works
+        return await p.wait()
+
+    assert asyncio.run(main()) == 0
+    assert processes_with_arg(marker) == []
+
+
+def test_uvloop_through_a_server(through):
+    uvloop = pytest.importorskip("uvloop")
+    (ppid, stdin, fds, rc), threads = child_view(uvloop.run)
+    assert (ppid, stdin, rc) == (through.pid, "/dev/null", 0)
+
+
+def test_a_closed_loop_is_not_kept():
+    # The face's per-loop state is weak: a finished loop is freed.
+    import gc
+    import weakref
+
+    loop = asyncio.new_event_loop()
+
+    async def main():
+        p = await ska.create_subprocess_exec("true")
+        return await p.wait()
+
+    assert loop.run_until_complete(main()) == 0
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None

@@ -19,11 +19,14 @@ children too::
 """
 
 import asyncio as _asyncio
+import collections as _collections
 import subprocess as _std_subprocess
+import threading as _threading
 import time as _time
 import weakref as _weakref
 from asyncio import base_subprocess as _base_subprocess
 from asyncio import events as _events
+from asyncio import log as _log
 from asyncio import streams as _streams
 from asyncio.subprocess import Process, SubprocessStreamProtocol
 
@@ -45,33 +48,50 @@ DEVNULL = _std_subprocess.DEVNULL
 
 
 class _Transport(_base_subprocess.BaseSubprocessTransport):
-    """asyncio's subprocess transport with the child started by ``spawnkit.subprocess``."""
+    """asyncio's subprocess transport for a child ``spawnkit.subprocess`` started (a
+    ``Popen`` given, not made here as ``BaseSubprocessTransport.__init__`` does)."""
 
-    def _start(self, args, shell, stdin, stdout, stderr, bufsize, **kwargs):
-        self._proc = _sk_subprocess.Popen(
-            args, shell=shell, stdin=stdin, stdout=stdout, stderr=stderr,
-            universal_newlines=False, bufsize=bufsize, **kwargs)
+    def __init__(self, loop, protocol, proc, stdin, stdout, stderr, extra=None):
+        # BaseSubprocessTransport's state, as its __init__ sets it once the child started.
+        _asyncio.SubprocessTransport.__init__(self, extra)
+        self._closed = False
+        self._protocol = protocol
+        self._loop = loop
+        self._proc = proc
+        self._pid = proc.pid
+        self._returncode = None
+        self._exit_waiters = []
+        self._pending_calls = _collections.deque()
+        self._pipes = {}
+        self._finished = False
+        if stdin == PIPE:
+            self._pipes[0] = None
+        if stdout == PIPE:
+            self._pipes[1] = None
+        if stderr == PIPE:
+            self._pipes[2] = None
+        self._extra["subprocess"] = proc
+        if loop.get_debug():
+            _log.logger.debug("process %r created: pid %s", proc.args[0], self._pid)
 
 
 def _watch(loop, transport):
     """Call ``transport._process_exited`` once the child's pidfd is readable (it exited)."""
     proc = transport._proc
-    # The native handle owns the pidfd: holding it keeps the fd open (and so registered only
-    # once in the selector) even if something reaps the child through the Popen first.
+    # The native handle owns the pidfd: holding it (the default argument) keeps the fd open,
+    # and so registered only once in the selector, even if something reaps the child through
+    # the Popen first; it goes with the callback once the reader is removed.
     child = proc._child
     pidfd = child.pidfd
 
-    def exited():
+    def exited(child=child):
         loop.remove_reader(pidfd)
         rc = proc.poll()
         if rc is None:  # pragma: no cover - a readable pidfd means the child has exited
             rc = proc.wait()
         if transport._returncode is None:
             transport._process_exited(rc)
-        # `child` (and the pidfd) can go now.
-        del handle[:]
 
-    handle = [child]
     loop.add_reader(pidfd, exited)
 
 
@@ -93,39 +113,227 @@ def _check(universal_newlines, bufsize, text, encoding, errors):
 #: spawn at once take turns with the loop's other work instead of holding it for all of them.
 SPAWN_SLICE = 0.002
 
-# Per loop: [seconds spent spawning in this turn, a reset is scheduled].
+
+class _Turn:
+    """Per loop: the time spent spawning in this turn of the loop, the last spawn's cost, and
+    the tasks waiting for a turn with time left. A new turn wakes as many of them, in order,
+    as the last spawn's cost says fit in a slice; one that finds the slice used up when it
+    runs waits again, ahead of the others."""
+
+    # No reference to the loop: it is the key of this value in the weak `_turns`.
+    __slots__ = ("spent", "last", "reset", "waiting", "again")
+
+    def __init__(self):
+        self.spent = 0.0
+        self.last = 0.0
+        self.reset = False
+        self.waiting = _collections.deque()
+        self.again = []  # woken too late in a full turn: first in the next
+
+    def charge(self, loop, seconds):
+        """Count `seconds` of spawning on `loop` against this turn."""
+        self.spent += seconds
+        self.last = seconds
+        if not self.reset:
+            self.reset = True
+            loop.call_soon(self.next_turn)
+
+    def next_turn(self):
+        self.spent = 0.0
+        self.reset = False
+        if self.again:
+            self.waiting.extendleft(reversed(self.again))
+            self.again = []
+        self.wake(max(1, int(SPAWN_SLICE / max(self.last, 1e-5))))
+
+    def wake(self, n=1):
+        """Let the first `n` waiting tasks go."""
+        while self.waiting and n > 0:
+            f = self.waiting.popleft()
+            if not f.done():
+                f.set_result(None)
+                n -= 1
+
+
+# Per loop.
 _turns = _weakref.WeakKeyDictionary()
 
 
-def _reset_turn(state):
-    state[0] = 0.0
-    state[1] = False
-
-
 async def _take_turn(loop):
-    """Wait for the next turn of the loop if this one has had its slice of spawning."""
-    state = _turns.get(loop)
-    if state is None:
-        state = _turns[loop] = [0.0, False]
-    while state[0] >= SPAWN_SLICE:
-        await _asyncio.sleep(0)
-    return state
+    """Wait, in order, for a turn of the loop with time left for spawning."""
+    turn = _turns.get(loop)
+    if turn is None:
+        turn = _turns[loop] = _Turn()
+    queue = turn.waiting
+    while turn.spent >= SPAWN_SLICE or queue:
+        f = loop.create_future()
+        queue.append(f)
+        try:
+            await f
+        except BaseException:
+            turn.wake()  # pass the turn on
+            raise
+        if turn.spent < SPAWN_SLICE:
+            break
+        queue = turn.again
+        if not turn.reset:  # pragma: no cover - a full turn has its next one scheduled
+            turn.reset = True
+            loop.call_soon(turn.next_turn)
+    return turn
+
+
+def _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, via=None, submit_only=False):
+    """The child's ``Popen`` (`_plain`'s when nothing but the streams is asked for)."""
+    if shell:
+        args = ["/bin/sh", "-c", args]
+    else:
+        args = list(args)
+    if (not kwargs and _sk_subprocess._is_plain_stream(stdin)
+            and _sk_subprocess._is_plain_stream(stdout)
+            and _sk_subprocess._is_plain_stream(stderr)):
+        return _sk_subprocess._plain(args, stdin, stdout, stderr, via, submit_only)
+    proc = _sk_subprocess.Popen.__new__(_sk_subprocess.Popen)
+    proc._sk_via = via
+    proc._sk_submit_only = submit_only
+    proc.__init__(args, stdin=stdin, stdout=stdout, stderr=stderr,
+                  universal_newlines=False, bufsize=bufsize, **kwargs)
+    return proc
+
+
+def _server():
+    """The process-wide spawn server (``spawnkit.subprocess.use_server``, ``$SPAWNKIT_SERVER``)
+    or None, and whether its answers can be awaited (its children's pidfds tell their status:
+    else a spawn through it waits for the answer, as ``spawnkit.subprocess`` does)."""
+    if _sk_subprocess._server_state is None:
+        return None, False
+    server = _sk_subprocess._process_server()
+    return server, not server.exit_frames
+
+
+class _Answers:
+    """One spawn server's requests awaited by event loops: a future per request, resolved
+    when the server's socket is readable and ``Server.answered`` lists it (each loop that
+    waits watches the socket; answers read by one loop for another's request are handed
+    over with ``call_soon_threadsafe``)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.fd = server.fileno()
+        self.lock = _threading.Lock()
+        self.futures = {}  # request id -> future
+        self.loops = {}  # loop -> requests it awaits
+
+    def wait(self, loop, request):
+        f = loop.create_future()
+        with self.lock:
+            self.futures[request] = f
+            n = self.loops.get(loop, 0)
+            self.loops[loop] = n + 1
+        if n == 0:
+            loop.add_reader(self.fd, self.ready, loop)
+        return f
+
+    def done(self, loop, request):
+        """`request` is no longer awaited on `loop` (answered, or its task was cancelled)."""
+        with self.lock:
+            self.futures.pop(request, None)
+            n = self.loops[loop] - 1
+            if n:
+                self.loops[loop] = n
+            else:
+                del self.loops[loop]
+        if not n and not loop.is_closed():
+            loop.remove_reader(self.fd)
+
+    def ready(self, loop):
+        try:
+            ids = self.server.answered()
+        except Exception:  # noqa: BLE001 - the connection broke: each receive says so
+            ids = None
+        with self.lock:
+            futures = list(self.futures.items()) if ids is None else [
+                (i, self.futures[i]) for i in ids if i in self.futures]
+        for _, f in futures:
+            owner = f.get_loop()
+            if owner is loop:
+                if not f.done():
+                    f.set_result(None)
+            else:
+                owner.call_soon_threadsafe(_set_result, f)
+
+
+def _set_result(f):
+    if not f.done():
+        f.set_result(None)
+
+
+_answers = {}  # id(server) -> (_Answers, server)
+
+
+def _answers_for(server):
+    got = _answers.get(id(server))
+    if got is None or got[1] is not server:
+        got = _answers[id(server)] = (_Answers(server), server)
+    return got[0]
+
+
+async def _spawn_via(loop, server, args, shell, stdin, stdout, stderr, bufsize, kwargs):
+    """Send the request to `server` and await its answer: the loop's thread never clones."""
+    proc = _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, server, True)
+    request = proc._sk_pending[2]
+    answers = _answers_for(server)
+    f = answers.wait(loop, request)
+    try:
+        await f
+    except BaseException:
+        # The request is out: take its child (the server answers at once) and end it.
+        answers.done(loop, request)
+        try:
+            proc._sk_finish()
+        except Exception:  # noqa: BLE001,S110 - the spawn failed: nothing to end
+            pass
+        else:
+            proc.kill()
+            proc.wait()
+        raise
+    answers.done(loop, request)
+    proc._sk_finish()
+    return proc
+
+
+async def _spawn_here(loop, args, shell, stdin, stdout, stderr, bufsize, kwargs, via):
+    """Spawn on the loop's thread, at most SPAWN_SLICE of it per turn of the loop."""
+    turn = await _take_turn(loop)
+    started = _time.perf_counter()
+    try:
+        return _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, via)
+    finally:
+        turn.charge(loop, _time.perf_counter() - started)
 
 
 async def _make_transport(loop, protocol, args, shell, stdin, stdout, stderr, bufsize,
                           extra=None, **kwargs):
-    state = await _take_turn(loop)
-    waiter = loop.create_future()
-    started = _time.perf_counter()
-    try:
-        transport = _Transport(loop, protocol, args, shell, stdin, stdout, stderr, bufsize,
-                               waiter=waiter, extra=extra, **kwargs)
-    finally:
-        state[0] += _time.perf_counter() - started
-        if not state[1]:
-            state[1] = True
-            loop.call_soon(_reset_turn, state)
+    server, awaitable = _server()
+    if awaitable:
+        proc = await _spawn_via(loop, server, args, shell, stdin, stdout, stderr, bufsize,
+                                kwargs)
+    else:
+        proc = await _spawn_here(loop, args, shell, stdin, stdout, stderr, bufsize, kwargs,
+                                 server)
+    transport = _Transport(loop, protocol, proc, stdin, stdout, stderr, extra)
     _watch(loop, transport)
+    if not transport._pipes:
+        # Nothing to connect: the protocol is told now (BaseSubprocessTransport does it from
+        # a task of its own, before the caller resumes).
+        transport._pending_calls = None
+        try:
+            protocol.connection_made(transport)
+        except BaseException:
+            transport.close()
+            raise
+        return transport
+    waiter = loop.create_future()
+    loop.create_task(transport._connect_pipes(waiter))
     try:
         await waiter
     except (SystemExit, KeyboardInterrupt):

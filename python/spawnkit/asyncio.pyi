@@ -8,6 +8,8 @@ from typing import IO, Any, TypeVar
 
 from _typeshed import StrOrBytesPath
 
+from .subprocess import Popen
+
 __all__ = [
     "create_subprocess_exec",
     "create_subprocess_shell",
@@ -27,7 +29,17 @@ PIPE: int
 STDOUT: int
 DEVNULL: int
 
-class _Transport(base_subprocess.BaseSubprocessTransport): ...
+class _Transport(base_subprocess.BaseSubprocessTransport):
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        protocol: asyncio.SubprocessProtocol,
+        proc: Popen[bytes],
+        stdin: _File,
+        stdout: _File,
+        stderr: _File,
+        extra: dict[str, Any] | None = None,
+    ) -> None: ...
 
 async def subprocess_exec(
     loop: asyncio.AbstractEventLoop,

@@ -1,9 +1,12 @@
 //! Method 7, async spawning (issue 15): start TOTAL processes (1,000) with at most LIMIT (64)
 //! running and wait for all of them, from one event loop, with the tiny static child and with
 //! /bin/true: `tokio::process` beside spawnkit's tokio face (`spawn_async`, waiting on the
-//! pidfd), on a current-thread tokio runtime (one per round, the same for both rows); and
-//! asyncio's `create_subprocess_exec` (default watcher, `PidfdChildWatcher`) beside
-//! `spawnkit.asyncio` through bench/python_async.py (embedded).
+//! pidfd) and its async `Client` through a private server, on a current-thread tokio runtime
+//! (one per round, the same for all three rows); two floor rows, the same children started and
+//! reaped from one thread with no runtime at all (what `tokio::process` and the local face
+//! could reach at best on the runtime's one thread); and asyncio's `create_subprocess_exec`
+//! (default watcher, `PidfdChildWatcher`) beside `spawnkit.asyncio`, locally and through a
+//! private server, through bench/python_async.py (embedded).
 //!
 //! Per row: the wall time, processes per second, the event loop's longest stall (the largest
 //! gap between two ticks of a 1 ms timer running on the same loop while the spawning runs,
@@ -17,8 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsRawFd;
+
 use spawnkit::tokio::CommandExt;
 
+use super::sys;
 use super::Progress;
 
 const SCRIPT: &str = include_str!("../../../bench/python_async.py");
@@ -79,18 +85,32 @@ pub const RATIOS: [(&str, &str, &str, f64); 2] = [
 ];
 
 /// More ratios worth having (in `other_ratios`): (key, numerator, denominator, program).
-pub const OTHER_RATIOS: [(&str, &str, &str, usize); 6] = [
+pub const OTHER_RATIOS: [(&str, &str, &str, usize); 12] = [
     ("async_spawnkit_server/tokio", "spawnkit_tokio_server", "tokio_process", 0),
     ("async_spawnkit_server/tokio, /bin/true", "spawnkit_tokio_server", "tokio_process", 1),
     ("async_spawnkit/tokio, /bin/true", "spawnkit_tokio", "tokio_process", 1),
+    ("async_floor_vfork/tokio", "floor_vfork", "tokio_process", 0),
+    ("async_floor_engine/tokio", "floor_engine", "tokio_process", 0),
+    ("async_spawnkit/floor_engine", "spawnkit_tokio", "floor_engine", 0),
     ("asyncio_spawnkit/asyncio, /bin/true", "asyncio_spawnkit", "asyncio", 1),
     ("asyncio_spawnkit/asyncio_pidfd", "asyncio_spawnkit", "asyncio_pidfd", 0),
     ("asyncio_spawnkit/asyncio_pidfd, /bin/true", "asyncio_spawnkit", "asyncio_pidfd", 1),
+    ("asyncio_spawnkit_server/asyncio", "asyncio_spawnkit_server", "asyncio", 0),
+    ("asyncio_spawnkit_server/asyncio, /bin/true", "asyncio_spawnkit_server", "asyncio", 1),
+    ("asyncio_spawnkit_server/asyncio_pidfd", "asyncio_spawnkit_server", "asyncio_pidfd", 0),
+];
+
+/// The asyncio rows (bench/python_async.py): (id, name).
+const PY_ROWS: [(&str, &str); 4] = [
+    ("asyncio", "asyncio create_subprocess_exec (default watcher)"),
+    ("asyncio_pidfd", "asyncio create_subprocess_exec (PidfdChildWatcher)"),
+    ("asyncio_spawnkit", "spawnkit.asyncio create_subprocess_exec"),
+    ("asyncio_spawnkit_server", "spawnkit.asyncio create_subprocess_exec, server"),
 ];
 
 /// How many processes the method starts (for the progress bar).
 pub fn planned(rounds: usize, total: usize, python: bool) -> usize {
-    2 * rounds * total * (3 + if python { 3 } else { 0 })
+    2 * rounds * total * (5 + if python { PY_ROWS.len() } else { 0 })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,13 +239,85 @@ fn tokio_round(
     })
 }
 
+/// The floor rows: one thread, no runtime, no event loop, the same children (stdout to
+/// /dev/null) with at most LIMIT running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// glibc's vfork + execvp (bench/baselines.c), reaped with a blocking waitpid(-1).
+    Vfork,
+    /// The engine's spawn (`spawnkit::Command::spawn`: clone3 CLONE_VM|CLONE_VFORK|
+    /// CLONE_PIDFD, stdin and stdout /dev/null as the tokio rows), each pidfd in one epoll,
+    /// reaped by `try_wait` when it is readable.
+    Engine,
+}
+
+/// One round of a floor row: the wall time (no loop to stall: `stall_ms` is NaN).
+fn floor_round(kind: Floor, prog: &str, total: usize, progress: &Progress) -> Result<Cell, String> {
+    let mut started = 0;
+    let t;
+    match kind {
+        Floor::Vfork => {
+            let argv = sys::Argv::new(&[prog])?;
+            let null = sys::dev_null()?;
+            let mut running = std::collections::HashSet::new();
+            t = Instant::now();
+            while started < total || !running.is_empty() {
+                if started < total && running.len() < LIMIT {
+                    running.insert(sys::vfork_execvp(&argv, null.as_raw_fd(), None)?);
+                    started += 1;
+                    continue;
+                }
+                let (pid, status) = sys::wait_any()?;
+                if !running.remove(&pid) {
+                    return Err(format!("reaped pid {pid}, which this row did not start"));
+                }
+                sys::waited(status).map_err(|e| format!("{prog}: {e}"))?;
+                progress.inc(1);
+            }
+        }
+        Floor::Engine => {
+            let mut cmd = spawnkit::Command::new(prog);
+            cmd.stdin(spawnkit::Stdio::Null).stdout(spawnkit::Stdio::Null);
+            let epoll = sys::Epoll::new()?;
+            let mut slots: Vec<Option<spawnkit::Child>> = (0..LIMIT).map(|_| None).collect();
+            let mut free: Vec<usize> = (0..LIMIT).rev().collect();
+            let mut ready = Vec::with_capacity(LIMIT);
+            t = Instant::now();
+            while started < total || free.len() < LIMIT {
+                if started < total && !free.is_empty() {
+                    let child = cmd.spawn().map_err(|e| e.to_string())?;
+                    let i = free.pop().unwrap_or_default();
+                    epoll.add(child.pidfd().as_raw_fd(), i as u64)?;
+                    slots[i] = Some(child);
+                    started += 1;
+                    continue;
+                }
+                epoll.wait(&mut ready)?;
+                for i in ready.drain(..) {
+                    let i = i as usize;
+                    let Some(child) = slots[i].as_mut() else { continue };
+                    if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+                        ended_ok(st.success(), st).map_err(|e| format!("{prog}: {e}"))?;
+                        // Dropping the child closes its pidfd, which leaves the epoll set.
+                        slots[i] = None;
+                        free.push(i);
+                        progress.inc(1);
+                    }
+                }
+            }
+        }
+    }
+    let wall = t.elapsed().as_secs_f64();
+    Ok(Cell { wall_s: wall, per_s: total as f64 / wall, stall_ms: f64::NAN, threads: 0 })
+}
+
 /// Keep the fastest round's wall time and the smallest longest stall; the most threads.
 fn best(old: Option<Cell>, new: Cell) -> Cell {
     match old {
         None => new,
         Some(o) => {
             let mut b = if new.wall_s < o.wall_s { new } else { o };
-            b.stall_ms = o.stall_ms.min(new.stall_ms);
+            b.stall_ms = o.stall_ms.min(new.stall_ms); // NaN (a floor row) stays NaN
             b.threads = o.threads.max(new.threads);
             b
         }
@@ -245,6 +337,7 @@ pub fn run(
 ) -> Result<AsyncResults, String> {
     let progs = [tiny, TRUE];
     let mut cells = [[None; 2]; 3];
+    let mut floors = [[None; 2]; 2];
     let (server, server_skip) = match server {
         Ok(s) => (Some(&*s.client()), None),
         Err(why) => (None, Some(why)),
@@ -263,6 +356,14 @@ pub fn run(
                 let c = tokio_round(row, prog, total, server, progress)
                     .map_err(|e| format!("async, tokio row {i}: {e}"))?;
                 cells[i][p] = Some(best(cells[i][p], c));
+            }
+            let mut order = [Floor::Vfork, Floor::Engine];
+            order.rotate_left(round % 2);
+            for kind in order {
+                let i = kind as usize;
+                let c = floor_round(kind, prog, total, progress)
+                    .map_err(|e| format!("async, floor row {i}: {e}"))?;
+                floors[i][p] = Some(best(floors[i][p], c));
             }
         }
     }
@@ -292,21 +393,35 @@ pub fn run(
                 cells: cells[2],
                 skipped: server_skip.clone(),
             },
+            AsyncRow {
+                id: "floor_vfork".into(),
+                name: "floor: vfork+execvp, waitpid(-1), no runtime".into(),
+                kind: "floor".into(),
+                cells: floors[0],
+                skipped: None,
+            },
+            AsyncRow {
+                id: "floor_engine".into(),
+                name: "floor: engine spawn + pidfd epoll, no runtime".into(),
+                kind: "floor".into(),
+                cells: floors[1],
+                skipped: None,
+            },
         ],
         python_version: None,
-        notes: vec!["async: the tokio rows run on a current-thread runtime (a fresh one per \
-                     round), the 1 ms ticker a task on it"
-            .into()],
+        notes: vec![
+            "async: the tokio rows run on a current-thread runtime (a fresh one per round), the \
+             1 ms ticker a task on it"
+                .into(),
+            "async: the floor rows start and reap the same children from one thread with no \
+             runtime and no timer (no stall to measure): what a single thread can do at best"
+                .into(),
+        ],
     };
     if let Some(why) = &server_skip {
         res.notes.push(format!("async: spawnkit tokio face, server skipped: {why}"));
     }
-    let names = [
-        ("asyncio", "asyncio create_subprocess_exec (default watcher)"),
-        ("asyncio_pidfd", "asyncio create_subprocess_exec (PidfdChildWatcher)"),
-        ("asyncio_spawnkit", "spawnkit.asyncio create_subprocess_exec"),
-    ];
-    let mut py_rows: Vec<AsyncRow> = names
+    let mut py_rows: Vec<AsyncRow> = PY_ROWS
         .iter()
         .map(|(id, name)| AsyncRow {
             id: (*id).into(),
@@ -342,7 +457,7 @@ pub fn run(
                         }
                     }
                 }
-                progress.inc((3 * rounds * total) as u64);
+                progress.inc((PY_ROWS.len() * rounds * total) as u64);
             }
         }
     }

@@ -89,7 +89,8 @@ pub enum Method {
     /// 1 GiB touched parent; spawnkit.subprocess through the server; multiprocessing forkserver.
     Server,
     /// 1,000 processes, at most 64 running, from one event loop: tokio::process beside
-    /// spawnkit's tokio face, asyncio (default and pidfd watchers) beside spawnkit.asyncio.
+    /// spawnkit's tokio face (local, server) and a single thread's floor, asyncio (default and
+    /// pidfd watchers) beside spawnkit.asyncio (local, server).
     Async,
     /// Python multiprocessing start methods (Smith's method): processes per second of fork,
     /// forkserver, spawn and spawnkit, small and 1 GiB touched parent; a 4-worker Pool's first

@@ -405,6 +405,18 @@ pub fn render(res: &Results) -> String {
                 target
             );
         }
+        // The others (in the JSON's `other_ratios`), both programs on one line.
+        for (key, num, den, prog) in async_spawn::OTHER_RATIOS {
+            if prog == 0 {
+                writeln!(
+                    o,
+                    "  {:<43} {:>5}; {:>5}",
+                    key,
+                    fmt_ratio(a.ratio(num, den, 0)),
+                    fmt_ratio(a.ratio(num, den, 1)),
+                );
+            }
+        }
     }
     if let Some(m) = &res.mp {
         let at = m.ratio_total().map_or("-".into(), |t| t.to_string());
@@ -711,8 +723,11 @@ fn server_json(sv: &ServerResults) -> Value {
 fn async_json(a: &AsyncResults) -> Value {
     let cell = |c: &Option<async_spawn::Cell>| {
         c.map(|c| {
-            json!({"wall_s": c.wall_s, "per_s": c.per_s, "longest_stall_ms": c.stall_ms,
-                         "threads_created": c.threads})
+            // A floor row has no loop: no stall, no thread count (null).
+            let floor = c.stall_ms.is_nan();
+            json!({"wall_s": c.wall_s, "per_s": c.per_s,
+                   "longest_stall_ms": (!floor).then_some(c.stall_ms),
+                   "threads_created": (!floor).then_some(c.threads)})
         })
     };
     let rows: Vec<Value> = a
@@ -938,6 +953,9 @@ fn print_async(o: &mut Text, a: &AsyncResults) {
         }
         for c in &row.cells {
             match c {
+                Some(c) if c.stall_ms.is_nan() => {
+                    write!(o, " | {:>8.0} {:>9} {:>7}", c.per_s, "-", "-")
+                }
                 Some(c) => {
                     write!(o, " | {:>8.0} {:>9.2} {:>7}", c.per_s, c.stall_ms, c.threads)
                 }

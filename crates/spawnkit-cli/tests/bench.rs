@@ -566,13 +566,16 @@ const SERVER_RATIOS: [&str; 5] = [
     "py_server/py_local",
     "py_server_cpu/py_local_cpu",
 ];
-const ASYNC_ROWS: [&str; 6] = [
+const ASYNC_ROWS: [&str; 9] = [
     "tokio_process",
     "spawnkit_tokio",
     "spawnkit_tokio_server",
+    "floor_vfork",
+    "floor_engine",
     "asyncio",
     "asyncio_pidfd",
     "asyncio_spawnkit",
+    "asyncio_spawnkit_server",
 ];
 
 /// `spawnkit bench server` (a smoke run: a few spawns per row): every Rust row measured at
@@ -622,7 +625,8 @@ fn server_method_rows_and_ratios() {
 }
 
 /// `spawnkit bench async` (a smoke run: 16 processes per row): the tokio rows measured with
-/// both programs (through a private server too), the ratios there.
+/// both programs (through a private server too), the floor rows with no loop (no stall, no
+/// thread count: null), the ratios there.
 #[test]
 fn async_method_rows_and_ratios() {
     let dir = tmp("async");
@@ -647,6 +651,10 @@ fn async_method_rows_and_ratios() {
         for prog in ["tiny", "bin_true"] {
             let c = &row[prog];
             assert!(c["per_s"].as_f64().unwrap() > 0.0, "{row}");
+            if row["kind"] == "floor" {
+                assert!(c["longest_stall_ms"].is_null() && c["threads_created"].is_null());
+                continue;
+            }
             assert!(c["longest_stall_ms"].as_f64().unwrap() >= 0.0, "{row}");
             assert!(c["threads_created"].as_i64().is_some(), "{row}");
         }
@@ -656,6 +664,10 @@ fn async_method_rows_and_ratios() {
     assert!(stdout.contains("spawnkit tokio face, server"), "{stdout}");
     let other = &v["other_ratios"];
     assert!(other["async_spawnkit_server/tokio"].as_f64().unwrap() > 0.0, "{v}");
+    for key in ["async_floor_vfork/tokio", "async_floor_engine/tokio"] {
+        assert!(other[key].as_f64().unwrap() > 0.0, "{key}: {v}");
+    }
+    assert!(stdout.contains("floor: engine spawn + pidfd epoll"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

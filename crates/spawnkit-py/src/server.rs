@@ -2,6 +2,7 @@
 //! private server forked early from this process; `Command.spawn_child(via=...)` sends
 //! through it.
 
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
@@ -139,6 +140,28 @@ impl Server {
         };
         // Dropping a private server reaps it: without the GIL.
         py.detach(move || drop(old));
+    }
+
+    /// The connection's socket, for an event loop to watch: readable when answers to
+    /// requests sent with `Command.submit_child` arrive (then call `answered`). Never read
+    /// or write it.
+    fn fileno(&self) -> PyResult<i32> {
+        Ok(self.client()?.get().as_raw_fd())
+    }
+
+    /// Read the answers that have arrived, without waiting: the ids of every request whose
+    /// answer is waiting (`Command.receive_child` then returns at once for them).
+    fn answered(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        let ids = py.detach(|| self.client().map(|mut c| c.get().poll_answers()))?;
+        ids.map_err(engine_error)
+    }
+
+    /// Whether children started through this connection learn their exit status from the
+    /// server's frames (a kernel before 6.15 cannot tell a non-parent): their pidfd alone
+    /// does not give it, and waiting for them reads the connection.
+    #[getter]
+    fn exit_frames(&self) -> PyResult<bool> {
+        Ok(self.client()?.get().uses_exit_frames())
     }
 
     /// Whether `close` was called.

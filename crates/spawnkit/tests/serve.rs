@@ -214,6 +214,55 @@ fn many_requests_in_flight_from_one_thread() {
     assert_eq!(got, ids);
 }
 
+/// An event loop's way: the connection's fd (`AsRawFd`) becomes readable when answers
+/// come, `poll_answers` reads them without ever blocking and lists every answer waiting (also
+/// ones a blocking call read for others), and `receive_id` then returns at once.
+#[test]
+fn answers_polled_when_the_socket_is_readable() {
+    let mut server = PrivateServer::start().expect("private server");
+    let client = server.client();
+    assert!(!client.uses_exit_frames());
+    assert_eq!(client.poll_answers().unwrap(), Vec::<u64>::new(), "nothing in flight");
+    let fd = client.as_raw_fd();
+    let cmds: Vec<Command> = (0..8)
+        .map(|i| {
+            let mut c = Command::new(probe());
+            c.args(["exit", &i.to_string()]);
+            c
+        })
+        .collect();
+    let ids: Vec<u64> = cmds.iter().map(|c| client.submit(c).unwrap()).collect();
+    let mut answered: Vec<u64> = Vec::new();
+    while answered.len() < ids.len() {
+        let before = answered.len();
+        let [ready] = spawnkit::process::poll_readable([fd], 10_000).unwrap();
+        assert!(ready, "answers did not come within 10 s");
+        answered = client.poll_answers().unwrap();
+        assert!(answered.len() >= before, "an answer waiting was dropped from the list");
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, ids);
+    // Nothing left to read: the socket is not readable and polling does not block.
+    assert_eq!(spawnkit::process::poll_readable([fd], 0).unwrap(), [false]);
+    assert_eq!(client.poll_answers().unwrap().len(), ids.len());
+    for (i, id) in ids.iter().enumerate().rev() {
+        let mut child = client.receive_id(*id).unwrap();
+        assert_eq!(child.wait().unwrap(), ExitStatus::Exited(i as i32));
+        assert_eq!(client.poll_answers().unwrap().len(), i, "taken answers leave the list");
+    }
+    // An answer a blocking call read while waiting for its own is listed too.
+    let first = client.submit(&cmds[1]).unwrap();
+    let second = client.submit(&cmds[2]).unwrap();
+    let mut child = client.receive_id(second).unwrap();
+    assert_eq!(child.wait().unwrap(), ExitStatus::Exited(2));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client.poll_answers().unwrap() != [first] {
+        assert!(std::time::Instant::now() < deadline, "the first answer is never listed");
+        spawnkit::process::poll_readable([fd], 100).unwrap();
+    }
+    assert_eq!(client.receive_id(first).unwrap().wait().unwrap(), ExitStatus::Exited(1));
+}
+
 /// `submit_many` sends one frame for many commands (the same one repeated, and others with
 /// pipes of their own): every child is the one asked for. In `spawn_many`, a command over
 /// the protocol's limits is its own item's error and the others of its batch still run.

@@ -15,7 +15,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 fn last_error<T>(what: &str) -> Result<T, String> {
     Err(format!("{what}: {}", io::Error::last_os_error()))
@@ -127,6 +127,65 @@ pub fn waitpid(pid: i32) -> Result<i32, String> {
         }
         if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return last_error("waitpid");
+        }
+    }
+}
+
+/// waitpid(-1, 0): (pid, raw wait status) of some child, reaped.
+pub fn wait_any() -> Result<(i32, i32), String> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for any child of ours, writing its status into `status`.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r > 0 {
+            return Ok((r, status));
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return last_error("waitpid");
+        }
+    }
+}
+
+/// An epoll instance (level-triggered, `EPOLLIN`): the floor row's wait for many pidfds.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> Result<Epoll, String> {
+        // SAFETY: epoll_create1 takes no pointers.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return last_error("epoll_create1");
+        }
+        // SAFETY: the fd was just created and belongs to nobody else.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Watch `fd` for readability, reported with `token`.
+    pub fn add(&self, fd: RawFd, token: u64) -> Result<(), String> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        // SAFETY: `ev` is a local struct alive for the call.
+        let r = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if r != 0 {
+            return last_error("epoll_ctl");
+        }
+        Ok(())
+    }
+
+    /// Block until some fd is ready; append the tokens of those that are to `ready`.
+    pub fn wait(&self, ready: &mut Vec<u64>) -> Result<(), String> {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        loop {
+            // SAFETY: the kernel writes at most `evs.len()` events into the local array.
+            let n = unsafe {
+                libc::epoll_wait(self.0.as_raw_fd(), evs.as_mut_ptr(), evs.len() as c_int, -1)
+            };
+            if n >= 0 {
+                ready.extend(evs[..n as usize].iter().map(|e| e.u64));
+                return Ok(());
+            }
+            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return last_error("epoll_wait");
+            }
         }
     }
 }

@@ -278,6 +278,35 @@ impl Client {
         Ok(out.into_iter().map(|r| r.unwrap_or_else(|| Err(protocol("lost")))).collect())
     }
 
+    /// Read the answers that have arrived, without waiting, and return the ids of every
+    /// answer waiting to be taken (by [`receive_id`](Client::receive_id) or
+    /// [`receive`](Client::receive), which then return at once): for a caller that waits
+    /// for the connection's readiness itself, an event loop watching
+    /// [`as_raw_fd`](AsRawFd::as_raw_fd). An error if the connection broke.
+    pub fn poll_answers(&mut self) -> Result<Vec<u64>> {
+        let mut io = lock(&self.io);
+        let mut answered = Vec::new();
+        if io.pending.is_empty() {
+            if let Some(e) = &io.broken {
+                return Err(e.clone());
+            }
+        } else {
+            // Until the socket is drained (each recvmsg stops where another answer's fds
+            // begin), so a level-triggered watcher is not woken again for what is here now.
+            while io.try_collect(&mut answered)? && !io.pending.is_empty() {}
+        }
+        answered.clear();
+        answered.extend(io.done.iter().map(|(id, _)| *id));
+        Ok(answered)
+    }
+
+    /// Whether this connection's children learn their exit status from Exit frames (a
+    /// kernel before 6.15, see [`use_exit_frames`](Client::use_exit_frames)): their status
+    /// is then read from the connection, not from the pidfd alone.
+    pub fn uses_exit_frames(&self) -> bool {
+        lock(&self.io).want_exit
+    }
+
     /// The connection, for the async face (which shares it).
     #[cfg(feature = "tokio")]
     pub(crate) fn io(&self) -> &Arc<Mutex<Io>> {
@@ -290,6 +319,14 @@ impl Client {
             child.set_exit_watch(ExitWatch(self.io.clone()));
         }
         child
+    }
+}
+
+/// The connection's socket: readable when answers arrive (take them with
+/// [`Client::poll_answers`]). Only for readiness: reading or writing it breaks the protocol.
+impl AsRawFd for Client {
+    fn as_raw_fd(&self) -> RawFd {
+        lock(&self.io).sock.as_raw_fd()
     }
 }
 
@@ -679,9 +716,8 @@ impl Io {
         self.submit_with(cmd, true)
     }
 
-    /// The async face: read what has arrived and turn it into answers, without waiting.
+    /// The async faces: read what has arrived and turn it into answers, without waiting.
     /// The ids answered by this call (false: nothing to read).
-    #[cfg(feature = "tokio")]
     pub(crate) fn try_collect(&mut self, answered: &mut Vec<u64>) -> Result<bool> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
