@@ -420,3 +420,11 @@ def test_a_want_of_the_wrong_size_closes_the_connection():
     s.sendall(_native.frame_header(34, 0, 0, 3) + b"\x01\x00\x00")
     assert _closed(s)
     s.close()
+
+
+def test_the_warm_up_a_worker_runs_while_idle_works():
+    # A worker ignores a failing warm-up (it is only a head start): check it here, where a
+    # failure shows.
+    from spawnkit import _zygote
+
+    _zygote.warm_up()

@@ -328,16 +328,23 @@ def fork_worker(ctl):
 
 
 def worker_main(chan):
-    """A pooled worker: wait for a job, then become the process in it."""
+    """A pooled worker: get ready while idle, wait for a job, then become the process in it."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        random.seed()  # this worker's own state (as the at-fork hook did), before the job
+        try:
+            warm_up()
+        except Exception:
+            pass  # only ever a head start
         job = recv_job(chan)
         chan.close()
         if job is None:
-            os._exit(0)  # the zygote closed the channel: not needed
+            os._exit(0)  # the channel closed: not needed
+        # An idle worker ignores a terminal's Ctrl-C as the zygote does; the process it
+        # becomes does not.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         code = run_job(*job)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -352,6 +359,33 @@ def worker_main(chan):
             except Exception:
                 pass
     os._exit(code)
+
+
+def warm_up():
+    """While idle, run the code a job runs before the process's own (receiving a job with an
+    fd, unpickling): the pages that writes, shared with the template until now, are copied
+    here rather than between Process.start() and the process running."""
+    from .multiprocessing import SpawnkitProcess
+
+    # A process object of the start method's class, never initialised (no name or counter).
+    dummy = SpawnkitProcess.__new__(SpawnkitProcess)
+    dummy.__dict__.update(_name="", _args=(), _kwargs={})
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        payload = (bytes(reduction.ForkingPickler.dumps({"name": "", "sys_path": [""]}))
+                   + bytes(reduction.ForkingPickler.dumps(dummy)))
+        send_job(a, payload, [a.fileno()])
+        got = recv_job(b)
+        assert got is not None
+        for fd in got[1]:
+            os.close(fd)
+        from_parent = io.BytesIO(got[0])
+        spawn.prepare({})
+        reduction.pickle.load(from_parent)
+        reduction.pickle.load(from_parent)
+    finally:
+        a.close()
+        b.close()
 
 
 def send_job(chan, payload, fds):
@@ -389,9 +423,6 @@ def recv_job(chan):
 def run_job(payload, fds):
     """Specialise: become the process in the payload (as multiprocessing.spawn's child). The
     payload's preparation data is what differs from what the zygote applied already."""
-    from . import multiprocessing as _registers_the_start_method  # noqa: F401
-
-    random.seed()
     global inherited_fds
     parent_sentinel, tracker_fd, *rest = fds
     inherited_fds = rest

@@ -87,10 +87,7 @@ class Popen(popen_fork.Popen):
         finally:
             _context.set_spawning_popen(None)
         parent_r, parent_w = os.pipe()
-        try:
-            tracker = resource_tracker.getfd()
-        except Exception:
-            tracker = None
+        tracker = _tracker_fd()
         fds = [parent_r, tracker if tracker is not None else parent_r, *self._fds]
         try:
             self._child = client.start(buf.getvalue(), fds)
@@ -349,6 +346,20 @@ class _Client:
 
 
 _ANC_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
+
+
+def _tracker_fd():
+    """The resource tracker's fd for a new process: started the first time (as spawn and
+    forkserver do), then passed as it is, without resource_tracker.getfd()'s probe (a write
+    the tracker wakes up to read) per process: a process that finds it dead when it first
+    registers something starts another, as a child of spawn's would."""
+    fd = resource_tracker._resource_tracker._fd
+    if fd is not None:
+        return fd
+    try:
+        return resource_tracker.getfd()
+    except Exception:
+        return None
 
 
 def _close_stock(stock):
