@@ -422,9 +422,10 @@ def test_a_want_of_the_wrong_size_closes_the_connection():
     s.close()
 
 
-def test_the_warm_up_a_worker_runs_while_idle_works():
-    # A worker ignores a failing warm-up (it is only a head start): check it here, where a
-    # failure shows.
+def test_the_warm_up_works():
+    # The template and its workers ignore a failing warm-up (it is only a head start): check
+    # it here, where a failure shows.
     from spawnkit import _zygote
 
-    _zygote.warm_up()
+    payload = _zygote.warm_up(2)
+    _zygote.unpickle_dummy(payload)

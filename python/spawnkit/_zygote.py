@@ -57,6 +57,8 @@ JOB_HEADER = struct.Struct("<Q")
 inherited_fds = []
 # The caller's preparation data when applying it in the zygote failed (each worker retries it).
 base_prep = None
+# A dummy job a worker unpickles while idle (made by the template's warm-up).
+warm_payload = b""
 
 
 def frame(kind, body=b"", nfds=0, id=0):
@@ -92,6 +94,7 @@ class Zygote:
         self.sel = selectors.DefaultSelector()
         self.conns = {}
         self.idle = []  # [(pid, channel socket, pidfd)]
+        self.watched = set()  # the channels of idle workers in the selector
         self.asked = 0  # workers asked of the template, not arrived yet
         self.uid = os.geteuid()  # SO_PEERCRED reports the peer's effective uid
 
@@ -111,12 +114,21 @@ class Zygote:
             raise SystemExit(1)  # the template is gone
         pids = struct.unpack(f"<{len(data) // 4}I", data[: len(data) // 4 * 4])
         for i, pid in enumerate(pids):
-            chan = socket.socket(fileno=fds[2 * i])
-            worker = (pid, chan, fds[2 * i + 1])
-            # A worker never writes to its channel: readable means it died unused (EOF).
-            self.sel.register(chan, selectors.EVENT_READ, worker)
-            self.idle.append(worker)
+            self.idle.append((pid, socket.socket(fileno=fds[2 * i]), fds[2 * i + 1]))
         self.asked -= len(pids)
+
+    def watch(self):
+        """Watch the idle workers not handed out at once: a worker never writes to its
+        channel, so readable means it died unused (EOF)."""
+        for worker in self.idle:
+            if worker[1] not in self.watched:
+                self.sel.register(worker[1], selectors.EVENT_READ, worker)
+                self.watched.add(worker[1])
+
+    def unwatch(self, worker):
+        if worker[1] in self.watched:
+            self.sel.unregister(worker[1])
+            self.watched.discard(worker[1])
 
     def take_worker(self):
         while not self.idle:
@@ -127,14 +139,14 @@ class Zygote:
             self.worker_arrived()
             self.template.setblocking(False)
         worker = self.idle.pop(0)
-        self.sel.unregister(worker[1])
+        self.unwatch(worker)
         return worker
 
     def worker_gone(self, worker):
         """An idle worker's channel read EOF: it died unused; refill replaces it."""
         if worker in self.idle:
             self.idle.remove(worker)
-            self.sel.unregister(worker[1])
+            self.unwatch(worker)
             worker[1].close()
             os.close(worker[2])
 
@@ -146,9 +158,9 @@ class Zygote:
                 batch = self.idle[:n]
                 del self.idle[:n]
                 fds = []
-                for _, chan, pidfd in batch:
-                    self.sel.unregister(chan)
-                    fds += [pidfd, chan.fileno()]
+                for worker in batch:
+                    self.unwatch(worker)
+                    fds += [worker[2], worker[1].fileno()]
                 body = struct.pack(f"<{n}I", *(pid for pid, _, _ in batch))
                 conn.owed -= n
                 try:
@@ -281,6 +293,7 @@ class Zygote:
             # Workers owed to clients, and replacements for the workers handed out or gone,
             # off the request path.
             self.deliver()
+            self.watch()
             self.refill()
 
 
@@ -291,6 +304,11 @@ def template_main(ctl):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers
     # Everything the template holds now is what every worker starts from: out of the
     # collector's reach, a worker's collections never touch (and copy) those pages.
+    global warm_payload
+    try:
+        warm_payload = warm_up(16)
+    except Exception:
+        pass  # only ever a head start
     gc.freeze()
     while True:
         try:
@@ -334,10 +352,13 @@ def worker_main(chan):
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         random.seed()  # this worker's own state (as the at-fork hook did), before the job
-        try:
-            warm_up()
-        except Exception:
-            pass  # only ever a head start
+        if warm_payload:
+            try:
+                # While idle: the pages unpickling writes are copied now, not between
+                # Process.start() and the process running.
+                unpickle_dummy(warm_payload)
+            except Exception:
+                pass  # only ever a head start
         job = recv_job(chan)
         chan.close()
         if job is None:
@@ -361,31 +382,43 @@ def worker_main(chan):
     os._exit(code)
 
 
-def warm_up():
-    """While idle, run the code a job runs before the process's own (receiving a job with an
-    fd, unpickling): the pages that writes, shared with the template until now, are copied
-    here rather than between Process.start() and the process running."""
+def dummy_job():
+    """A job's payload without a process to run: preparation data and a process object of
+    the start method's class, never initialised (no name, no counter)."""
     from .multiprocessing import SpawnkitProcess
 
-    # A process object of the start method's class, never initialised (no name or counter).
     dummy = SpawnkitProcess.__new__(SpawnkitProcess)
     dummy.__dict__.update(_name="", _args=(), _kwargs={})
+    return (bytes(reduction.ForkingPickler.dumps({"name": "", "sys_path": [""]}))
+            + bytes(reduction.ForkingPickler.dumps(dummy)))
+
+
+def unpickle_dummy(payload):
+    from_parent = io.BytesIO(payload)
+    spawn.prepare({})
+    reduction.pickle.load(from_parent)
+    reduction.pickle.load(from_parent)
+
+
+def warm_up(times):
+    """In the template, before it forks: run a job's path up to the process's own code
+    (receiving it with an fd, unpickling) on a dummy, often enough for the interpreter to
+    have specialised that code here, once, rather than writing its counters (and copying
+    their pages) in every worker. Returns the dummy's payload for the workers' own warm-up."""
+    payload = dummy_job()
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        payload = (bytes(reduction.ForkingPickler.dumps({"name": "", "sys_path": [""]}))
-                   + bytes(reduction.ForkingPickler.dumps(dummy)))
-        send_job(a, payload, [a.fileno()])
-        got = recv_job(b)
-        assert got is not None
-        for fd in got[1]:
-            os.close(fd)
-        from_parent = io.BytesIO(got[0])
-        spawn.prepare({})
-        reduction.pickle.load(from_parent)
-        reduction.pickle.load(from_parent)
+        for _ in range(times):
+            send_job(a, payload, [a.fileno()])
+            got = recv_job(b)
+            assert got is not None
+            for fd in got[1]:
+                os.close(fd)
+            unpickle_dummy(got[0])
     finally:
         a.close()
         b.close()
+    return payload
 
 
 def send_job(chan, payload, fds):
