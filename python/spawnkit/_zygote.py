@@ -319,12 +319,16 @@ def template_main(ctl):
             asked = b""  # the zygote is gone (with workers' pids it had not read yet)
         if not asked:
             os._exit(0)
-        for _ in asked:
-            pid, ours, pidfd = fork_worker(ctl)
-            try:
-                socket.send_fds(ctl, [struct.pack("<I", pid)], [ours.fileno(), pidfd])
-            except OSError:
-                os._exit(0)  # the zygote is gone; the worker reads EOF and exits
+        # All asked for at once, then one message (fewer wake-ups of the zygote).
+        made = [fork_worker(ctl) for _ in asked]
+        fds = []
+        for _, ours, pidfd in made:
+            fds += [ours.fileno(), pidfd]
+        try:
+            socket.send_fds(ctl, [struct.pack(f"<{len(made)}I", *(m[0] for m in made))], fds)
+        except OSError:
+            os._exit(0)  # the zygote is gone; the workers read EOF and exit
+        for _, ours, pidfd in made:
             ours.close()
             os.close(pidfd)
 
