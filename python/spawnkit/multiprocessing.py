@@ -293,11 +293,10 @@ class _Client:
         """In a forked child: close this process's copies of the stock and the connection
         (the parent's stay its own); the child starts a zygote of its own if it needs one."""
         _close_stock(self.stock)
-        for close in (self.sock.close, lambda: os.close(self.alive_w)):
-            try:
-                close()
-            except OSError:
-                pass
+        self.sock.close()
+        alive_w, self.alive_w = self.alive_w, -1
+        if alive_w >= 0:
+            os.close(alive_w)
 
     def _handshake(self):
         _, _, _, ns, _ = self._recv_frame("challenge")
@@ -324,8 +323,12 @@ class _Client:
                     continue
                 finally:
                     chan.close()
-                self._top_up()
-                return _native.remote_child(pid, pidfd)
+                child = _native.remote_child(pid, pidfd)
+                try:
+                    self._top_up()
+                except OSError:
+                    pass  # the process is started; the next dry stock meets the error
+                return child
             # The stock ran dry: the zygote hands the job to a worker of its own pool.
             self._top_up()
             id = self.next_id
@@ -378,10 +381,11 @@ _client_lock = threading.Lock()
 
 def _after_fork_in_child():
     """A forked child never uses its parent's zygote, connection or stock."""
-    global _client_lock
+    global _client, _client_lock
     _client_lock = threading.Lock()  # another thread may have held it at the fork
     if _client is not None and _client.owner != os.getpid():
-        _client.forget()
+        client, _client = _client, None
+        client.forget()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
