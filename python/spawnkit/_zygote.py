@@ -65,6 +65,27 @@ def frame(kind, body=b"", nfds=0, id=0):
     return _native.frame_header(kind, nfds, id, len(body)) + body
 
 
+def send_nonblocking(sock, data, fds):
+    """Send a whole message on a non-blocking socket: blocking only for what does not fit its
+    buffer now (seldom: the client reads its connection before each start)."""
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
+    try:
+        sent = sock.sendmsg([data], anc, socket.MSG_NOSIGNAL)
+    except BlockingIOError:
+        sent = 0
+    else:
+        anc = []  # the fds went with the first byte
+    if sent < len(data):
+        sock.setblocking(True)
+        try:
+            rest = memoryview(data)[sent:]
+            if anc:
+                rest = rest[sock.sendmsg([rest], anc, socket.MSG_NOSIGNAL):]
+            sock.sendall(rest, socket.MSG_NOSIGNAL)
+        finally:
+            sock.setblocking(False)
+
+
 def send_frame(sock, kind, body=b"", fds=(), id=0):
     data = frame(kind, body, len(fds), id)
     if fds:
@@ -93,7 +114,7 @@ class Zygote:
         self.pool_size = pool_size
         self.sel = selectors.DefaultSelector()
         self.conns = {}
-        self.idle = []  # [(pid, channel socket, pidfd)]
+        self.idle = []  # [(pid, channel fd, pidfd)]
         self.watched = set()  # the channels of idle workers in the selector
         self.asked = 0  # workers asked of the template, not arrived yet
         self.uid = os.geteuid()  # SO_PEERCRED reports the peer's effective uid
@@ -114,7 +135,7 @@ class Zygote:
             raise SystemExit(1)  # the template is gone
         pids = struct.unpack(f"<{len(data) // 4}I", data[: len(data) // 4 * 4])
         for i, pid in enumerate(pids):
-            self.idle.append((pid, socket.socket(fileno=fds[2 * i]), fds[2 * i + 1]))
+            self.idle.append((pid, fds[2 * i], fds[2 * i + 1]))
         self.asked -= len(pids)
 
     def watch(self):
@@ -147,7 +168,7 @@ class Zygote:
         if worker in self.idle:
             self.idle.remove(worker)
             self.unwatch(worker)
-            worker[1].close()
+            os.close(worker[1])
             os.close(worker[2])
 
     def deliver(self):
@@ -155,24 +176,23 @@ class Zygote:
         for conn in list(self.conns.values()):
             while conn.owed and self.idle:
                 n = min(conn.owed, len(self.idle), MAX_WORKERS_PER_FRAME)
-                batch = self.idle[:n]
-                del self.idle[:n]
+                # The newest: those just arrived, not watched yet.
+                batch = self.idle[-n:]
+                del self.idle[-n:]
                 fds = []
                 for worker in batch:
                     self.unwatch(worker)
-                    fds += [worker[2], worker[1].fileno()]
+                    fds += [worker[2], worker[1]]
                 body = struct.pack(f"<{n}I", *(pid for pid, _, _ in batch))
                 conn.owed -= n
                 try:
-                    conn.sock.setblocking(True)
-                    send_frame(conn.sock, KIND_WORKERS, body, fds)
-                    conn.sock.setblocking(False)
+                    send_nonblocking(conn.sock, frame(KIND_WORKERS, body, len(fds)), fds)
                 except OSError:
                     self.drop(conn)
                 finally:
                     # The client has them now (or is gone: they read EOF and exit).
                     for _, chan, pidfd in batch:
-                        chan.close()
+                        os.close(chan)
                         os.close(pidfd)
                 if conn.sock.fileno() < 0:
                     break
@@ -249,7 +269,8 @@ class Zygote:
         # A Fork request: hand it to an idle worker, answer with its pid and pidfd.
         try:
             while True:
-                pid, chan, pidfd = self.take_worker()
+                pid, chan_fd, pidfd = self.take_worker()
+                chan = socket.socket(fileno=chan_fd)
                 try:
                     send_job(chan, body, fds)
                     break

@@ -21,7 +21,7 @@ inherited_fds: list[int]
 base_prep: dict[str, object] | None
 warm_payload: bytes
 
-_Worker = tuple[int, socket.socket, int]  # pid, channel, pidfd
+_Worker = tuple[int, int, int]  # pid, channel fd, pidfd
 
 class Zygote:
     def __init__(
@@ -54,6 +54,7 @@ class _Conn:
     def __init__(self, sock: socket.socket) -> None: ...
 
 def frame(kind: int, body: bytes = b"", nfds: int = 0, id: int = 0) -> bytes: ...
+def send_nonblocking(sock: socket.socket, data: bytes, fds: Sequence[int]) -> None: ...
 def send_frame(
     sock: socket.socket, kind: int, body: bytes = b"", fds: Sequence[int] = (), id: int = 0
 ) -> None: ...
