@@ -429,3 +429,23 @@ def test_the_warm_up_works():
 
     payload = _zygote.warm_up(2)
     _zygote.unpickle_dummy(payload)
+
+
+def _fds(q):
+    q.put(sorted(int(fd) for fd in os.listdir("/proc/self/fd")))
+
+
+def test_workers_forked_together_hold_no_fds_of_each_other():
+    # The template forks the workers asked for in one go; none may inherit another's channel
+    # or pidfd (the same fds in every process, as CPython's test_child_fd_inflation wants).
+    ctx = skmp.get_context()
+    client = skmp._zygote()
+    _stocked(client)
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_fds, args=(q,)) for _ in range(2 * client.stock_size)]
+    for p in procs:
+        p.start()
+    got = [len(q.get(timeout=20)) for _ in procs]
+    for p in procs:
+        p.join(10)
+    assert len(set(got)) == 1, got

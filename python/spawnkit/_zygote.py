@@ -341,7 +341,9 @@ def template_main(ctl):
         if not asked:
             os._exit(0)
         # All asked for at once, then one message (fewer wake-ups of the zygote).
-        made = [fork_worker(ctl) for _ in asked]
+        made = []
+        for _ in asked:
+            made.append(fork_worker(ctl, made))
         fds = []
         for _, ours, pidfd in made:
             fds += [ours.fileno(), pidfd]
@@ -354,14 +356,19 @@ def template_main(ctl):
             os.close(pidfd)
 
 
-def fork_worker(ctl):
-    """Fork a worker (in the template): its pid, our end of its channel, a pidfd for it."""
+def fork_worker(ctl, siblings):
+    """Fork a worker (in the template): its pid, our end of its channel, a pidfd for it. The
+    worker closes what the template holds of `siblings` (those forked before it, not handed
+    over yet): a worker holds no other worker's channel or pidfd."""
     while True:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:
             ctl.close()
             ours.close()
+            for _, chan, pidfd in siblings:
+                chan.close()
+                os.close(pidfd)
             worker_main(theirs)  # never returns
         theirs.close()
         try:
