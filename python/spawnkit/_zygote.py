@@ -10,37 +10,80 @@ fd 6 a pipe carrying the key (never argv or the environment). It preloads, then 
 the key in memory), then reads the key. Then:
 
 * a client connects; SO_PEERCRED must show our uid; Challenge / Answer / Welcome as the spawn
-  server (docs/protocol.md); then ``Fork`` frames, each a pickled process and its fds;
-* the request goes to an idle pooled worker over its private socketpair; the reply is the
-  worker's pid and a pidfd for it (SCM_RIGHTS); the template forks a replacement after it;
+  server (docs/protocol.md); then ``Want`` and ``Fork`` frames;
+* ``Want`` n: the zygote hands the client n idle workers in ``Workers`` frames (each its pid,
+  its pidfd and the zygote's end of its private socketpair), now if it has them, else as the
+  template makes them; the client then sends a job straight to a worker, with no round trip
+  (``Process.start()`` is one sendmsg), and asks for more off its request path;
+* ``Fork``, a pickled process and its fds (the client's stock ran dry): the zygote sends it to
+  an idle worker and answers with the worker's pid and pidfd (SCM_RIGHTS);
+* the template forks a replacement for every worker handed out or gone, off the request path;
 * workers are children of the template, reaped by the kernel (SIGCHLD ignored there), so a
   client's pidfd reports the exit status (PIDFD_INFO_EXIT, Linux 6.15+).
 
 A worker waits on its channel; when its job arrives it resets SIGCHLD, reseeds ``random``, and
-runs the process as multiprocessing's ``spawn`` child would.
+runs the process as multiprocessing's ``spawn`` child would. The zygote applied the caller's
+preparation data (``spawn.prepare``: cwd, ``sys.path``, ``sys.argv``, the main module, ...)
+once before forking the template, so a job carries only what differs from it (at least the
+process's name and authkey).
 """
 
+import gc
+import io
 import json
 import os
 import pickle
+import random
 import selectors
 import signal
 import socket
 import struct
 import sys
+from multiprocessing import process, reduction, resource_tracker, spawn
 
 from . import _native
 
 KIND_CHALLENGE, KIND_ANSWER, KIND_WELCOME, KIND_FAILURE = 1, 2, 3, 4
-KIND_SPAWNED, KIND_ERROR, KIND_FORK = 17, 18, 32
+KIND_SPAWNED, KIND_ERROR, KIND_FORK, KIND_WORKERS, KIND_WANT = 17, 18, 32, 33, 34
 MAX_FDS = 253
+# Workers in one Workers frame (two fds each, within SCM_MAX_FD).
+MAX_WORKERS_PER_FRAME = 64
+# Workers one client may be owed at once (a Want beyond it is capped).
+MAX_OWED = 256
+# A job's header: the payload's length (u64 LE); the fds come with it.
+JOB_HEADER = struct.Struct("<Q")
 
 # The fds a worker received with its job (multiprocessing's DupFd.detach reads them).
 inherited_fds = []
+# The caller's preparation data when applying it in the zygote failed (each worker retries it).
+base_prep = None
+# A dummy job a worker unpickles while idle (made by the template's warm-up).
+warm_payload = b""
 
 
 def frame(kind, body=b"", nfds=0, id=0):
     return _native.frame_header(kind, nfds, id, len(body)) + body
+
+
+def send_nonblocking(sock, data, fds):
+    """Send a whole message on a non-blocking socket: blocking only for what does not fit its
+    buffer now (seldom: the client reads its connection before each start)."""
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
+    try:
+        sent = sock.sendmsg([data], anc, socket.MSG_NOSIGNAL)
+    except BlockingIOError:
+        sent = 0
+    else:
+        anc = []  # the fds went with the first byte
+    if sent < len(data):
+        sock.setblocking(True)
+        try:
+            rest = memoryview(data)[sent:]
+            if anc:
+                rest = rest[sock.sendmsg([rest], anc, socket.MSG_NOSIGNAL):]
+            sock.sendall(rest, socket.MSG_NOSIGNAL)
+        finally:
+            sock.setblocking(False)
 
 
 def send_frame(sock, kind, body=b"", fds=(), id=0):
@@ -59,6 +102,7 @@ class _Conn:
         self.frames = _native.Frames()
         self.nonce = _native.auth_nonce()
         self.phase = "answer"
+        self.owed = 0  # workers this client asked for (Want) and has not been sent yet
 
 
 class Zygote:
@@ -70,28 +114,42 @@ class Zygote:
         self.pool_size = pool_size
         self.sel = selectors.DefaultSelector()
         self.conns = {}
-        self.idle = []  # [(pid, channel socket)]
+        self.idle = []  # [(pid, channel fd, pidfd)]
+        self.watched = set()  # the channels of idle workers in the selector
         self.asked = 0  # workers asked of the template, not arrived yet
         self.uid = os.geteuid()  # SO_PEERCRED reports the peer's effective uid
 
     # -- the pool (forked by the template)
     def refill(self):
-        want = self.pool_size - len(self.idle) - self.asked
+        """Ask the template for what the pool and the clients' Wants lack."""
+        owed = sum(c.owed for c in self.conns.values())
+        want = self.pool_size + owed - len(self.idle) - self.asked
         if want > 0:
             self.template.sendall(b"F" * want)
             self.asked += want
 
     def worker_arrived(self):
-        data, fds, _, _ = socket.recv_fds(self.template, 4 * 64, 64)
+        """Workers from the template: a pid (u32 LE) each, its channel and pidfd beside it."""
+        data, fds, _, _ = socket.recv_fds(self.template, 4 * 64, 128)
         if not data:
             raise SystemExit(1)  # the template is gone
         pids = struct.unpack(f"<{len(data) // 4}I", data[: len(data) // 4 * 4])
-        for pid, fd in zip(pids, fds):
-            chan = socket.socket(fileno=fd)
-            # A worker never writes to its channel: readable means it died unused (EOF).
-            self.sel.register(chan, selectors.EVENT_READ, (pid, chan))
-            self.idle.append((pid, chan))
+        for i, pid in enumerate(pids):
+            self.idle.append((pid, fds[2 * i], fds[2 * i + 1]))
         self.asked -= len(pids)
+
+    def watch(self):
+        """Watch the idle workers not handed out at once: a worker never writes to its
+        channel, so readable means it died unused (EOF)."""
+        for worker in self.idle:
+            if worker[1] not in self.watched:
+                self.sel.register(worker[1], selectors.EVENT_READ, worker)
+                self.watched.add(worker[1])
+
+    def unwatch(self, worker):
+        if worker[1] in self.watched:
+            self.sel.unregister(worker[1])
+            self.watched.discard(worker[1])
 
     def take_worker(self):
         while not self.idle:
@@ -101,16 +159,43 @@ class Zygote:
             self.template.setblocking(True)
             self.worker_arrived()
             self.template.setblocking(False)
-        pid, chan = self.idle.pop(0)
-        self.sel.unregister(chan)
-        return pid, chan
+        worker = self.idle.pop(0)
+        self.unwatch(worker)
+        return worker
 
     def worker_gone(self, worker):
         """An idle worker's channel read EOF: it died unused; refill replaces it."""
         if worker in self.idle:
             self.idle.remove(worker)
-            self.sel.unregister(worker[1])
-            worker[1].close()
+            self.unwatch(worker)
+            os.close(worker[1])
+            os.close(worker[2])
+
+    def deliver(self):
+        """Hand idle workers to the clients that asked for them (Workers frames)."""
+        for conn in list(self.conns.values()):
+            while conn.owed and self.idle:
+                n = min(conn.owed, len(self.idle), MAX_WORKERS_PER_FRAME)
+                # The newest: those just arrived, not watched yet.
+                batch = self.idle[-n:]
+                del self.idle[-n:]
+                fds = []
+                for worker in batch:
+                    self.unwatch(worker)
+                    fds += [worker[2], worker[1]]
+                body = struct.pack(f"<{n}I", *(pid for pid, _, _ in batch))
+                conn.owed -= n
+                try:
+                    send_nonblocking(conn.sock, frame(KIND_WORKERS, body, len(fds)), fds)
+                except OSError:
+                    self.drop(conn)
+                finally:
+                    # The client has them now (or is gone: they read EOF and exit).
+                    for _, chan, pidfd in batch:
+                        os.close(chan)
+                        os.close(pidfd)
+                if conn.sock.fileno() < 0:
+                    break
 
     # -- clients
     def accept(self):
@@ -134,6 +219,8 @@ class Zygote:
         self.sel.register(sock, selectors.EVENT_READ, conn)
 
     def drop(self, conn):
+        if conn.sock.fileno() < 0:
+            return
         self.sel.unregister(conn.sock)
         del self.conns[conn.sock.fileno()]
         conn.sock.close()
@@ -173,20 +260,23 @@ class Zygote:
             conn.sock.setblocking(False)
             conn.phase = "request"
             return
+        if kind == KIND_WANT:
+            if len(body) != 4 or fds:
+                raise ValueError("a Want is a u32 count and no fds")
+            (n,) = struct.unpack("<I", body)
+            conn.owed = min(MAX_OWED, conn.owed + n)
+            return
         # A Fork request: hand it to an idle worker, answer with its pid and pidfd.
-        pidfd = None
         try:
             while True:
-                pid, chan = self.take_worker()
+                pid, chan_fd, pidfd = self.take_worker()
+                chan = socket.socket(fileno=chan_fd)
                 try:
-                    pidfd = os.pidfd_open(pid)
                     send_job(chan, body, fds)
                     break
                 except OSError:
                     # It died unused: the next one.
-                    if pidfd is not None:
-                        os.close(pidfd)
-                        pidfd = None
+                    os.close(pidfd)
                 finally:
                     chan.close()
         finally:
@@ -221,15 +311,26 @@ class Zygote:
                     self.worker_gone(key.data)
                 else:
                     self.readable(key.data)
-            # Replacements for the workers handed out or gone, asked for here, off the
-            # request path.
+            # Workers owed to clients, and replacements for the workers handed out or gone,
+            # off the request path.
+            self.deliver()
+            self.watch()
             self.refill()
 
 
 def template_main(ctl):
-    """The template: forks a worker per byte the zygote sends, hands it the worker's pid and
-    the zygote's end of the worker's channel. It never has the key."""
+    """The template: forks a worker per byte the zygote sends, hands it the worker's pid, the
+    zygote's end of the worker's channel and a pidfd for the worker (opened here, by the
+    parent, before the worker can have been reaped). It never has the key."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the workers
+    # Everything the template holds now is what every worker starts from: out of the
+    # collector's reach, a worker's collections never touch (and copy) those pages.
+    global warm_payload
+    try:
+        warm_payload = warm_up(16)
+    except Exception:
+        pass  # only ever a head start
+    gc.freeze()
     while True:
         try:
             asked = ctl.recv(64)
@@ -239,32 +340,64 @@ def template_main(ctl):
             asked = b""  # the zygote is gone (with workers' pids it had not read yet)
         if not asked:
             os._exit(0)
+        # All asked for at once, then one message (fewer wake-ups of the zygote).
+        made = []
         for _ in asked:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            pid = os.fork()
-            if pid == 0:
-                ctl.close()
-                ours.close()
-                worker_main(theirs)  # never returns
-            theirs.close()
-            try:
-                socket.send_fds(ctl, [struct.pack("<I", pid)], [ours.fileno()])
-            except OSError:
-                os._exit(0)  # the zygote is gone; the worker reads EOF and exits
+            made.append(fork_worker(ctl, made))
+        fds = []
+        for _, ours, pidfd in made:
+            fds += [ours.fileno(), pidfd]
+        try:
+            socket.send_fds(ctl, [struct.pack(f"<{len(made)}I", *(m[0] for m in made))], fds)
+        except OSError:
+            os._exit(0)  # the zygote is gone; the workers read EOF and exit
+        for _, ours, pidfd in made:
             ours.close()
+            os.close(pidfd)
+
+
+def fork_worker(ctl, siblings):
+    """Fork a worker (in the template): its pid, our end of its channel, a pidfd for it. The
+    worker closes what the template holds of `siblings` (those forked before it, not handed
+    over yet): a worker holds no other worker's channel or pidfd."""
+    while True:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            ctl.close()
+            ours.close()
+            for _, chan, pidfd in siblings:
+                chan.close()
+                os.close(pidfd)
+            worker_main(theirs)  # never returns
+        theirs.close()
+        try:
+            return pid, ours, os.pidfd_open(pid)
+        except OSError:
+            ours.close()  # it died already (and was reaped): another
 
 
 def worker_main(chan):
-    """A pooled worker: wait for a job, then become the process in it."""
+    """A pooled worker: get ready while idle, wait for a job, then become the process in it."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        random.seed()  # this worker's own state (as the at-fork hook did), before the job
+        if warm_payload:
+            try:
+                # While idle: the pages unpickling writes are copied now, not between
+                # Process.start() and the process running.
+                unpickle_dummy(warm_payload)
+            except Exception:
+                pass  # only ever a head start
         job = recv_job(chan)
         chan.close()
         if job is None:
-            os._exit(0)  # the zygote closed the channel: not needed
+            os._exit(0)  # the channel closed: not needed
+        # An idle worker ignores a terminal's Ctrl-C as the zygote does; the process it
+        # becomes does not.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         code = run_job(*job)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -281,46 +414,80 @@ def worker_main(chan):
     os._exit(code)
 
 
+def dummy_job():
+    """A job's payload without a process to run: preparation data and a process object of
+    the start method's class, never initialised (no name, no counter)."""
+    from .multiprocessing import SpawnkitProcess
+
+    dummy = SpawnkitProcess.__new__(SpawnkitProcess)
+    dummy.__dict__.update(_name="", _args=(), _kwargs={})
+    return (bytes(reduction.ForkingPickler.dumps({"name": "", "sys_path": [""]}))
+            + bytes(reduction.ForkingPickler.dumps(dummy)))
+
+
+def unpickle_dummy(payload):
+    from_parent = io.BytesIO(payload)
+    spawn.prepare({})
+    reduction.pickle.load(from_parent)
+    reduction.pickle.load(from_parent)
+
+
+def warm_up(times):
+    """In the template, before it forks: run a job's path up to the process's own code
+    (receiving it with an fd, unpickling) on a dummy, often enough for the interpreter to
+    have specialised that code here, once, rather than writing its counters (and copying
+    their pages) in every worker. Returns the dummy's payload for the workers' own warm-up."""
+    payload = dummy_job()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        for _ in range(times):
+            send_job(a, payload, [a.fileno()])
+            got = recv_job(b)
+            assert got is not None
+            for fd in got[1]:
+                os.close(fd)
+            unpickle_dummy(got[0])
+    finally:
+        a.close()
+        b.close()
+    return payload
+
+
 def send_job(chan, payload, fds):
-    header = struct.pack("<Q", len(payload))
-    if fds:
-        socket.send_fds(chan, [header], list(fds))
-    else:
-        chan.sendall(header)
-    chan.sendall(payload)
+    """A job to a worker: the header with the fds beside it, then the payload (one sendmsg
+    when it fits the socket's buffer). Raises OSError (EPIPE, ECONNRESET) if the worker is
+    gone."""
+    data = JOB_HEADER.pack(len(payload)) + payload
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
+    sent = chan.sendmsg([data], anc, socket.MSG_NOSIGNAL)
+    if sent < len(data):
+        chan.sendall(memoryview(data)[sent:], socket.MSG_NOSIGNAL)
 
 
 def recv_job(chan):
-    """The payload and fds the zygote hands this worker; None when it closes the channel."""
-    data, fds, _, _ = socket.recv_fds(chan, 8, MAX_FDS)
+    """The payload and fds sent to this worker; None when the channel closes first."""
+    data, fds, _, _ = socket.recv_fds(chan, 1 << 16, MAX_FDS)
     if not data:
         return None
-    while len(data) < 8:
-        more = chan.recv(8 - len(data))
+    buf = bytearray(data)
+    while len(buf) < JOB_HEADER.size:
+        more = chan.recv(JOB_HEADER.size - len(buf))
         if not more:
             return None
-        data += more
-    (n,) = struct.unpack("<Q", data)
-    buf = bytearray()
+        buf += more
+    (n,) = JOB_HEADER.unpack_from(buf)
+    n += JOB_HEADER.size
     while len(buf) < n:
         more = chan.recv(min(1 << 20, n - len(buf)))
         if not more:
             return None
         buf += more
-    return bytes(buf), fds
+    return memoryview(buf)[JOB_HEADER.size:], fds
 
 
 def run_job(payload, fds):
-    """Specialise: become the process in the payload (as multiprocessing.spawn's child)."""
-    import io
-    import random
-
-    from multiprocessing import process, resource_tracker, spawn
-    from multiprocessing import reduction
-
-    from . import multiprocessing as _registers_the_start_method  # noqa: F401
-
-    random.seed()
+    """Specialise: become the process in the payload (as multiprocessing.spawn's child). The
+    payload's preparation data is what differs from what the zygote applied already."""
     global inherited_fds
     parent_sentinel, tracker_fd, *rest = fds
     inherited_fds = rest
@@ -330,6 +497,8 @@ def run_job(payload, fds):
     process.current_process()._inheriting = True
     try:
         preparation_data = reduction.pickle.load(from_parent)
+        if base_prep is not None:
+            spawn.prepare(base_prep)
         spawn.prepare(preparation_data)
         self = reduction.pickle.load(from_parent)
     finally:
@@ -343,10 +512,7 @@ def main():
         config = json.loads(f.read().decode())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the owner
     # What every worker needs, imported once here instead of once per process.
-    import io  # noqa: F401
-    import random  # noqa: F401
     import traceback  # noqa: F401
-    from multiprocessing import process, reduction, resource_tracker, spawn  # noqa: F401
 
     from . import multiprocessing as _registers_the_start_method  # noqa: F401
 
@@ -356,16 +522,18 @@ def main():
             __import__(name)
         except ImportError:
             pass
-    prep = config.get("main")
+    prep = config.get("prep")
     if prep:
-        # The caller's __main__ as multiprocessing's spawn imports it (as __mp_main__), once
-        # here instead of once per process.
+        # The caller's preparation data (cwd, sys.path, sys.argv, the main module, which
+        # multiprocessing's spawn imports as __mp_main__ ...), applied once here instead of
+        # once per process; each job carries what differs from it.
+        base = pickle.loads(bytes.fromhex(prep))
         try:
-            from multiprocessing import spawn
-
-            spawn.prepare(pickle.loads(bytes.fromhex(prep)))
+            spawn.prepare(base)
         except Exception:
-            pass
+            # Each worker applies it again, failing (and reporting it) as spawn's child would.
+            global base_prep
+            base_prep = base
     ctl, ctl_template = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.fork() == 0:
         # The template: before the key is read, without the listener or the alive pipe.

@@ -9,13 +9,17 @@ On first use the context starts a *zygote*: a clean, single-threaded Python proc
 through spawnkit's engine (so starting it costs the same from a 20 GiB parent as from a small
 one), which preloads the modules named by :func:`set_preload` and imports the caller's main
 script once, as ``spawn`` would, then keeps a warm pool of pre-forked workers
-(:func:`set_pool_size`). ``Process.start()`` sends the pickled process and its fds over an
-authenticated Unix socket (the spawn server's frames and HMAC handshake) and gets back the
-worker's pid and pidfd: a message, not a fork. ``join``, ``exitcode``, ``sentinel`` (the
-pidfd), ``terminate`` and ``kill`` (through the pidfd) work as with ``forkserver``.
-Needs Linux 6.15+ (a pidfd's exit status after its parent, the zygote, reaped it).
+(:func:`set_pool_size`). Over an authenticated Unix socket (the spawn server's frames and HMAC
+handshake) the zygote hands this process idle workers ahead of need (a pid, a pidfd and the
+worker's private channel each); ``Process.start()`` pops one and sends it the pickled process
+and its fds: one message, no fork and no round trip. The stock is topped up off the request
+path; a worker found dead is skipped; an empty stock falls back to asking the zygote (a round
+trip). ``join``, ``exitcode``, ``sentinel`` (the pidfd), ``terminate`` and ``kill`` (through
+the pidfd) work as with ``forkserver``.
+Needs Linux 6.15+ (a pidfd's exit status after its parent, the zygote's template, reaped it).
 """
 
+import collections
 import io
 import json
 import os
@@ -29,7 +33,8 @@ from multiprocessing import context as _context
 from multiprocessing import popen_fork, process, reduction, resource_tracker, spawn, util
 
 from . import _native
-from ._zygote import KIND_ERROR, KIND_FORK, KIND_SPAWNED, MAX_FDS, send_frame
+from ._zygote import (KIND_ERROR, KIND_FORK, KIND_SPAWNED, KIND_WANT, KIND_WORKERS, MAX_FDS,
+                      send_frame, send_job)
 
 __all__ = ["get_context", "set_preload", "set_pool_size", "SpawnkitContext", "Popen"]
 
@@ -68,7 +73,12 @@ class Popen(popen_fork.Popen):
         return len(self._fds) - 1
 
     def _launch(self, process_obj):
-        prep_data = spawn.get_preparation_data(process_obj._name)
+        client = _zygote()
+        # What differs from the preparation data the zygote applied once (at least the name
+        # and the authkey, which the zygote never had).
+        base = client.base_prep
+        prep_data = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items()
+                     if k not in base or base[k] != v}
         buf = io.BytesIO()
         _context.set_spawning_popen(self)
         try:
@@ -77,13 +87,10 @@ class Popen(popen_fork.Popen):
         finally:
             _context.set_spawning_popen(None)
         parent_r, parent_w = os.pipe()
-        try:
-            tracker = resource_tracker.getfd()
-        except Exception:
-            tracker = None
+        tracker = _tracker_fd()
         fds = [parent_r, tracker if tracker is not None else parent_r, *self._fds]
         try:
-            self._child = _zygote().start(buf.getvalue(), fds)
+            self._child = client.start(buf.getvalue(), fds)
         finally:
             os.close(parent_r)
         self.pid = self._child.pid
@@ -152,8 +159,8 @@ def set_preload(module_names):
 
 
 def set_pool_size(n):
-    """How many pre-forked workers the zygote keeps ready (default: twice the CPUs, 2 to 8);
-    takes effect when the zygote starts."""
+    """How many pre-forked workers the zygote keeps ready, and this process keeps in stock
+    (default: twice the CPUs, 2 to 8); takes effect when the zygote starts."""
     global _pool_size
     n = int(n)
     if n < 1:
@@ -179,13 +186,13 @@ class _Client:
         conf_r, conf_w = os.pipe()
         key_r, key_w = os.pipe()
         self.alive_r, self.alive_w = os.pipe()
-        main = None
         prep = spawn.get_preparation_data("zygote")
         prep.pop("authkey", None)  # each process gets its own in its job
-        if prep.get("init_main_from_path") or prep.get("init_main_from_name"):
-            main = pickle.dumps(prep).hex()
-        config = {"preload": _preload, "pool_size": _pool_size or _default_pool_size(),
-                  "sys_path": [p for p in sys.path if p], "main": main}
+        # The zygote applies it once; each job carries what differs.
+        self.base_prep = prep
+        self.stock_size = _pool_size or _default_pool_size()
+        config = {"preload": _preload, "pool_size": self.stock_size,
+                  "sys_path": [p for p in sys.path if p], "prep": pickle.dumps(prep).hex()}
         try:
             cmd = (Command(sys.executable)
                    .args(["-c", "from spawnkit._zygote import main; main()"])
@@ -204,15 +211,20 @@ class _Client:
         self.sock.connect(self.path)
         self.frames = _native.Frames()
         self.next_id = 1
+        # Idle workers handed over by the zygote: (pid, pidfd, channel socket), oldest first.
+        self.stock = collections.deque()
+        self.wanted = 0  # workers asked for (Want) and not arrived yet
         self._handshake()
         self.stop = util.Finalize(self, _Client._stop,
-                                  (self.sock, self.alive_w, self.proc, self.path),
+                                  (self.sock, self.alive_w, self.proc, self.path, self.stock),
                                   exitpriority=-100)
+        self._top_up()
 
     @staticmethod
-    def _stop(sock, alive_w, proc, path):
-        """Close the connection and the alive pipe: the zygote exits (its workers follow when
-        their channels close); running processes keep running."""
+    def _stop(sock, alive_w, proc, path, stock):
+        """Close the connection, the stock and the alive pipe: the zygote exits (its workers
+        follow when their channels close); running processes keep running."""
+        _close_stock(stock)
         sock.close()
         try:
             os.close(alive_w)
@@ -231,15 +243,60 @@ class _Client:
         except OSError:
             pass
 
-    def _recv_frame(self, phase):
+    def _recv_frame(self, phase, block=True):
+        """The next frame allowed in `phase`; with block=False, None if none has arrived."""
         while True:
             got = self.frames.next(phase)
             if got is not None:
                 return got
-            data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, MAX_FDS)
+            try:
+                data, anc, _, _ = self.sock.recvmsg(
+                    1 << 16, _ANC_SPACE,
+                    socket.MSG_CMSG_CLOEXEC | (0 if block else socket.MSG_DONTWAIT))
+            except BlockingIOError:
+                return None
+            fds = []
+            for level, typ, cdata in anc:
+                if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                    fds += struct.unpack(f"{len(cdata) // 4}i", cdata[: len(cdata) // 4 * 4])
             self.frames.push(data, fds)
             if not data:
                 raise ConnectionError("the spawnkit zygote closed the connection")
+
+    def _reply(self, block=True):
+        """The next Spawned or Error frame; Workers frames that come first go to the stock.
+        With block=False, None once nothing more has arrived."""
+        while True:
+            got = self._recv_frame("reply", block)
+            if got is None or got[0] != KIND_WORKERS:
+                return got
+            _, _, _, body, fds = got
+            n = len(body) // 4
+            if len(body) != 4 * n or len(fds) != 2 * n:
+                for fd in fds:
+                    os.close(fd)
+                raise ConnectionError("a malformed Workers frame from the zygote")
+            for i, pid in enumerate(struct.unpack(f"<{n}I", body)):
+                self.stock.append((pid, fds[2 * i], socket.socket(fileno=fds[2 * i + 1])))
+            self.wanted = max(0, self.wanted - n)
+
+    def _top_up(self):
+        """Ask for workers (without waiting) once the stock and what is on its way fall to
+        half the stock's size."""
+        have = len(self.stock) + self.wanted
+        if have <= self.stock_size // 2:
+            n = self.stock_size - have
+            send_frame(self.sock, KIND_WANT, struct.pack("<I", n))
+            self.wanted += n
+
+    def forget(self):
+        """In a forked child: close this process's copies of the stock and the connection
+        (the parent's stay its own); the child starts a zygote of its own if it needs one."""
+        _close_stock(self.stock)
+        self.sock.close()
+        alive_w, self.alive_w = self.alive_w, -1
+        if alive_w >= 0:
+            os.close(alive_w)
 
     def _handshake(self):
         _, _, _, ns, _ = self._recv_frame("challenge")
@@ -251,10 +308,33 @@ class _Client:
 
     def start(self, payload, fds):
         with self.lock:
+            if self.wanted:
+                got = self._reply(block=False)  # take in the Workers frames that arrived
+                if got is not None:
+                    for fd in got[4]:
+                        os.close(fd)
+                    raise ConnectionError("an answer from the zygote to no request")
+            while self.stock:
+                pid, pidfd, chan = self.stock.popleft()
+                try:
+                    send_job(chan, payload, fds)
+                except OSError:
+                    os.close(pidfd)  # it died unused: the next one
+                    continue
+                finally:
+                    chan.close()
+                child = _native.remote_child(pid, pidfd)
+                try:
+                    self._top_up()
+                except OSError:
+                    pass  # the process is started; the next dry stock meets the error
+                return child
+            # The stock ran dry: the zygote hands the job to a worker of its own pool.
+            self._top_up()
             id = self.next_id
             self.next_id += 1
             send_frame(self.sock, KIND_FORK, payload, fds, id=id)
-            kind, _, rid, body, got = self._recv_frame("reply")
+            kind, _, rid, body, got = self._reply()
         if rid != id:
             for fd in got:
                 os.close(fd)
@@ -268,8 +348,47 @@ class _Client:
         return _native.remote_child(pid, got[0])
 
 
+_ANC_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
+
+
+def _tracker_fd():
+    """The resource tracker's fd for a new process: started the first time (as spawn and
+    forkserver do), then passed as it is, without resource_tracker.getfd()'s probe (a write
+    the tracker wakes up to read) per process: a process that finds it dead when it first
+    registers something starts another, as a child of spawn's would."""
+    fd = resource_tracker._resource_tracker._fd
+    if fd is not None:
+        return fd
+    try:
+        return resource_tracker.getfd()
+    except Exception:
+        return None
+
+
+def _close_stock(stock):
+    while stock:
+        _, pidfd, chan = stock.popleft()
+        chan.close()
+        try:
+            os.close(pidfd)
+        except OSError:
+            pass
+
+
 _client = None
 _client_lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    """A forked child never uses its parent's zygote, connection or stock."""
+    global _client, _client_lock
+    _client_lock = threading.Lock()  # another thread may have held it at the fork
+    if _client is not None and _client.owner != os.getpid():
+        client, _client = _client, None
+        client.forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _shutdown():

@@ -27,9 +27,13 @@ fn expect(phase: &str) -> PyResult<Expect> {
         "welcome" => Expect { kinds: &[Kind::Welcome, Kind::Failure], max_body: 256, fds: false },
         // Zygote side.
         "answer" => Expect { kinds: &[Kind::Answer], max_body: NONCE + MAC, fds: false },
-        "request" => Expect { kinds: &[Kind::Fork], max_body: MAX_BODY, fds: true },
+        "request" => Expect { kinds: &[Kind::Fork, Kind::Want], max_body: MAX_BODY, fds: true },
         // Client side, after the handshake.
-        "reply" => Expect { kinds: &[Kind::Spawned, Kind::Error], max_body: 64 << 10, fds: true },
+        "reply" => Expect {
+            kinds: &[Kind::Spawned, Kind::Error, Kind::Workers],
+            max_body: 64 << 10,
+            fds: true,
+        },
         _ => return Err(PyValueError::new_err(format!("unknown phase {phase:?}"))),
     })
 }
@@ -43,6 +47,8 @@ fn kind_of(n: u8) -> PyResult<Kind> {
         17 => Kind::Spawned,
         18 => Kind::Error,
         32 => Kind::Fork,
+        33 => Kind::Workers,
+        34 => Kind::Want,
         _ => return Err(PyValueError::new_err(format!("not a zygote frame kind: {n}"))),
     })
 }

@@ -64,6 +64,13 @@ pub enum Kind {
     /// Client → the Python zygote (`spawnkit.multiprocessing`): a pickled process to start
     /// in a pooled worker, its fds beside it. The spawn server refuses it.
     Fork = 32,
+    /// The Python zygote → its client: idle pooled workers handed over ahead of need, 1 to 64
+    /// entries of a pid (u32 LE); beside it two fds per entry, in order: the worker's pidfd
+    /// and the worker's end of its private channel (`nfds` = 2 × entries).
+    Workers = 33,
+    /// Client → the Python zygote: send this many more workers (a u32 LE count); no reply
+    /// but the Workers frames.
+    Want = 34,
 }
 
 impl Kind {
@@ -80,6 +87,8 @@ impl Kind {
             20 => Kind::SpawnMany,
             21 => Kind::SpawnedMany,
             32 => Kind::Fork,
+            33 => Kind::Workers,
+            34 => Kind::Want,
             _ => return None,
         })
     }
