@@ -180,3 +180,24 @@ fn parked_children_die_with_the_server_and_started_ones_live_on() {
     child.kill().unwrap();
     drop(server);
 }
+
+/// A signal sent to a parked child (its signals all blocked while it waits) is not left
+/// pending for the program a later request runs in it: that program starts with nothing
+/// pending, as in a child cloned for the request. SIGUSR1 left pending would kill each one.
+#[test]
+fn a_signal_sent_to_a_parked_child_does_not_reach_a_later_request() {
+    let mut server = PrivateServer::start().expect("private server");
+    let pid = server.pid();
+    let parked = wait_pool_full(pid);
+    for &c in &parked {
+        // SAFETY: kill takes integers.
+        assert_eq!(unsafe { libc::kill(c as libc::pid_t, libc::SIGUSR1) }, 0);
+    }
+    // One request per parked child (and one more): each woken child runs `true`.
+    let mut cmd = Command::new("/bin/true");
+    cmd.stdout(Stdio::Null).stderr(Stdio::Null);
+    for _ in 0..=parked.len() {
+        let status = server.client().spawn(&cmd).unwrap().wait().unwrap();
+        assert!(status.success(), "a request's program ended with {status}");
+    }
+}

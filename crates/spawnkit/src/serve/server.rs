@@ -65,9 +65,16 @@ pub struct ServerOptions {
     /// and the loop stays free to read; the loop itself helps when two or more are queued.
     pub spawn_threads: usize,
     /// Children made ahead of time per spawning thread (the loop thread and each spawner
-    /// thread), woken by a request instead of cloned for it (default [`DEFAULT_POOL`]; 0:
-    /// none). The threads refill their pools when no request waits. Requests whose clone itself must carry something (namespaces, a
-    /// cgroup, id maps written from outside) clone as usual.
+    /// thread), woken by a request instead of cloned for it (0: none). The threads refill
+    /// their pools when no request waits. Requests whose clone itself must carry something
+    /// (namespaces, a cgroup, id maps written from outside) clone as usual. Default:
+    /// [`DEFAULT_POOL`] for a server that owns its process (`kernel_reaps`: `spawnkit
+    /// serve`, a private server), none for a server on a thread of a bigger program. A
+    /// parked child is a process of its own that copied the server's state when it was
+    /// made: what the program changes later for its threads only (glibc's `setuid`, a
+    /// seccomp filter, a capability drop) or what is changed from outside for the server's
+    /// pid (`prlimit`, a cgroup move, `choom`) does not reach it, so up to this many
+    /// requests per thread would still run with the old state.
     pub pool: Option<usize>,
 }
 
@@ -650,7 +657,7 @@ impl<'a> Looper<'a> {
         }
         // This thread's own pool: for every request when there are no spawner threads, and
         // for a lone request (see `take_request`) when there are.
-        crate::sys::pool::enable(self.pool_size());
+        crate::sys::pool::enable(self.pool_size(), self.watchdog.parked());
         let result = self.serve();
         // Stop the spawner threads. Requests still queued are answered with an error (which
         // also lets their frames' held answers out) before the connections close.
@@ -686,7 +693,8 @@ impl<'a> Looper<'a> {
     }
 
     fn pool_size(&self) -> usize {
-        self.server.opts.pool.unwrap_or(DEFAULT_POOL)
+        let default = if self.server.opts.kernel_reaps { DEFAULT_POOL } else { 0 };
+        self.server.opts.pool.unwrap_or(default)
     }
 
     fn serve(&mut self) -> Result<()> {
@@ -1084,8 +1092,11 @@ impl<'a> Looper<'a> {
         // exec, and a peer that stopped it there would hold this loop, and every other
         // client, until the watchdog's limit; a spawner thread takes that one. (A peer of
         // the server's own uid can stop the server itself anyway.)
+        // Only one a pool child can serve (no isolation, the default strategy): anything
+        // else would clone or fork on this thread and hold the loop until its exec.
         let lone = batch.is_none()
             && conn.peer.uid == self.server.euid
+            && cmd.pool_may_serve()
             && conn.inbox.buffered() == 0
             && crate::sys::pool::ready()
             && self.jobs.lock().0.is_empty();
@@ -1164,7 +1175,7 @@ impl<'a> Looper<'a> {
                 .name("spawnkit-spawner".into())
                 .spawn(move || {
                     watchdog.enroll();
-                    crate::sys::pool::enable(pool);
+                    crate::sys::pool::enable(pool, watchdog.parked());
                     spawner(&jobs, &wake, euid);
                     crate::sys::pool::disable();
                 })

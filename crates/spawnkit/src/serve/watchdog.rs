@@ -18,6 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind};
+use crate::sys::pool::{self, ParkedList};
 use crate::sys::{pidfd, this_process};
 
 /// How long a child may take from the clone to its execve, unless
@@ -45,6 +46,8 @@ pub(crate) struct Watchdog {
     limit: Duration,
     stop: Mutex<bool>,
     wake: Condvar,
+    /// The server's parked pool children (sys/pool.rs): waiting for a request, not stuck.
+    parked: Arc<ParkedList>,
 }
 
 impl Watchdog {
@@ -55,7 +58,13 @@ impl Watchdog {
             limit: limit.max(Duration::from_millis(10)),
             stop: Mutex::new(false),
             wake: Condvar::new(),
+            parked: Arc::new(ParkedList::default()),
         })
+    }
+
+    /// The list the server's pools keep their parked children on.
+    pub(crate) fn parked(&self) -> Arc<ParkedList> {
+        self.parked.clone()
     }
 
     /// Watch the calling thread's spawns from now on.
@@ -92,7 +101,7 @@ impl Watchdog {
             for slot in slots {
                 let since = slot.since.load(Ordering::Acquire);
                 if since != 0 && now.saturating_sub(since) > self.limit.as_millis() as u64 {
-                    kill_unexeced_child(&slot, since);
+                    kill_unexeced_child(&slot, since, &self.parked);
                 }
             }
         }
@@ -103,7 +112,7 @@ impl Watchdog {
 /// server's address space (kcmp `KCMP_VM`: a `CLONE_VM` child before its execve; a child
 /// that has exec'd, whatever it runs, has its own). Each is checked after a pidfd pins it and
 /// it is seen again among the thread's children (so a reused pid is never the one killed).
-fn kill_unexeced_child(slot: &Slot, since: u64) {
+fn kill_unexeced_child(slot: &Slot, since: u64, parked: &ParkedList) {
     let tid = slot.tid.load(Ordering::Acquire);
     let children = || -> Vec<i32> {
         std::fs::read_to_string(format!("/proc/self/task/{tid}/children"))
@@ -114,7 +123,7 @@ fn kill_unexeced_child(slot: &Slot, since: u64) {
     };
     for pid in children() {
         // A parked pool child waits for a request: it is not stuck.
-        if crate::sys::pool::is_parked(pid) {
+        if pool::lock(parked).contains(&pid) {
             continue;
         }
         let Ok(fd) = pidfd::open(pid) else { continue };

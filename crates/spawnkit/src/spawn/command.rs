@@ -342,6 +342,14 @@ impl Command {
         self
     }
 
+    /// Whether a spawn server's parked child could run this command (sys/pool.rs): no
+    /// isolation (whose namespaces and cgroup the clone itself carries) and the default
+    /// strategy. Conservative: a false here only means a clone made for the request.
+    pub(crate) fn pool_may_serve(&self) -> bool {
+        self.strategy == Strategy::CloneVfork
+            && self.isolation == crate::isolate::Isolation::default()
+    }
+
     /// Kill (SIGKILL) and reap the child when its [`Child`] is dropped unwaited.
     pub fn kill_on_drop(&mut self, on: bool) -> &mut Command {
         self.kill_on_drop = on;

@@ -159,6 +159,26 @@ pub(crate) unsafe extern "C" fn pool_main(dock: *const Dock) -> ! {
 fn wake_up(dock: &Dock) -> Result<(), i32> {
     // SAFETY: prctl and unshare take integers.
     check(unsafe { sc!(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) })?;
+    // Signals sent to it while parked (all blocked) are still pending: a clone made for the
+    // request would have none, so take them all (a zero timeout: never waits).
+    let all: u64 = !0;
+    let zero = [0i64; 2];
+    loop {
+        // SAFETY: rt_sigtimedwait reads an 8-byte set and a timespec from live locals; no
+        // siginfo is asked for (NULL).
+        let r = unsafe {
+            sc!(
+                libc::SYS_rt_sigtimedwait,
+                &all as *const u64,
+                ptr::null_mut::<u8>(),
+                zero.as_ptr(),
+                8
+            )
+        };
+        if r < 0 {
+            break; // EAGAIN: none left (any other error: nothing more to take either)
+        }
+    }
     // SAFETY: as above.
     check(unsafe { sc!(libc::SYS_unshare, libc::CLONE_FILES) })?;
     if dock.fs_set.load(Ordering::Relaxed) != 0 {

@@ -19,14 +19,16 @@
 //! credentials); every one a request sets, the plan sets in the child. Its pid and start time
 //! are older than the request.
 //!
-//! Every parked child's pid is listed in [`PARKED`] so the server's watchdog (which kills a
-//! spawning thread's children that still share our memory when a spawn takes too long) leaves
-//! them alone.
+//! Every parked child's pid is listed in its server's [`ParkedList`] so the server's watchdog
+//! (which kills a spawning thread's children that still share our memory when a spawn takes
+//! too long) leaves them alone. The list is the server's, not the process's: a private server
+//! forked from a process where another server's thread held a process-wide list's lock at
+//! that instant would have found it locked for good.
 
 use core::sync::atomic::Ordering;
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::in_child::{ChildCtx, Dock, DOCK_GO, STEP_NONE, STEP_POOL};
 use super::stack::Stack;
@@ -40,6 +42,8 @@ struct Parked {
     pid: i32,
     /// Taken out when the child is handed to the spawn.
     pidfd: Option<OwnedFd>,
+    /// The server's list it is on while parked.
+    list: Arc<ParkedList>,
 }
 
 impl Parked {
@@ -60,6 +64,7 @@ struct Pool {
     parked: Vec<Parked>,
     /// Stacks of children that have exec'd, for the next ones.
     spare: Vec<Stack>,
+    list: Arc<ParkedList>,
 }
 
 thread_local! {
@@ -67,25 +72,20 @@ thread_local! {
     static FS_IDS: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
 }
 
-/// The pids of every parked child of this process.
-static PARKED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// The pids of one server's parked children (its watchdog's to read).
+pub(crate) type ParkedList = Mutex<Vec<i32>>;
 
-fn parked_list() -> std::sync::MutexGuard<'static, Vec<i32>> {
-    PARKED.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether `pid` is a parked pool child of this process (not stuck: waiting for a request).
-pub(crate) fn is_parked(pid: i32) -> bool {
-    parked_list().contains(&pid)
+pub(crate) fn lock(list: &ParkedList) -> MutexGuard<'_, Vec<i32>> {
+    list.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Keep up to `size` children parked for this thread's spawns (0: none). The children are made
-/// by [`refill`], not here.
-pub(crate) fn enable(size: usize) {
+/// by [`refill`], not here; each is listed in `list` while parked.
+pub(crate) fn enable(size: usize, list: Arc<ParkedList>) {
     disable();
     if size > 0 {
         let _ = POOL.try_with(|p| {
-            *p.borrow_mut() = Some(Pool { size, parked: Vec::new(), spare: Vec::new() })
+            *p.borrow_mut() = Some(Pool { size, parked: Vec::new(), spare: Vec::new(), list })
         });
     }
 }
@@ -118,7 +118,7 @@ pub(crate) fn refill() -> bool {
             .partition(|c| c.dock.tid.load(Ordering::Acquire) != 0);
         pool.parked = alive;
         for mut c in dead {
-            parked_list().retain(|&p| p != c.pid);
+            lock(&c.list).retain(|&p| p != c.pid);
             if let Some(fd) = &c.pidfd {
                 let _ = pidfd::wait(fd.as_fd(), false);
             }
@@ -129,27 +129,30 @@ pub(crate) fn refill() -> bool {
         if pool.parked.len() >= pool.size {
             return false;
         }
-        match make(pool.spare.pop()) {
+        match make(pool.spare.pop(), &pool.list) {
             Ok(child) => {
                 pool.parked.push(child);
                 true
             }
-            Err(_) => {
+            // clone3 refused (an old kernel, a sandbox): no pool on this thread for good.
+            // Anything else (no fd, no pid, no memory for now): try again at the next refill.
+            Err(libc::ENOSYS | libc::EINVAL | libc::EPERM) => {
                 pool.size = 0;
                 false
             }
+            Err(_) => false,
         }
     });
     wants_refill()
 }
 
-fn make(stack: Option<Stack>) -> Result<Parked, i32> {
+fn make(stack: Option<Stack>, list: &Arc<ParkedList>) -> Result<Parked, i32> {
     let stack = match stack {
         Some(s) => s,
         None => Stack::new()?,
     };
     let dock = Box::new(Dock { parent: parent::getpid(), ..Default::default() });
-    let mut list = parked_list();
+    let mut listed = lock(list);
     let cloned = {
         let _blocked = SignalsBlocked::new();
         // SAFETY: all signals are blocked (the child keeps that mask while parked); the dock
@@ -158,10 +161,10 @@ fn make(stack: Option<Stack>) -> Result<Parked, i32> {
         unsafe { clone::clone_parked(&dock, &stack) }?
     };
     // Listed before the lock is released: the watchdog never sees it unlisted while parked.
-    list.push(cloned.pid);
+    listed.push(cloned.pid);
     // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
     let pidfd = unsafe { OwnedFd::from_raw_fd(cloned.pidfd) };
-    Ok(Parked { dock, stack: Some(stack), pid: cloned.pid, pidfd: Some(pidfd) })
+    Ok(Parked { dock, stack: Some(stack), pid: cloned.pid, pidfd: Some(pidfd), list: list.clone() })
 }
 
 /// The filesystem ids this thread spawns with for now (`sock::with_fs_ids`), for a pool child
@@ -182,7 +185,7 @@ pub(crate) fn eligible(plan: &PlanView<'_>) -> bool {
 pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
     loop {
         let parked = POOL.try_with(|p| p.borrow_mut().as_mut()?.parked.pop()).ok().flatten()?;
-        parked_list().retain(|&p| p != parked.pid);
+        lock(&parked.list).retain(|&p| p != parked.pid);
         // Killed while parked: the kernel cleared its tid. Reap it and try the next.
         if parked.dock.tid.load(Ordering::Acquire) == 0 {
             recycle(parked);
@@ -254,7 +257,7 @@ impl Drop for Parked {
     /// A parked child still parked: killed (SIGKILL also ends a stopped one), and its dock and
     /// stack kept until the kernel has cleared its tid, then reaped.
     fn drop(&mut self) {
-        parked_list().retain(|&p| p != self.pid);
+        lock(&self.list).retain(|&p| p != self.pid);
         if self.dock.tid.load(Ordering::Acquire) == 0 {
             return;
         }
