@@ -37,12 +37,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 import buildgrid_farm  # noqa: E402
 
-ROWS = [  # (id, --fence, input files)
-    ("fenced_true", "net,tmp,pid", 0),
-    ("fenced_10_files", "net,tmp,pid", 10),
-    ("unfenced_true", "none", 0),
-    ("unfenced_10_files", "none", 10),
+ROWS = [  # (id, --fence, input files, actions in flight)
+    ("fenced_true", "net,tmp,pid", 0, 32),
+    ("fenced_10_files", "net,tmp,pid", 10, 32),
+    ("unfenced_true", "none", 0, 32),
+    ("unfenced_10_files", "none", 10, 32),
+    # One action at a time: BuildGrid answers the worker with nothing else to schedule, so
+    # the own time shows what the worker costs beside an unloaded server.
+    ("fenced_true_one_at_a_time", "net,tmp,pid", 0, 1),
 ]
+SERIAL_MAX = 40  # actions of a one-at-a-time row, at most
 
 
 def say(*a):
@@ -112,7 +116,7 @@ def floor(farm, n):
     return out
 
 
-def run(farm, n, row_id, fence, files):
+def run(farm, n, row_id, fence, files, in_flight):
     stats = [farm.tmp / f"stats-{row_id}-{i}.json" for i in range(2)]
     workers = [farm.start_worker(f"{row_id}-{i}", "--fence", fence, "--stats-file", str(stats[i]))
                for i in range(2)]
@@ -127,7 +131,7 @@ def run(farm, n, row_id, fence, files):
             specs.append(spec)
         cpu0 = sum(cpu_s(w.pid) for w in workers)
         t = time.monotonic()
-        res = farm.execute(specs, timeout=600)
+        res = farm.execute(specs, timeout=600, in_flight=in_flight)
         wall = time.monotonic() - t
         cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
     finally:
@@ -162,7 +166,7 @@ def run(farm, n, row_id, fence, files):
     for r in res:
         per_worker[r.get("worker", "?")] = per_worker.get(r.get("worker", "?"), 0) + 1
     return {
-        "id": row_id, "fence": fence, "input_files": files, "actions": n,
+        "id": row_id, "fence": fence, "input_files": files, "actions": n, "in_flight": in_flight,
         "wall_s": wall, "actions_per_s": n / wall,
         # The workers' own CPU (user + system, not the commands') while the N actions ran.
         "worker_cpu_ms_per_action": cpu * 1e3 / n,
@@ -207,10 +211,11 @@ def main():
     out["farm_start_s"] = time.monotonic() - t0
     out["postgresql"] = farm.pg.bindir.parent.name
     try:
-        for row_id, fence, files in ROWS:
-            say(f"{row_id}: {n} actions, --fence {fence}")
+        for row_id, fence, files, in_flight in ROWS:
+            k = n if in_flight > 1 else min(n, SERIAL_MAX)
+            say(f"{row_id}: {k} actions, at most {in_flight} in flight, --fence {fence}")
             try:
-                out["rows"].append(run(farm, n, row_id, fence, files))
+                out["rows"].append(run(farm, k, row_id, fence, files, in_flight))
             except Exception as e:  # the row is skipped with its reason, the others still run
                 out["rows"].append({"id": row_id, "fence": fence, "input_files": files,
                                     "skipped": f"{type(e).__name__}: {str(e)[-1500:]}"})

@@ -250,10 +250,13 @@ class Farm:
         self.workers.append(p)
         return p
 
-    def execute(self, specs, timeout=240):
-        """Submit the actions with the test's own REAPI client; their results, in order."""
+    def execute(self, specs, timeout=240, in_flight=32):
+        """Submit the actions with the test's own REAPI client (at most `in_flight` at once);
+        their results, in order."""
+        env = dict(os.environ, SPAWNKIT_REAPI_IN_FLIGHT=str(in_flight))
         r = subprocess.run([self.python, str(CLIENT), f"127.0.0.1:{self.port}", self.instance],
-                           input=json.dumps(specs), capture_output=True, text=True, timeout=timeout)
+                           input=json.dumps(specs), capture_output=True, text=True, timeout=timeout,
+                           env=env)
         assert r.returncode == 0, f"reapi_client failed: {r.stderr[-3000:]}\n{self.logs()}"
         return json.loads(r.stdout)
 

@@ -12,6 +12,7 @@ symlinks {path: target}, meta {field: seconds}, missing_digest.
 
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -221,9 +222,10 @@ def main():
                 return
 
     # At most 32 at once: each holds an Execute stream, and BuildGrid's thread pool bounds
-    # its concurrent RPCs.
+    # its concurrent RPCs. SPAWNKIT_REAPI_IN_FLIGHT sets fewer (1: one action at a time).
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=32) as pool:
+    in_flight = max(1, min(32, int(os.environ.get("SPAWNKIT_REAPI_IN_FLIGHT", "32"))))
+    with ThreadPoolExecutor(max_workers=in_flight) as pool:
         list(pool.map(one, range(len(specs))))
     json.dump(results, sys.stdout)
 

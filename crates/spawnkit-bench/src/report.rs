@@ -1013,6 +1013,8 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
                 format!("{} input files", r.input_files)
             }
         );
+        let name =
+            if r.id.ends_with("_one_at_a_time") { format!("{name}, 1 at a time") } else { name };
         write!(o, "{name:<wd$}");
         if let Some(why) = &r.skipped {
             let short: String = why.chars().take(90).collect();
@@ -1107,6 +1109,7 @@ fn worker_summary(w: &WorkerResults) -> Vec<String> {
     let excl10 = w.farm_row("fenced_10_files").and_then(|r| r.own_excl_server_median_us);
     let floor = w.farm_row("fenced_true").and_then(|r| r.floor_us);
     let floor10 = w.farm_row("fenced_10_files").and_then(|r| r.floor_us);
+    let serial = w.farm_row("fenced_true_one_at_a_time");
     vec![
         format!(
             "worker's own time per fenced action, median: {} ms /bin/true, {} ms 10 input files \
@@ -1121,6 +1124,12 @@ fn worker_summary(w: &WorkerResults) -> Vec<String> {
             ms(excl10),
             ms(floor),
             ms(floor10)
+        ),
+        format!(
+            "  one action at a time (BuildGrid otherwise idle), /bin/true: {} ms, {} ms \
+             excluding its waits",
+            ms(serial.and_then(|r| r.own_median_us)),
+            ms(serial.and_then(|r| r.own_excl_server_median_us)),
         ),
         format!(
             "worker_fence/bwrap (the fence's price, median) {:>5} (target: ≤ 0.30)",

@@ -44,11 +44,13 @@ pub const BWRAP_ARGS: [&str; 8] =
     ["--unshare-net", "--unshare-pid", "--tmpfs", "/tmp", "--dev-bind", "/", "/", TRUE];
 
 /// The farm rows (the script's): id, `--fence`, input files.
-pub const FARM_ROWS: [(&str, &str, usize); 4] = [
+pub const FARM_ROWS: [(&str, &str, usize); 5] = [
     ("fenced_true", "net,tmp,pid", 0),
     ("fenced_10_files", "net,tmp,pid", 10),
     ("unfenced_true", "none", 0),
     ("unfenced_10_files", "none", 10),
+    // bench/worker_overhead.py: at most SERIAL_MAX (40) actions, one at a time.
+    ("fenced_true_one_at_a_time", "net,tmp,pid", 0),
 ];
 
 /// The fence rows.

@@ -728,8 +728,13 @@ fn mp_method_rows_and_ratios() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const WORKER_FARM_ROWS: [&str; 4] =
-    ["fenced_true", "fenced_10_files", "unfenced_true", "unfenced_10_files"];
+const WORKER_FARM_ROWS: [&str; 5] = [
+    "fenced_true",
+    "fenced_10_files",
+    "unfenced_true",
+    "unfenced_10_files",
+    "fenced_true_one_at_a_time",
+];
 const WORKER_FENCE_ROWS: [&str; 3] = ["spawnkit_no_fence", "spawnkit_worker_fence", "bwrap"];
 
 /// The worker method's fence rows: measured (min ≤ median ≤ p90, the price = the row minus the
