@@ -987,7 +987,7 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
         o,
         "   own time = lease received -> result sent, minus the command's run time (--stats-file)"
     );
-    let wd = 36;
+    let wd = 48;
     writeln!(
         o,
         "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>13} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
