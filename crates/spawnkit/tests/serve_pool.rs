@@ -201,3 +201,32 @@ fn a_signal_sent_to_a_parked_child_does_not_reach_a_later_request() {
         assert!(status.success(), "a request's program ended with {status}");
     }
 }
+
+/// A lone request the pool cannot serve (its clone carries a namespace) is cloned by a
+/// spawner thread, never by the loop thread: the loop would otherwise be held until that
+/// child's exec, however long its namespace setup takes, with every other client waiting.
+#[test]
+fn an_isolated_lone_request_is_not_cloned_on_the_loop_thread() {
+    let mut server = PrivateServer::start().expect("private server");
+    let pid = server.pid();
+    wait_pool_full(pid);
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("5").private_network(true).stdout(Stdio::Null);
+    let mut child = server.client().spawn(&cmd).expect("spawn via server");
+    let child_pid = child.id();
+    // The thread that made it lists it among its children.
+    let maker = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .any(|p| p.parse::<u32>() == Ok(child_pid))
+        })
+        .map(|t| t.file_name().to_string_lossy().parse::<u32>().unwrap());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let maker = maker.expect("the child among some server thread's children");
+    assert_ne!(maker, pid, "the loop thread cloned an isolated request itself");
+}
