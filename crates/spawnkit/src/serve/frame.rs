@@ -439,6 +439,19 @@ mod tests {
         std::fs::File::open("/dev/null").unwrap().into()
     }
 
+    /// The body bytes the entries account for: a header each, and the command's bytes unless
+    /// it is a repeat (whose bytes are the entry's before it: the same slice).
+    fn covered(entries: &[ManyEntry<'_>]) -> usize {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, (b, _))| {
+                let repeat = i > 0 && std::ptr::eq(*b, entries[i - 1].0);
+                5 + if repeat { 0 } else { b.len() }
+            })
+            .sum()
+    }
+
     /// `n` fds each with an inode of its own (socketpair ends), and those inodes in order.
     fn distinct_fds(n: usize) -> (Vec<OwnedFd>, Vec<u64>) {
         let mut fds: Vec<OwnedFd> = Vec::with_capacity(n + 1);
@@ -556,17 +569,7 @@ mod tests {
             let fds: Vec<OwnedFd> = (0..nfds).map(|_| devnull()).collect();
             if let Ok(entries) = split_many(&bytes, fds, max) {
                 prop_assert!(!entries.is_empty() && entries.len() <= max);
-                // A repeat's bytes are the entry's before it (the same slice), and take
-                // none of the body.
-                let covered: usize = entries
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (b, _))| {
-                        let repeat = i > 0 && std::ptr::eq(*b, entries[i - 1].0);
-                        5 + if repeat { 0 } else { b.len() }
-                    })
-                    .sum();
-                prop_assert_eq!(covered, bytes.len());
+                prop_assert_eq!(covered(&entries), bytes.len());
                 prop_assert_eq!(entries.iter().map(|(_, f)| f.len()).sum::<usize>(), nfds);
             }
         }
@@ -664,15 +667,7 @@ mod tests {
             let (fds, inos) = distinct_fds(total);
             if let Ok(entries) = split_many(&bad, fds, max) {
                 prop_assert!(!entries.is_empty() && entries.len() <= max);
-                let covered: usize = entries
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (b, _))| {
-                        let repeat = i > 0 && std::ptr::eq(*b, entries[i - 1].0);
-                        5 + if repeat { 0 } else { b.len() }
-                    })
-                    .sum();
-                prop_assert_eq!(covered, bad.len());
+                prop_assert_eq!(covered(&entries), bad.len());
                 let got: Vec<u64> = entries.iter().flat_map(|(_, f)| f.iter().map(ino)).collect();
                 prop_assert_eq!(got, inos);
             }

@@ -10,31 +10,21 @@ use super::last_errno;
 /// rt_sigprocmask(SIG_BLOCK, mask): add the signals of the 64-bit kernel mask to the calling
 /// thread's mask.
 pub(crate) fn block(mask: u64) -> Result<(), i32> {
-    // SAFETY: rt_sigprocmask reads 8 bytes of mask from a live u64; no old mask is asked.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            &mask as *const u64,
-            std::ptr::null_mut::<u64>(),
-            8usize,
-        )
-    };
-    if r != 0 {
-        Err(last_errno())
-    } else {
-        Ok(())
-    }
+    change(libc::SIG_BLOCK, mask)
 }
 
 /// rt_sigprocmask(SIG_UNBLOCK, mask): take the signals of the 64-bit kernel mask out of the
 /// calling thread's mask.
 pub(crate) fn unblock(mask: u64) -> Result<(), i32> {
+    change(libc::SIG_UNBLOCK, mask)
+}
+
+fn change(how: libc::c_int, mask: u64) -> Result<(), i32> {
     // SAFETY: rt_sigprocmask reads 8 bytes of mask from a live u64; no old mask is asked.
     let r = unsafe {
         libc::syscall(
             libc::SYS_rt_sigprocmask,
-            libc::SIG_UNBLOCK,
+            how,
             &mask as *const u64,
             std::ptr::null_mut::<u64>(),
             8usize,
