@@ -449,3 +449,23 @@ def test_workers_forked_together_hold_no_fds_of_each_other():
     for p in procs:
         p.join(10)
     assert len(set(got)) == 1, got
+
+
+def _spawnkit_modules(q):
+    import sys
+
+    q.put(sorted(m for m in sys.modules if m.startswith("spawnkit")))
+
+
+def test_a_worker_carries_neither_spawnkit_subprocess_nor_observe():
+    # The package imports them on first use: the zygote, its template and the workers forked
+    # from it (which import it for _native) do not carry them.
+    ctx = skmp.get_context()
+    q = ctx.Queue()
+    p = ctx.Process(target=_spawnkit_modules, args=(q,))
+    p.start()
+    got = q.get(timeout=20)
+    p.join(10)
+    assert p.exitcode == 0
+    assert "spawnkit._native" in got and "spawnkit.multiprocessing" in got, got
+    assert "spawnkit.subprocess" not in got and "spawnkit.observe" not in got, got

@@ -412,3 +412,30 @@ def test_gil_released_while_waiting():
         stop.set()
         t.join()
     assert len(ticks) > 10
+
+
+def test_every_public_name_of_the_package_resolves_imported_lazily_or_not():
+    import subprocess as std_subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys, spawnkit
+        assert "spawnkit.subprocess" not in sys.modules and "spawnkit.observe" not in sys.modules
+        for name in spawnkit.__all__:
+            getattr(spawnkit, name)
+        assert set(spawnkit.__all__) <= set(dir(spawnkit))
+        from spawnkit import PIPE, Popen, ps, subprocess, observe, MemoryInfo
+        assert spawnkit.subprocess is sys.modules["spawnkit.subprocess"] is subprocess
+        assert Popen is subprocess.Popen and ps is observe.ps and PIPE == -1
+        assert spawnkit.Command("sh").args(["-c", "echo hi"]).output().stdout == b"hi\\n"
+        try:
+            spawnkit.no_such_name
+        except AttributeError as e:
+            assert "no_such_name" in str(e)
+        else:
+            raise AssertionError("no AttributeError")
+        print("ok")
+    """)
+    out = std_subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr

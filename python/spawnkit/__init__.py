@@ -18,20 +18,38 @@ b'64\\n'
 b'box\\n'
 """
 
+import importlib as _importlib
+
 from . import _native
-from . import observe, subprocess
-from .observe import (
-    MemoryInfo,
-    ProcessInfo,
-    SharedRegion,
-    SharedReport,
-    memory,
-    ps,
-    ps_backend,
-    shared_regions,
-    shared_report,
-)
-from .subprocess import DEVNULL, PIPE, STDOUT, CompletedProcess, Popen, TimeoutExpired
+
+# Imported on first use (module __getattr__ below), not with the package: the zygote of the
+# "spawnkit" multiprocessing start method and its workers import the package for _native and
+# need neither; every page they do not import is a page each worker's fork does not copy.
+_LAZY = {
+    "subprocess": ("subprocess", None),
+    "observe": ("observe", None),
+    **{name: ("observe", name) for name in (
+        "MemoryInfo", "ProcessInfo", "SharedRegion", "SharedReport", "memory", "ps",
+        "ps_backend", "shared_regions", "shared_report")},
+    **{name: ("subprocess", name) for name in (
+        "DEVNULL", "PIPE", "STDOUT", "CompletedProcess", "Popen", "TimeoutExpired")},
+}
+
+
+def __getattr__(name):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = _importlib.import_module(f".{module}", __name__)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "Command",
@@ -103,6 +121,8 @@ class Command(_native.Command):
         ``Popen``'s stream arguments (``stdin``, ``stdout``, ``stderr``, ``text``,
         ``encoding``, ``errors``, ``bufsize``...); everything else is set on the command.
         ``via``: a :class:`Server` to start it through (its parent is then the server)."""
+        from .subprocess import Popen
+
         other = set(popen_kwargs) - _STREAM_KWARGS
         if other:
             raise TypeError(
@@ -122,6 +142,8 @@ class Command(_native.Command):
     def output(self, input=None, timeout=None, **popen_kwargs):
         """Start the child with stdout and stderr captured (unless set) and stdin from
         ``input`` or /dev/null (unless set), wait, and return a ``CompletedProcess``."""
+        from .subprocess import DEVNULL, PIPE, CompletedProcess, TimeoutExpired
+
         streams = self.streams()
         kwargs = {}
         if streams[0] is None:
@@ -160,6 +182,8 @@ def spawn_many(commands, *, via=None, **popen_kwargs):
     others. Locally they start one after the other from this thread; through a spawn server
     (``via``) every request is sent before the first answer is read, so the server works on
     all of them at once. Keyword arguments go to each :meth:`Command.spawn`."""
+    from .subprocess import Popen
+
     started = []
     for cmd in commands:
         try:

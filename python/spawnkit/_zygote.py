@@ -341,9 +341,7 @@ def template_main(ctl):
         if not asked:
             os._exit(0)
         # All asked for at once, then one message (fewer wake-ups of the zygote).
-        made = []
-        for _ in asked:
-            made.append(fork_worker(ctl, made))
+        made = fork_workers(ctl, len(asked))
         fds = []
         for _, ours, pidfd in made:
             fds += [ours.fileno(), pidfd]
@@ -356,25 +354,42 @@ def template_main(ctl):
             os.close(pidfd)
 
 
-def fork_worker(ctl, siblings):
-    """Fork a worker (in the template): its pid, our end of its channel, a pidfd for it. The
-    worker closes what the template holds of `siblings` (those forked before it, not handed
-    over yet): a worker holds no other worker's channel or pidfd."""
-    while True:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
-        if pid == 0:
-            ctl.close()
-            ours.close()
-            for _, chan, pidfd in siblings:
-                chan.close()
-                os.close(pidfd)
-            worker_main(theirs)  # never returns
+def fork_workers(ctl, n):
+    """Fork n workers (in the template): a (pid, our end of its channel, a pidfd for it) each.
+
+    Every fork write-protects the template's pages, and each page the template then writes
+    before its next fork is copied (a fault, ~2 us, here rather than in the worker): so the
+    channels are made first and the forks follow in a tight loop that writes little. A worker
+    closes the template's end of every channel and every pidfd it can see: it holds no other
+    worker's channel or pidfd."""
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(n)]
+    made = []
+    fork, pidfd_open = os.fork, os.pidfd_open
+    for ours, theirs in pairs:
+        while True:
+            pid = fork()
+            if pid == 0:
+                worker_start(ctl, pairs, theirs, made)  # never returns
+            try:
+                made.append((pid, ours, pidfd_open(pid)))
+                break
+            except OSError:
+                pass  # it died already (and was reaped): another on the same channel
+    for _, theirs in pairs:
         theirs.close()
-        try:
-            return pid, ours, os.pidfd_open(pid)
-        except OSError:
-            ours.close()  # it died already (and was reaped): another
+    return made
+
+
+def worker_start(ctl, pairs, chan, made):
+    """In a worker just forked: close what is not its own, then be a worker."""
+    ctl.close()
+    for ours, theirs in pairs:
+        ours.close()
+        if theirs is not chan:
+            theirs.close()
+    for _, _, pidfd in made:
+        os.close(pidfd)
+    worker_main(chan)
 
 
 def worker_main(chan):
