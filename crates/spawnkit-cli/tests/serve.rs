@@ -2,6 +2,8 @@
 //! and by hostile raw clients; its fds, children and RSS read from /proc/PID.
 
 mod common;
+#[path = "../../spawnkit/tests/parked/mod.rs"]
+mod parked;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -86,16 +88,19 @@ impl Serve {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
     }
 
-    /// The server's children (running or zombie), of every thread of it (a spawner thread's
-    /// children are listed under its own task), but for the children parked in its pool.
+    /// The server's children (running or zombie), of every thread of it, but for the
+    /// children parked in its pool.
     fn children(&self) -> Vec<u32> {
-        self.all_children().into_iter().filter(|&c| !self.parked(c)).collect()
+        let pid = self.pid();
+        parked::all_children(pid).into_iter().filter(|&c| !parked::is_parked(pid, c)).collect()
     }
 
-    /// The children parked in the server's pool (made ahead of time, waiting for a request):
-    /// those that share the server's memory, which a spawned child does only until its exec.
     fn parked_children(&self) -> Vec<u32> {
-        self.all_children().into_iter().filter(|&c| self.parked(c)).collect()
+        parked::parked(self.pid())
+    }
+
+    fn all_children(&self) -> Vec<u32> {
+        parked::all_children(self.pid())
     }
 
     /// Wait (up to 10 s) until at least `n` children are parked in the server's pool.
@@ -112,54 +117,9 @@ impl Serve {
         }
     }
 
-    /// Wait (up to 10 s) until the pool is full: the same children parked for 200 ms.
     #[track_caller]
     fn wait_pool_full(&self) -> Vec<u32> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let (mut last, mut since) = (Vec::new(), Instant::now());
-        loop {
-            let mut p = self.parked_children();
-            p.sort_unstable();
-            if p != last {
-                (last, since) = (p, Instant::now());
-            } else if !p.is_empty() && since.elapsed() >= Duration::from_millis(200) {
-                return p;
-            }
-            assert!(Instant::now() < deadline, "the pool never filled: {last:?}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn parked(&self, child: u32) -> bool {
-        const KCMP_VM: i32 = 1;
-        // SAFETY: kcmp takes integers only.
-        let same = unsafe {
-            libc::syscall(
-                libc::SYS_kcmp,
-                self.pid() as libc::pid_t,
-                child as libc::pid_t,
-                KCMP_VM,
-                0,
-                0,
-            )
-        };
-        same == 0
-    }
-
-    fn all_children(&self) -> Vec<u32> {
-        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid()))
-            .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect::<Vec<_>>())
-            .unwrap_or_default();
-        tasks
-            .iter()
-            .flat_map(|t| {
-                std::fs::read_to_string(t.join("children"))
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect::<Vec<u32>>()
-            })
-            .collect()
+        parked::wait_pool_full(self.pid())
     }
 
     fn rss_kib(&self) -> u64 {

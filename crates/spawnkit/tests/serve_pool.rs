@@ -4,70 +4,14 @@
 //! and the children the server started outlive it.
 
 mod common;
+mod parked;
 
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::{probe, State, TempDir};
+use parked::{parked, wait_pool_full};
 use spawnkit::{Command, PrivateServer, SigSet, Signal, Stdio};
-
-/// Every child of the server process, of every thread of it.
-fn all_children(server: u32) -> Vec<u32> {
-    let tasks = std::fs::read_dir(format!("/proc/{server}/task"))
-        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect::<Vec<_>>())
-        .unwrap_or_default();
-    tasks
-        .iter()
-        .flat_map(|t| {
-            std::fs::read_to_string(t.join("children"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
-/// The server's parked pool children: those sharing its memory (kcmp KCMP_VM), which a
-/// spawned child does only until its exec.
-fn parked(server: u32) -> Vec<u32> {
-    const KCMP_VM: i32 = 1;
-    all_children(server)
-        .into_iter()
-        .filter(|&c| {
-            // SAFETY: kcmp takes integers only.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_kcmp,
-                    server as libc::pid_t,
-                    c as libc::pid_t,
-                    KCMP_VM,
-                    0,
-                    0,
-                )
-            };
-            r == 0
-        })
-        .collect()
-}
-
-/// Wait (up to 10 s) until the server's pools are full: the same children parked for 200 ms.
-#[track_caller]
-fn wait_pool_full(server: u32) -> Vec<u32> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (mut last, mut since) = (Vec::new(), Instant::now());
-    loop {
-        let mut p = parked(server);
-        p.sort_unstable();
-        if p != last {
-            (last, since) = (p, Instant::now());
-        } else if !p.is_empty() && since.elapsed() >= Duration::from_millis(200) {
-            return p;
-        }
-        assert!(Instant::now() < deadline, "the pool never filled: {last:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Dead: gone, or a zombie.
 fn dead(pid: u32) -> bool {
