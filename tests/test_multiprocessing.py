@@ -8,7 +8,6 @@ import os
 import random
 import re
 import socket
-import struct
 import time
 
 import pytest
@@ -168,6 +167,20 @@ def _challenge(s):
         frames.push(data, [])
 
 
+def _authenticated(client):
+    """A raw connection that has passed the handshake (the Welcome read)."""
+    s = _connect(client)
+    ns = _challenge(s)
+    answer, _ = _native.auth_answer(client.key, ns)
+    s.sendall(_native.frame_header(2, 0, 0, len(answer)) + answer)
+    data = b""
+    while len(data) < 48:
+        chunk = s.recv(4096)
+        assert chunk
+        data += chunk
+    return s
+
+
 def _closed(s):
     try:
         while True:
@@ -231,17 +244,9 @@ def test_arbitrary_bytes_at_the_door_spawn_nothing(data):
 
 def test_an_oversized_frame_is_refused():
     client = skmp._zygote()
-    s = _connect(client)
-    ns = _challenge(s)
-    answer, _ = _native.auth_answer(client.key, ns)
-    s.sendall(_native.frame_header(2, 0, 0, len(answer)) + answer)
-    data = b""
-    while len(data) < 48:
-        chunk = s.recv(4096)
-        assert chunk
-        data += chunk
-    # Authenticated; now a Fork frame announcing more than the limit.
-    s.sendall(struct.pack("<IBBBBQ", 0xFFFFFFF0, 1, 32, 0, 0, 1))
+    s = _authenticated(client)
+    # Authenticated; now a Fork frame (of this build's version) announcing more than the limit.
+    s.sendall(_native.frame_header(32, 0, 1, 0xFFFFFFF0))
     assert _closed(s)
     s.close()
 
@@ -408,15 +413,7 @@ def test_a_job_carries_the_cwd_and_sys_path_as_they_are_now(tmp_path, monkeypatc
 
 def test_a_want_of_the_wrong_size_closes_the_connection():
     client = skmp._zygote()
-    s = _connect(client)
-    ns = _challenge(s)
-    answer, _ = _native.auth_answer(client.key, ns)
-    s.sendall(_native.frame_header(2, 0, 0, len(answer)) + answer)
-    data = b""
-    while len(data) < 48:
-        chunk = s.recv(4096)
-        assert chunk
-        data += chunk
+    s = _authenticated(client)
     s.sendall(_native.frame_header(34, 0, 0, 3) + b"\x01\x00\x00")
     assert _closed(s)
     s.close()
