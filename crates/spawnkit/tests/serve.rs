@@ -655,3 +655,34 @@ fn exits_wake_no_server_thread() {
     let woke = idle_switches() - before;
     assert!(woke < 40, "the watchdog woke {woke} times for 400 exits");
 }
+
+/// A client waiting for its answer sleeps once per request: the server reading the request
+/// (which frees send space on the socket) does not wake it. It waits in `poll` for POLLIN;
+/// asleep in a blocking `recvmsg` it was woken by that read too, and went back to sleep,
+/// two sleeps per request instead of one.
+#[test]
+fn a_waiting_client_is_woken_once_per_answer() {
+    let mut server = PrivateServer::start().unwrap();
+    let client = server.client();
+    let mut cmd = Command::new("/bin/true");
+    cmd.stdout(Stdio::Null).stderr(Stdio::Null);
+    let mut children = Vec::new();
+    children.push(client.spawn(&cmd).unwrap()); // warm up: threads and pool exist
+    let sleeps = || {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+        ru.ru_nvcsw
+    };
+    const N: i64 = 200;
+    let before = sleeps();
+    for _ in 0..N {
+        children.push(client.spawn(&cmd).unwrap()); // no wait: only the answers sleep
+    }
+    let slept = sleeps() - before;
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    // At most one sleep per answer (fewer when an answer is there before the client looks).
+    assert!(slept <= N + N / 10, "{slept} sleeps for {N} answers");
+}

@@ -413,6 +413,25 @@ impl Io {
         }
     }
 
+    /// Wait for the server's next bytes and take them (one recvmsg). Waits in `poll` for
+    /// POLLIN rather than in a blocking `recvmsg`: a thread asleep in `recvmsg` on a Unix
+    /// socket is also woken each time the server reads a request of ours and frees send
+    /// space (the socket has one wait queue), which costs this thread a wake-up and a sleep
+    /// per request; `poll`'s wait sees the wake-up's POLLOUT and stays asleep.
+    fn recv_waiting(&mut self) -> Result<bool> {
+        loop {
+            if self.recv(true)? {
+                return Ok(true);
+            }
+            let mut p =
+                [libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+            match pidfd::poll(&mut p, -1) {
+                Ok(_) | Err(libc::EINTR) => {}
+                Err(e) => return Err(Error::os("poll", "server connection", e)),
+            }
+        }
+    }
+
     /// One recvmsg into the inbox; an error on EOF.
     fn recv(&mut self, dontwait: bool) -> Result<bool> {
         self.fds.clear();
@@ -796,7 +815,7 @@ impl Io {
             if self.pending.is_empty() {
                 return Err(Error::invalid("receive", "", "no request in flight"));
             }
-            if let Err(e) = self.recv(false).and_then(|_| self.collect()) {
+            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
                 self.broken = Some(e.clone());
                 return Err(e);
             }
@@ -815,7 +834,7 @@ impl Io {
             if !self.pending.contains_key(&id) {
                 return Err(Error::invalid("receive", format!("request {id}"), "not in flight"));
             }
-            if let Err(e) = self.recv(false).and_then(|_| self.collect()) {
+            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
                 self.broken = Some(e.clone());
                 return Err(e);
             }
