@@ -6,7 +6,11 @@ small and has one thread; then, at each parent size ("0": as started, "1GiB-touc
 
 * ``py_subprocess`` -- CPython's ``subprocess.Popen``, for scale;
 * ``py_local`` -- ``spawnkit.subprocess.Popen``, a local spawn (``use_server(None)``);
-* ``py_server`` -- the same ``Popen`` call through the private server (``use_server(srv)``).
+* ``py_server`` -- the same ``Popen`` call through the private server (``use_server(srv)``);
+* ``py_spawn_call`` -- the engine's local spawn call alone (``Command.spawn_child``, what
+  ``py_local``'s Popen calls), its CPU read around that call only (the read and the wait
+  outside): the most of ``py_local``'s CPU a server could take off the caller. What is left
+  (Popen's own Python, the read, the wait) is the floor under ``py_server``'s CPU.
 
 Each spawn is timed as the Rust rows are (Triplett's method: the parent reads CLOCK_MONOTONIC,
 the tiny child writes its own CLOCK_MONOTONIC to the pipe given as its stdout; the difference
@@ -27,6 +31,7 @@ if __name__ == "__main__":  # not in the forkserver's children, which import thi
     try:  # the server first: a fork of this process while it is small
         import spawnkit
         import spawnkit.subprocess as sks
+        from spawnkit import _native
 
         SERVER = spawnkit.Server()
     except Exception as e:  # noqa: BLE001 - reported as the rows' skip reason
@@ -35,6 +40,7 @@ if __name__ == "__main__":  # not in the forkserver's children, which import thi
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import resource  # noqa: E402
+import struct  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
@@ -60,6 +66,30 @@ def stats(ns, cpu_us, spawns):
         "runs": n,
         "caller_cpu_us": cpu_us / spawns,
     }
+
+
+def thread_cpu_ns():
+    return time.clock_gettime_ns(time.CLOCK_THREAD_CPUTIME_ID)
+
+
+def spawn_call_once(prog, r, w, cpu):
+    """One local spawn by the engine's call alone; its CPU (ns) is added to cpu[0]."""
+    cmd = _native.Command(prog, subprocess_rules=True)
+    t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    c0 = thread_cpu_ns()
+    child = cmd.spawn_child(None, w, None)
+    cpu[0] += thread_cpu_ns() - c0
+    data = b""
+    while len(data) < 16:
+        chunk = os.read(r, 16 - len(data))
+        if not chunk:
+            break
+        data += chunk
+    code = child.wait()
+    if len(data) != 16 or code != 0:
+        raise SystemExit(f"{prog}: wrote {len(data)} bytes, exit status {code}")
+    sec, nsec = struct.unpack("=qq", data)
+    return sec * 1_000_000_000 + nsec - t0
 
 
 def noop():
@@ -91,14 +121,15 @@ def main():
         "py_subprocess": "CPython subprocess.Popen",
         "py_local": "spawnkit.subprocess.Popen, local",
         "py_server": "spawnkit.subprocess.Popen, server",
+        "py_spawn_call": "its spawn call alone (CPU: the call only)",
         "py_forkserver": "multiprocessing forkserver Process (no-op)",
     }
     skipped = {}
     rows = ["py_subprocess"]
     if SERVER is None:
-        skipped["py_local"] = skipped["py_server"] = IMPORT_ERROR
+        skipped["py_local"] = skipped["py_server"] = skipped["py_spawn_call"] = IMPORT_ERROR
     else:
-        rows += ["py_local", "py_server"]
+        rows += ["py_local", "py_server", "py_spawn_call"]
 
     def popen_of(rid):
         if rid == "py_subprocess":
@@ -115,8 +146,13 @@ def main():
         for block in range((runs + BLOCK - 1) // BLOCK):
             for k in range(len(rows)):
                 rid = rows[(block + k) % len(rows)]
-                popen = popen_of(rid)
                 n = min(BLOCK, runs - len(ns[rid]))
+                if rid == "py_spawn_call":
+                    spent = [0]
+                    ns[rid] += [spawn_call_once(prog, r, w, spent) for _ in range(n)]
+                    cpu[rid] += spent[0] / 1e3
+                    continue
+                popen = popen_of(rid)
                 c0 = thread_cpu_us()
                 got = [once(popen, prog, r, w) for _ in range(n)]
                 cpu[rid] += thread_cpu_us() - c0

@@ -658,7 +658,10 @@ pub fn json(res: &Results) -> Value {
                 server_caller_cpu/vfork_cpu with 64 requests per message (a SpawnMany frame's \
                 most), the batch the API allows",
             "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
-                beside vfork+exec, the floor under the server ratios",
+                beside vfork+exec, the floor under the server ratios; and a local \
+                spawnkit.subprocess Popen+wait without its spawn call (Command.spawn_child, \
+                timed alone) plus that round trip's CPU, over the whole local Popen+wait: the \
+                floor under py_server_cpu/py_local_cpu",
         },
     })
 }

@@ -146,6 +146,18 @@ impl ServerResults {
             "floor: socket round trip cpu/vfork_cpu" => {
                 div(self.floor.get(&size).map(|f| f.1), cpu("vfork_exec"))
             }
+            // A local Popen+wait without the CPU of its spawn call, plus one socket round
+            // trip: what stays the caller's however little the server's work costs it
+            // (Popen's Python, the read, the wait, and sending the request and taking the
+            // answer, which a spawn through a server cannot do without).
+            "floor: (py_local_cpu - its spawn call + socket round trip cpu)/py_local_cpu" => {
+                let rt = self.floor.get(&size).map(|f| f.1);
+                let all = cpu("py_local");
+                div(
+                    all.zip(cpu("py_spawn_call")).zip(rt).map(|((all, call), rt)| all - call + rt),
+                    all,
+                )
+            }
             _ => None,
         }
     }
@@ -168,17 +180,22 @@ pub const RATIOS: [Target; 5] = [
 
 /// In `other_ratios`: the caller's CPU with as many requests per message as the API allows
 /// (the target's "batched where the API allows"; the main ratio keeps 16 per message), and
-/// the floors under the first two ratios, all measured in the same run.
-pub const FLOORS: [&str; 3] = [
+/// the floors under the first two ratios and the Python CPU ratio, all measured in the same
+/// run.
+pub const FLOORS: [&str; 4] = [
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
     "floor: socket round trip cpu/vfork_cpu",
+    "floor: (py_local_cpu - its spawn call + socket round trip cpu)/py_local_cpu",
 ];
+
+/// The Python rows that spawn `runs` times per parent size (bench/python_server.py).
+const PY_ROWS: usize = 4;
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
     let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs + runs;
-    SIZES.len() * (per_size + if python { 3 * runs } else { 0 })
+    SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 })
 }
 
 /// The private server, started by [`start`] before anything else of the run.
@@ -514,7 +531,7 @@ pub fn run(
         Some((py, dir, tiny_name)) => {
             progress.phase("server, Python rows");
             match run_python(py, dir, tiny_name, runs, forkserver_runs, &mut res) {
-                Ok(()) => progress.inc((SIZES.len() * 3 * runs) as u64),
+                Ok(()) => progress.inc((SIZES.len() * PY_ROWS * runs) as u64),
                 Err(e) => res.notes.push(format!("server: Python rows skipped: {e}")),
             }
         }

@@ -620,6 +620,18 @@ fn server_method_rows_and_ratios() {
             }
         }
     }
+    // The floor under the Python CPU ratio: the local Popen's CPU without its spawn call
+    // (a row of its own, measured in the same blocks) plus a round trip, over the whole.
+    let floor = "floor: (py_local_cpu - its spawn call + socket round trip cpu)/py_local_cpu";
+    if py_measured {
+        let cpu_rows = sv["caller_cpu"]["rows"].as_array().unwrap();
+        let call = cpu_rows.iter().find(|r| r["id"] == "py_spawn_call").expect("py_spawn_call");
+        for size in ["0", "1GiB-touched"] {
+            assert!(call["sizes"][size].as_f64().unwrap() > 0.0, "{call}");
+            let f = v["other_ratios"][floor][size].as_f64().unwrap();
+            assert!(f > 0.0 && f < 2.0, "{floor} at {size}: {f}");
+        }
+    }
     assert!(stdout.contains("spawnkit private server"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
