@@ -34,13 +34,19 @@ def ballast(key):
 def once(popen, prog, r, w):
     t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     p = popen([prog], stdout=w)
+    return child_clock(prog, r, p.wait, t0)
+
+
+def child_clock(prog, r, wait, t0):
+    """Read the 16-byte CLOCK_MONOTONIC the child writes to `r`, then `wait()` for it: the
+    latency from `t0` (ns). Exits the script if the child wrote short or failed."""
     data = b""
     while len(data) < 16:
         chunk = os.read(r, 16 - len(data))
         if not chunk:
             break
         data += chunk
-    code = p.wait()
+    code = wait()
     if len(data) != 16 or code != 0:
         raise SystemExit(f"{prog}: wrote {len(data)} bytes, exit status {code}")
     sec, nsec = struct.unpack("=qq", data)

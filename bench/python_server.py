@@ -40,12 +40,11 @@ if __name__ == "__main__":  # not in the forkserver's children, which import thi
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import resource  # noqa: E402
-import struct  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
 # The latency rows' own helpers (written beside this file by the spawnkit binary).
-from python_rows import ballast, once  # noqa: E402
+from python_rows import ballast, child_clock, once  # noqa: E402
 
 BLOCK = 10
 
@@ -79,17 +78,7 @@ def spawn_call_once(prog, r, w, cpu):
     c0 = thread_cpu_ns()
     child = cmd.spawn_child(None, w, None)
     cpu[0] += thread_cpu_ns() - c0
-    data = b""
-    while len(data) < 16:
-        chunk = os.read(r, 16 - len(data))
-        if not chunk:
-            break
-        data += chunk
-    code = child.wait()
-    if len(data) != 16 or code != 0:
-        raise SystemExit(f"{prog}: wrote {len(data)} bytes, exit status {code}")
-    sec, nsec = struct.unpack("=qq", data)
-    return sec * 1_000_000_000 + nsec - t0
+    return child_clock(prog, r, child.wait, t0)
 
 
 def noop():
