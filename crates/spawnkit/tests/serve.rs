@@ -669,9 +669,11 @@ fn a_waiting_client_is_woken_once_per_answer() {
     let mut children = Vec::new();
     children.push(client.spawn(&cmd).unwrap()); // warm up: threads and pool exist
     let sleeps = || {
-        // SAFETY: getrusage fills the struct it is given.
+        // SAFETY: rusage is plain integers: all-zero is a valid value.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+        // SAFETY: getrusage fills the struct it is given.
+        let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        assert_eq!(r, 0);
         ru.ru_nvcsw
     };
     const N: i64 = 200;
