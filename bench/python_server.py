@@ -67,18 +67,14 @@ def stats(ns, cpu_us, spawns):
     }
 
 
-def thread_cpu_ns():
-    return time.clock_gettime_ns(time.CLOCK_THREAD_CPUTIME_ID)
-
-
-def spawn_call_once(prog, r, w, cpu):
-    """One local spawn by the engine's call alone; its CPU (ns) is added to cpu[0]."""
+def spawn_call_once(prog, r, w):
+    """One local spawn by the engine's call alone: (latency ns, the call's own CPU in us)."""
     cmd = _native.Command(prog, subprocess_rules=True)
     t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-    c0 = thread_cpu_ns()
+    c0 = thread_cpu_us()
     child = cmd.spawn_child(None, w, None)
-    cpu[0] += thread_cpu_ns() - c0
-    return child_clock(prog, r, child.wait, t0)
+    spent = thread_cpu_us() - c0
+    return child_clock(prog, r, child.wait, t0), spent
 
 
 def noop():
@@ -137,9 +133,10 @@ def main():
                 rid = rows[(block + k) % len(rows)]
                 n = min(BLOCK, runs - len(ns[rid]))
                 if rid == "py_spawn_call":
-                    spent = [0]
-                    ns[rid] += [spawn_call_once(prog, r, w, spent) for _ in range(n)]
-                    cpu[rid] += spent[0] / 1e3
+                    for _ in range(n):
+                        lat, spent = spawn_call_once(prog, r, w)
+                        ns[rid].append(lat)
+                        cpu[rid] += spent
                     continue
                 popen = popen_of(rid)
                 c0 = thread_cpu_us()

@@ -629,12 +629,7 @@ fn exits_wake_no_server_thread() {
                 continue;
             }
             found = true;
-            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
-            for line in status.lines() {
-                if let Some(v) = line.strip_prefix("voluntary_ctxt_switches:") {
-                    total += v.trim().parse::<u64>().unwrap();
-                }
-            }
+            total += voluntary_switches(&dir.join("status"));
         }
         assert!(found, "no watchdog thread in the server: nothing measured");
         total
@@ -668,15 +663,8 @@ fn a_waiting_client_is_woken_once_per_answer() {
     cmd.stdout(Stdio::Null).stderr(Stdio::Null);
     let mut children = Vec::new();
     children.push(client.spawn(&cmd).unwrap()); // warm up: threads and pool exist
-    let sleeps = || {
-        // SAFETY: rusage is plain integers: all-zero is a valid value.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: getrusage fills the struct it is given.
-        let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-        assert_eq!(r, 0);
-        ru.ru_nvcsw
-    };
-    const N: i64 = 200;
+    let sleeps = || voluntary_switches(std::path::Path::new("/proc/thread-self/status"));
+    const N: u64 = 200;
     let before = sleeps();
     for _ in 0..N {
         children.push(client.spawn(&cmd).unwrap()); // no wait: only the answers sleep
@@ -687,4 +675,13 @@ fn a_waiting_client_is_woken_once_per_answer() {
     }
     // At most one sleep per answer (fewer when an answer is there before the client looks).
     assert!(slept <= N + N / 10, "{slept} sleeps for {N} answers");
+}
+
+/// The `voluntary_ctxt_switches` of a /proc `status` file (a task's sleeps so far; 0 if the
+/// task is gone).
+fn voluntary_switches(status: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(status).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .map_or(0, |v| v.trim().parse().unwrap())
 }
