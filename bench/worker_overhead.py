@@ -46,6 +46,13 @@ ROWS = [  # (id, --fence, input files, actions in flight)
     # the own time shows what the worker costs beside an unloaded server.
     ("fenced_true_one_at_a_time", "net,tmp,pid", 0, 1),
 ]
+# The same farm with its CAS in a BuildGrid process of its own (tests/buildgrid_farm.py,
+# split_cas), which the workers read with --remote-cas: as farms deploy a CAS apart from the
+# scheduler. Started after the rows above, on its own PostgreSQL.
+SPLIT_ROWS = [
+    ("split_cas_fenced_true", "net,tmp,pid", 0, 32),
+    ("split_cas_fenced_true_one_at_a_time", "net,tmp,pid", 0, 1),
+]
 SERIAL_MAX = 40  # actions of a one-at-a-time row, at most
 
 
@@ -101,10 +108,62 @@ print(json.dumps(out))
 '''
 
 
+PROBE = r'''
+import hashlib, json, sys, threading, time
+import grpc
+from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_pb2 as re
+from buildgrid._protos.build.bazel.remote.execution.v2 import remote_execution_pb2_grpc as re_grpc
+remote, instance, gap = sys.argv[1], sys.argv[2], float(sys.argv[3]) / 1e3
+cas = re_grpc.ContentAddressableStorageStub(grpc.insecure_channel(remote))
+data = b"spawnkit probe blob\n"
+d = re.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+cas.BatchUpdateBlobs(re.BatchUpdateBlobsRequest(
+    instance_name=instance, requests=[re.BatchUpdateBlobsRequest.Request(digest=d, data=data)]))
+req = re.BatchReadBlobsRequest(instance_name=instance, digests=[d])
+cas.BatchReadBlobs(req)
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+print("ready", flush=True)
+out = []
+while True:  # the first read at once: the row starts as soon as "ready" is read
+    t = time.perf_counter()
+    cas.BatchReadBlobs(req)
+    out.append((time.perf_counter() - t) * 1e3)
+    if stop.wait(gap):
+        break
+print(json.dumps(out), flush=True)
+'''
+PROBE_GAP_MS = 20
+
+
+class Probe:
+    """BatchReadBlobs of one small blob every PROBE_GAP_MS from a client beside the workers
+    (Python gRPC, as the floor's), while a row loads the farm: how long the CAS the workers
+    read from takes to answer a trivial read under that same load."""
+
+    def __init__(self, farm):
+        import subprocess
+        cas = f"127.0.0.1:{farm.cas_port}" if farm.split_cas else f"127.0.0.1:{farm.port}"
+        self.p = subprocess.Popen([farm.python, "-c", PROBE, cas, farm.instance, str(PROBE_GAP_MS)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.p.stdout.readline()  # "ready": connected, its blob stored
+
+    def stop(self):
+        """The probe's round trips, ms (None if it failed)."""
+        try:
+            out, _ = self.p.communicate(input="", timeout=60)
+            return json.loads(out.strip().splitlines()[-1])
+        except Exception:
+            self.p.kill()
+            self.p.wait()
+            return None
+
+
 def floor(farm, n):
     """Medians (ms) of trivial RPCs to the farm's BuildGrid, N each, from a Python client."""
     import subprocess
-    r = subprocess.run([farm.python, "-c", FLOOR, f"127.0.0.1:{farm.port}", farm.instance, str(n)],
+    remote = f"127.0.0.1:{farm.cas_port}" if farm.split_cas else f"127.0.0.1:{farm.port}"
+    r = subprocess.run([farm.python, "-c", FLOOR, remote, farm.instance, str(n)],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return {"skipped": f"floor client failed: {r.stderr[-1500:]}"}
@@ -129,11 +188,16 @@ def run(farm, n, row_id, fence, files, in_flight):
             if files:
                 spec["files"] = {f"in/{k}.txt": f"file {k}\n" for k in range(files)}
             specs.append(spec)
+        # Under load only: one action at a time, the probe's calls would be the only other load.
+        probe = Probe(farm) if in_flight > 1 else None
         cpu0 = sum(cpu_s(w.pid) for w in workers)
         t = time.monotonic()
-        res = farm.execute(specs, timeout=600, in_flight=in_flight)
-        wall = time.monotonic() - t
-        cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
+        try:
+            res = farm.execute(specs, timeout=600, in_flight=in_flight)
+            wall = time.monotonic() - t
+            cpu = sum(cpu_s(w.pid) for w in workers) - cpu0
+        finally:
+            probed = probe.stop() if probe else None
     finally:
         for w in workers:
             w.terminate()
@@ -179,6 +243,9 @@ def run(farm, n, row_id, fence, files, in_flight):
         "cas_wait_ms_median": med_ms(cas_wait),
         "report_wait_ms_median": med_ms(report_wait),
         "cas_calls_median": statistics.median(calls) if calls else None,
+        # The CAS's answer to a trivial read under this row's load (the Probe), median and count.
+        "cas_probe_ms_median": statistics.median(probed) if probed else None,
+        "cas_probe_calls": len(probed) if probed else 0,
         # Parts of the own time excluding the waits: lease received -> the action's task
         # running, and result whole -> report sent (the rest is inside the action's task).
         "start_ms_median": med_ms(start),
@@ -197,37 +264,60 @@ def run(farm, n, row_id, fence, files, in_flight):
     }
 
 
+def rows_on(farm, rows, n, out, floor_key):
+    """Run `rows` on `farm` into out["rows"], then the idle floor into out[floor_key]."""
+    for row_id, fence, files, in_flight in rows:
+        k = n if in_flight > 1 else min(n, SERIAL_MAX)
+        say(f"{row_id}: {k} actions, at most {in_flight} in flight, --fence {fence}")
+        try:
+            row = run(farm, k, row_id, fence, files, in_flight)
+        except Exception as e:  # the row is skipped with its reason, the others still run
+            row = {"id": row_id, "fence": fence, "input_files": files,
+                   "skipped": f"{type(e).__name__}: {str(e)[-1500:]}"}
+        row["split_cas"] = farm.split_cas
+        out["rows"].append(row)
+    say(f"floor: {n} round trips of trivial RPCs to the same BuildGrid")
+    out[floor_key] = floor(farm, n)
+    rtt = out[floor_key].get("rtt_ms")
+    for r in out["rows"]:
+        if r["split_cas"] == farm.split_cas and rtt is not None and r.get("cas_calls_median") is not None:
+            # Its CAS calls + the UpdateBotSession that reports it, at one trivial round trip each.
+            r["floor_ms"] = (r["cas_calls_median"] + 1) * rtt
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     out = {"actions": n, "workers": 2, "concurrency": 2, "buildgrid": buildgrid_farm.BUILDGRID,
            "rows": []}
     t0 = time.monotonic()
-    try:
-        farm = buildgrid_farm.Farm()
-    except buildgrid_farm.Unavailable as e:
-        out["skipped"] = f"BuildGrid/PostgreSQL unavailable: {e}"
-        print(json.dumps(out))
-        return
-    out["farm_start_s"] = time.monotonic() - t0
-    out["postgresql"] = farm.pg.bindir.parent.name
-    try:
-        for row_id, fence, files, in_flight in ROWS:
-            k = n if in_flight > 1 else min(n, SERIAL_MAX)
-            say(f"{row_id}: {k} actions, at most {in_flight} in flight, --fence {fence}")
-            try:
-                out["rows"].append(run(farm, k, row_id, fence, files, in_flight))
-            except Exception as e:  # the row is skipped with its reason, the others still run
+    for split, rows, floor_key in ((False, ROWS, "floor"), (True, SPLIT_ROWS, "split_cas_floor")):
+        t = time.monotonic()
+        try:
+            farm = buildgrid_farm.Farm(split_cas=split)
+        except buildgrid_farm.Unavailable as e:
+            if not split:
+                out["skipped"] = f"BuildGrid/PostgreSQL unavailable: {e}"
+                print(json.dumps(out))
+                return
+            why = f"BuildGrid/PostgreSQL unavailable: {e}"
+        except Exception as e:  # the second farm's failure keeps the first farm's rows
+            if not split:
+                raise
+            why = f"the farm with its CAS apart did not start: {type(e).__name__}: {str(e)[-1500:]}"
+        else:
+            why = None
+        if why is not None:
+            for row_id, fence, files, _ in rows:
                 out["rows"].append({"id": row_id, "fence": fence, "input_files": files,
-                                    "skipped": f"{type(e).__name__}: {str(e)[-1500:]}"})
-        say(f"floor: {n} round trips of trivial RPCs to the same BuildGrid")
-        out["floor"] = floor(farm, n)
-        rtt = out["floor"].get("rtt_ms")
-        for r in out["rows"]:
-            if rtt is not None and r.get("cas_calls_median") is not None:
-                # Its CAS calls + the UpdateBotSession that reports it, at one trivial round trip each.
-                r["floor_ms"] = (r["cas_calls_median"] + 1) * rtt
-    finally:
-        farm.close()
+                                    "split_cas": split, "skipped": why})
+            out[floor_key] = {"skipped": why}
+            continue
+        out["split_cas_farm_start_s" if split else "farm_start_s"] = time.monotonic() - t
+        out["postgresql"] = farm.pg.bindir.parent.name
+        try:
+            rows_on(farm, rows, n, out, floor_key)
+        finally:
+            farm.close()
     out["seconds"] = time.monotonic() - t0
     print(json.dumps(out))
 

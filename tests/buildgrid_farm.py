@@ -162,8 +162,7 @@ connections:
   - !sql-connection &sql
     connection-string: {pg}
 storages:
-  - !disk-storage &main-storage
-    path: {cas}
+{storage}
 caches:
   - !lru-action-cache &main-action
     storage: *main-storage
@@ -186,6 +185,46 @@ instances:
         cache: *main-action
       - !execution
         scheduler: *state-database
+{cas_services}"""
+
+# The CAS and ByteStream services of the scheduler's process (none when the CAS is apart: a
+# worker or client that ignored the CAS server it was given would then fail, not fall back).
+CAS_SERVICES = """\
+      - !cas
+        storage: *main-storage
+      - !bytestream
+        storage: *main-storage
+"""
+
+
+DISK_STORAGE = """\
+  - !disk-storage &main-storage
+    path: {cas}"""
+
+REMOTE_STORAGE = """\
+  - !remote-storage &main-storage
+    url: http://127.0.0.1:{cas_port}
+    instance-name: {instance}"""
+
+# The CAS alone, in a BuildGrid process of its own, as farms deploy it (a CAS server apart
+# from the scheduler's: BuildGrid's remote storage, Buildbarn's bb_storage). The scheduler's
+# process stores through it.
+CAS_CONFIG = """\
+server:
+  - !channel
+    address: "127.0.0.1:{port}"
+    insecure-mode: true
+thread-pool-size: 100
+authorization:
+  method: none
+monitoring:
+  enabled: false
+storages:
+  - !disk-storage &main-storage
+    path: {cas}
+instances:
+  - name: {instance}
+    services:
       - !cas
         storage: *main-storage
       - !bytestream
@@ -198,8 +237,13 @@ class Farm:
 
     instance = "main"
 
-    def __init__(self):
+    def __init__(self, split_cas=False):
+        """`split_cas`: the CAS and ByteStream in a second BuildGrid process, which the
+        workers reach with --remote-cas, the client directly, and the scheduler's process
+        through its remote storage."""
         self.bgd = ensure_buildgrid()
+        self.split_cas = split_cas
+        self.cas_server = None
         self.python = str(VENV / "bin" / "python")
         # Not under /tmp: the worker's tmp fence puts a fresh tmpfs there.
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="spawnkit-farm-", dir="/var/tmp"))
@@ -212,12 +256,21 @@ class Farm:
             r = subprocess.run([str(self.bgd), "migrate", "apply", self.pg.url], capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"bgd migrate apply: {r.stderr[-3000:]}")
+            (self.tmp / "cas").mkdir()
             self.port = free_port()
             self.remote = f"http://127.0.0.1:{self.port}"
+            storage = DISK_STORAGE.format(cas=self.tmp / "cas")
+            if split_cas:
+                self.cas_port = free_port()
+                self.cas_config = self.tmp / "bgd-cas.yml"
+                self.cas_config.write_text(CAS_CONFIG.format(port=self.cas_port, cas=self.tmp / "cas",
+                                                             instance=self.instance))
+                self.start_cas_server()
+                storage = REMOTE_STORAGE.format(cas_port=self.cas_port, instance=self.instance)
             self.config = self.tmp / "bgd.yml"
-            self.config.write_text(CONFIG.format(port=self.port, pg=self.pg.url, cas=self.tmp / "cas",
-                                                 instance=self.instance))
-            (self.tmp / "cas").mkdir()
+            self.config.write_text(CONFIG.format(port=self.port, pg=self.pg.url, storage=storage,
+                                                 instance=self.instance,
+                                                 cas_services="" if split_cas else CAS_SERVICES))
             self.start_server()
         except BaseException:
             self.close()
@@ -231,6 +284,14 @@ class Farm:
         log.close()
         wait_port(self.port, self.server, self.server_log)
 
+    def start_cas_server(self):
+        self.cas_log = self.tmp / "bgd-cas.log"
+        log = open(self.cas_log, "ab")
+        self.cas_server = subprocess.Popen([str(self.bgd), "server", "start", str(self.cas_config)],
+                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        wait_port(self.cas_port, self.cas_server, self.cas_log)
+
     def stop_server(self):
         if self.server and self.server.poll() is None:
             os.killpg(self.server.pid, signal.SIGKILL)
@@ -243,6 +304,8 @@ class Farm:
         cmd = [spawnkit_bin(), "worker", "--remote", self.remote, "--instance", self.instance,
                "--concurrency", str(concurrency), "--work-dir", str(work), "--platform", platform,
                "--bot-id", f"test-{name}", *extra]
+        if self.split_cas:
+            cmd[4:4] = ["--remote-cas", f"http://127.0.0.1:{self.cas_port}"]
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         p.log = log_path
@@ -254,7 +317,8 @@ class Farm:
         """Submit the actions with the test's own REAPI client (at most `in_flight` at once);
         their results, in order."""
         env = dict(os.environ, SPAWNKIT_REAPI_IN_FLIGHT=str(in_flight))
-        r = subprocess.run([self.python, str(CLIENT), f"127.0.0.1:{self.port}", self.instance],
+        cas = [f"127.0.0.1:{self.cas_port}"] if self.split_cas else []
+        r = subprocess.run([self.python, str(CLIENT), f"127.0.0.1:{self.port}", self.instance, *cas],
                            input=json.dumps(specs), capture_output=True, text=True, timeout=timeout,
                            env=env)
         assert r.returncode == 0, f"reapi_client failed: {r.stderr[-3000:]}\n{self.logs()}"
@@ -277,6 +341,8 @@ class Farm:
 
     def logs(self):
         parts = [f"--- bgd.log\n{tail(self.server_log, 30)}"]
+        if self.cas_server:
+            parts.append(f"--- bgd-cas.log\n{tail(self.cas_log, 30)}")
         for w in self.workers:
             parts.append(f"--- {w.log.name}\n{tail(w.log, 30)}")
         return "\n".join(parts)
@@ -287,6 +353,9 @@ class Farm:
                 w.send_signal(signal.SIGKILL)
                 w.wait()
         self.stop_server()
+        if self.cas_server and self.cas_server.poll() is None:
+            os.killpg(self.cas_server.pid, signal.SIGKILL)
+            self.cas_server.wait()
         if self.pg:
             self.pg.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)

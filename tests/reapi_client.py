@@ -2,6 +2,8 @@
 grpcio and BuildGrid's generated protos). Reads a JSON list of action specs on stdin, submits
 them all at once (Execute, one thread each), waits, and prints a JSON list of results.
 
+Usage: python reapi_client.py HOST:PORT INSTANCE [CAS_HOST:PORT]
+
 Spec keys: args, env {}, cwd, files {path: text | {"text", "exec"}}, symlinks {path: target},
 output_files [], output_dirs [], output_paths [], timeout (s), platform {}, missing_input
 (bool: reference a file blob that is not uploaded).
@@ -26,11 +28,15 @@ from buildgrid._protos.google.bytestream import bytestream_pb2_grpc as bs_grpc
 from buildgrid._protos.google.rpc import error_details_pb2
 
 REMOTE, INSTANCE = sys.argv[1], sys.argv[2]
-channel = grpc.insecure_channel(REMOTE, options=[("grpc.max_receive_message_length", 64 << 20),
-                                                 ("grpc.max_send_message_length", 64 << 20)])
-cas = re_grpc.ContentAddressableStorageStub(channel)
+# The CAS and ByteStream server, when it is not REMOTE (a farm with its CAS apart: Bazel's
+# --remote_cache beside --remote_executor).
+CAS_REMOTE = sys.argv[3] if len(sys.argv) > 3 else REMOTE
+OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+channel = grpc.insecure_channel(REMOTE, options=OPTIONS)
+cas_channel = grpc.insecure_channel(CAS_REMOTE, options=OPTIONS) if CAS_REMOTE != REMOTE else channel
+cas = re_grpc.ContentAddressableStorageStub(cas_channel)
 execution = re_grpc.ExecutionStub(channel)
-bytestream = bs_grpc.ByteStreamStub(channel)
+bytestream = bs_grpc.ByteStreamStub(cas_channel)
 
 
 def digest(data):

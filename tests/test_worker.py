@@ -329,3 +329,44 @@ def test_sigterm_finishes_or_returns(farm):
         f"{r}\n{farm.logs()}"
     actions = c.work / "actions"
     assert not actions.exists() or list(actions.iterdir()) == []
+
+
+def test_remote_cas():
+    """`--remote-cas`: a farm whose CAS and ByteStream live in a BuildGrid process of their
+    own (as farms deploy a CAS apart from the scheduler) and whose scheduler's process serves
+    neither, so a worker that read or wrote blobs anywhere but the CAS it was given would
+    fail. Inputs come from it, outputs (a file, a directory as a Tree, stdout) go to it, and a
+    missing input is still FAILED_PRECONDITION naming the digest."""
+    try:
+        f = buildgrid_farm.Farm(split_cas=True)
+    except buildgrid_farm.Unavailable as e:
+        msg = f"SKIPPING the split-CAS farm test of `spawnkit worker`: {e}"
+        print(f"\n{'!' * 20}\n{msg}\n{'!' * 20}", file=sys.stderr)
+        pytest.skip(msg)
+    try:
+        w = f.start_worker("cas-apart", concurrency=1)
+        assert "--remote-cas" in w.args, w.args
+        specs = [
+            {"name": "io", "args": ["sh", "-c", "tr a-z A-Z < in.txt | tee out.txt; mkdir d; echo x > d/y"],
+             "files": {"in.txt": "from the cas apart\n"}, "output_files": ["out.txt"],
+             "output_dirs": ["d"]},
+            {"name": "big", "args": ["sh", "-c", "head -c 3000000 /dev/urandom > big.bin"],
+             "output_files": ["big.bin"]},
+            {"name": "missing", "args": ["cat", "missing.bin"], "missing_input": True},
+        ]
+        results = by_name(specs, f.execute(specs))
+        logs = f.logs()
+        r = results["io"]
+        assert "error" not in r and (r["code"], r["exit_code"]) == (0, 0), f"{r}\n{logs}"
+        assert r["worker"] == "test-cas-apart", r
+        assert r["stdout"] == "FROM THE CAS APART\n", r
+        assert r["files"]["out.txt"]["text"] == "FROM THE CAS APART\n", r
+        assert r["dirs"]["d"]["y"]["text"] == "x\n", r
+        r = results["big"]  # over one gRPC message's batch: ByteStream, on the CAS apart
+        assert "error" not in r and r["code"] == 0, f"{r}\n{logs}"
+        assert r["files"]["big.bin"]["size"] == 3000000, r
+        r = results["missing"]
+        assert r["code"] == 9 and r["missing_digest"] in r["message"], f"{r}\n{logs}"
+        assert_clean(w.work)
+    finally:
+        f.close()

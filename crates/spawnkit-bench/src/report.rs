@@ -993,13 +993,14 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
     let wd = 48;
     writeln!(
         o,
-        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>13} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
+        "{:<wd$} | {:>9} | {:>11} | {:>8} | {:>13} | {:>8} | {:>9} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
         "row",
         "actions/s",
         "own ms p50",
         "own p90",
         "own-server ms",
         "floor ms",
+        "CAS probe",
         "fetch ms",
         "exec ms",
         "upload ms",
@@ -1018,6 +1019,7 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
         );
         let name =
             if r.id.ends_with("_one_at_a_time") { format!("{name}, 1 at a time") } else { name };
+        let name = if r.id.starts_with("split_cas_") { format!("{name}, CAS apart") } else { name };
         write!(o, "{name:<wd$}");
         if let Some(why) = &r.skipped {
             let short: String = why.chars().take(90).collect();
@@ -1027,12 +1029,13 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
         let ph = |k: &str| r.raw["phases_ms"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
         writeln!(
             o,
-            " | {:>9} | {:>11} | {:>8} | {:>13} | {:>8} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
+            " | {:>9} | {:>11} | {:>8} | {:>13} | {:>8} | {:>9} | {:>9} | {:>9} | {:>9} | {:>8} | {:>6}",
             r.actions_per_s.map_or("-".into(), |v| format!("{v:.1}")),
             ms(r.own_median_us),
             ms(r.own_p90_us),
             ms(r.own_excl_server_median_us),
             ms(r.floor_us),
+            ms(r.cas_probe_us),
             ph("input_fetch"),
             ph("execution"),
             ph("output_upload"),
@@ -1052,21 +1055,31 @@ fn print_worker(o: &mut Text, w: &WorkerResults) {
          result whole -> end of the UpdateBotSession in flight); floor: (CAS calls + 1 report) × \
          one trivial round trip"
     );
-    let f = &info["floor"];
-    if let Some(rtt) = f["rtt_ms"].as_f64() {
-        let m = |k: &str| f["rtt_ms_median"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
-        writeln!(
-            o,
-            "   floor: one trivial round trip to this BuildGrid, median of {} from Python gRPC: \
-             {rtt:.2} ms (GetCapabilities {}, FindMissingBlobs [] {}, BatchReadBlobs 1 blob {} ms)",
-            f["calls"].as_u64().unwrap_or(0),
-            m("get_capabilities"),
-            m("find_missing_blobs_empty"),
-            m("batch_read_blobs_1"),
-        );
-    } else if let Some(why) = f["skipped"].as_str() {
-        let short: String = why.chars().take(90).collect();
-        writeln!(o, "   floor: skipped: {short}");
+    writeln!(
+        o,
+        "   CAS probe: median answer to a BatchReadBlobs of one small blob, sent every 20 ms by a \
+         client beside the workers while the row loads the farm; CAS apart: the CAS in a \
+         BuildGrid process of its own (worker --remote-cas), on a second farm"
+    );
+    for (key, which) in [("floor", "this BuildGrid"), ("split_cas_floor", "the CAS apart")] {
+        let f = &info[key];
+        if let Some(rtt) = f["rtt_ms"].as_f64() {
+            let m =
+                |k: &str| f["rtt_ms_median"][k].as_f64().map_or("-".into(), |v| format!("{v:.2}"));
+            writeln!(
+                o,
+                "   floor: one trivial round trip to {which}, median of {} from Python gRPC: \
+                 {rtt:.2} ms (GetCapabilities {}, FindMissingBlobs [] {}, BatchReadBlobs 1 blob \
+                 {} ms)",
+                f["calls"].as_u64().unwrap_or(0),
+                m("get_capabilities"),
+                m("find_missing_blobs_empty"),
+                m("batch_read_blobs_1"),
+            );
+        } else if let Some(why) = f["skipped"].as_str() {
+            let short: String = why.chars().take(90).collect();
+            writeln!(o, "   floor ({which}): skipped: {short}");
+        }
     }
     writeln!(o);
     writeln!(
@@ -1113,6 +1126,9 @@ fn worker_summary(w: &WorkerResults) -> Vec<String> {
     let floor = w.farm_row("fenced_true").and_then(|r| r.floor_us);
     let floor10 = w.farm_row("fenced_10_files").and_then(|r| r.floor_us);
     let serial = w.farm_row("fenced_true_one_at_a_time");
+    let probe = w.farm_row("fenced_true").and_then(|r| r.cas_probe_us);
+    let split = w.farm_row("split_cas_fenced_true");
+    let split_serial = w.farm_row("split_cas_fenced_true_one_at_a_time");
     vec![
         format!(
             "worker's own time per fenced action, median: {} ms /bin/true, {} ms 10 input files \
@@ -1135,6 +1151,19 @@ fn worker_summary(w: &WorkerResults) -> Vec<String> {
             ms(serial.and_then(|r| r.own_excl_server_median_us)),
         ),
         format!(
+            "  under the same load, a trivial CAS read by another client took {} ms (the farm's \
+             answer time, not the worker's)",
+            ms(probe)
+        ),
+        format!(
+            "  the CAS apart (--remote-cas): {} ms loaded (probe {} ms, {} ms excluding its waits), \
+             {} ms one at a time",
+            ms(split.and_then(|r| r.own_median_us)),
+            ms(split.and_then(|r| r.cas_probe_us)),
+            ms(split.and_then(|r| r.own_excl_server_median_us)),
+            ms(split_serial.and_then(|r| r.own_median_us)),
+        ),
+        format!(
             "worker_fence/bwrap (the fence's price, median) {:>5} (target: ≤ 0.30)",
             fmt_ratio(w.fence_ratio(false))
         ),
@@ -1152,6 +1181,7 @@ fn worker_json(w: &WorkerResults) -> Value {
                 "own_ms_p90": r.own_p90_us.map(|u| u / 1e3),
                 "own_excl_server_ms_median": r.own_excl_server_median_us.map(|u| u / 1e3),
                 "floor_ms": r.floor_us.map(|u| u / 1e3),
+                "cas_probe_ms_median": r.cas_probe_us.map(|u| u / 1e3),
                 "skipped": r.skipped});
             if let (Some(o), Some(raw)) = (v.as_object_mut(), r.raw.as_object()) {
                 for k in [
@@ -1168,6 +1198,8 @@ fn worker_json(w: &WorkerResults) -> Value {
                     "cas_calls_median",
                     "start_ms_median",
                     "handoff_ms_median",
+                    "cas_probe_calls",
+                    "split_cas",
                 ] {
                     if let Some(x) = raw.get(k) {
                         o.insert(k.into(), x.clone());
@@ -1200,9 +1232,14 @@ fn worker_json(w: &WorkerResults) -> Value {
                      of the UpdateBotSession in flight), per action, median; phases_ms: medians \
                      of the worker's ExecutedActionMetadata stamps; floor: trivial RPCs to the \
                      same BuildGrid from a Python gRPC client (medians, ms), and per row \
-                     floor_ms = (median CAS calls + 1 report) × the smallest median",
+                     floor_ms = (median CAS calls + 1 report) × the smallest median; \
+                     cas_probe_ms_median: a BatchReadBlobs of one small blob every 20 ms from \
+                     another client while the row ran (rows with actions in flight); \
+                     split_cas rows: a second farm whose CAS is a BuildGrid process of its own \
+                     (worker --remote-cas), split_cas_floor its floor",
         "rows": farm,
         "floor": w.farm_info.get("floor").cloned().unwrap_or(Value::Null),
+        "split_cas_floor": w.farm_info.get("split_cas_floor").cloned().unwrap_or(Value::Null),
         "fence": {"unit": "µs", "runs": w.fence_runs, "block": latency::BLOCK,
                   "measures": "/bin/true spawn -> exit (waited for), rows taking turns; price = \
                                the row minus spawnkit_no_fence",

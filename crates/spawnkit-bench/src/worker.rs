@@ -43,14 +43,17 @@ pub const TRUE: &str = "/bin/true";
 pub const BWRAP_ARGS: [&str; 8] =
     ["--unshare-net", "--unshare-pid", "--tmpfs", "/tmp", "--dev-bind", "/", "/", TRUE];
 
-/// The farm rows (the script's): id, `--fence`, input files.
-pub const FARM_ROWS: [(&str, &str, usize); 5] = [
+/// The farm rows (the script's): id, `--fence`, input files. The `split_cas_` rows run on a
+/// second farm whose CAS is a BuildGrid process of its own (the workers' `--remote-cas`).
+pub const FARM_ROWS: [(&str, &str, usize); 7] = [
     ("fenced_true", "net,tmp,pid", 0),
     ("fenced_10_files", "net,tmp,pid", 10),
     ("unfenced_true", "none", 0),
     ("unfenced_10_files", "none", 10),
     // bench/worker_overhead.py: at most SERIAL_MAX (40) actions, one at a time.
     ("fenced_true_one_at_a_time", "net,tmp,pid", 0),
+    ("split_cas_fenced_true", "net,tmp,pid", 0),
+    ("split_cas_fenced_true_one_at_a_time", "net,tmp,pid", 0),
 ];
 
 /// The fence rows.
@@ -136,6 +139,9 @@ pub struct FarmRow {
     pub own_excl_server_median_us: Option<f64>,
     /// (CAS calls + the reporting UpdateBotSession) × the floor's trivial round trip.
     pub floor_us: Option<f64>,
+    /// The median answer time of a trivial CAS read (one small blob) by a client beside the
+    /// workers, every 20 ms while the row loaded the farm (rows with actions in flight only).
+    pub cas_probe_us: Option<f64>,
     /// The script's whole object for the row (phases, counts) for the JSON file.
     pub raw: serde_json::Value,
     pub skipped: Option<String>,
@@ -332,6 +338,7 @@ fn skipped_farm(why: &str) -> Vec<FarmRow> {
             own_p90_us: None,
             own_excl_server_median_us: None,
             floor_us: None,
+            cas_probe_us: None,
             raw: serde_json::Value::Null,
             skipped: Some(why.into()),
         })
@@ -396,6 +403,7 @@ fn farm_rows(
             own_p90_us: r["own_us"]["p90"].as_f64(),
             own_excl_server_median_us: r["own_excl_server_ms_median"].as_f64().map(|m| m * 1e3),
             floor_us: r["floor_ms"].as_f64().map(|m| m * 1e3),
+            cas_probe_us: r["cas_probe_ms_median"].as_f64().map(|m| m * 1e3),
             raw: r.clone(),
             skipped: r["skipped"].as_str().map(String::from),
         });

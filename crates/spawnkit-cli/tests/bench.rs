@@ -740,12 +740,14 @@ fn mp_method_rows_and_ratios() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const WORKER_FARM_ROWS: [&str; 5] = [
+const WORKER_FARM_ROWS: [&str; 7] = [
     "fenced_true",
     "fenced_10_files",
     "unfenced_true",
     "unfenced_10_files",
     "fenced_true_one_at_a_time",
+    "split_cas_fenced_true",
+    "split_cas_fenced_true_one_at_a_time",
 ];
 const WORKER_FENCE_ROWS: [&str; 3] = ["spawnkit_no_fence", "spawnkit_worker_fence", "bwrap"];
 
@@ -832,6 +834,15 @@ fn worker_method_rows_and_ratios() {
             assert!(x >= 0.0 && x <= p90, "{k}: {row}");
         }
         assert!(row["floor_ms"].as_f64().unwrap() > 0.0, "{row}");
+        let id = row["id"].as_str().unwrap();
+        assert_eq!(row["split_cas"], id.starts_with("split_cas_"), "{row}");
+        // The CAS probe beside a row with actions in flight: at least its first read.
+        if id.ends_with("_one_at_a_time") {
+            assert_eq!(row["cas_probe_calls"], 0, "{row}");
+        } else {
+            assert!(row["cas_probe_calls"].as_u64().unwrap() >= 1, "{row}");
+            assert!(row["cas_probe_ms_median"].as_f64().unwrap() > 0.0, "{row}");
+        }
         farm_ran = true;
     }
     if farm_ran {
@@ -841,7 +852,11 @@ fn worker_method_rows_and_ratios() {
             assert!(f["rtt_ms_median"][k].as_f64().unwrap() > 0.0, "{f}");
         }
         assert!(f["rtt_ms"].as_f64().unwrap() > 0.0, "{f}");
+        let f = &w["split_cas_floor"];
+        assert_eq!(f["calls"], 4, "{f}");
+        assert!(f["rtt_ms"].as_f64().unwrap() > 0.0, "{f}");
         assert!(stdout.contains("   floor: one trivial round trip to this BuildGrid"), "{stdout}");
+        assert!(stdout.contains("   floor: one trivial round trip to the CAS apart"), "{stdout}");
         assert!(stdout.contains("  excluding its waits on BuildGrid: "), "{stdout}");
     }
     check_worker_fence(&v, 10);
