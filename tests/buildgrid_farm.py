@@ -148,7 +148,8 @@ class Postgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-CONFIG = """\
+# What every BuildGrid process of a farm listens with.
+SERVER = """\
 server:
   - !channel
     address: "127.0.0.1:{port}"
@@ -158,6 +159,9 @@ authorization:
   method: none
 monitoring:
   enabled: false
+"""
+
+CONFIG = SERVER + """\
 connections:
   - !sql-connection &sql
     connection-string: {pg}
@@ -209,16 +213,7 @@ REMOTE_STORAGE = """\
 # The CAS alone, in a BuildGrid process of its own, as farms deploy it (a CAS server apart
 # from the scheduler's: BuildGrid's remote storage, Buildbarn's bb_storage). The scheduler's
 # process stores through it.
-CAS_CONFIG = """\
-server:
-  - !channel
-    address: "127.0.0.1:{port}"
-    insecure-mode: true
-thread-pool-size: 100
-authorization:
-  method: none
-monitoring:
-  enabled: false
+CAS_CONFIG = SERVER + """\
 storages:
   - !disk-storage &main-storage
     path: {cas}
@@ -278,19 +273,20 @@ class Farm:
 
     def start_server(self):
         self.server_log = self.tmp / "bgd.log"
-        log = open(self.server_log, "ab")
-        self.server = subprocess.Popen([str(self.bgd), "server", "start", str(self.config)],
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        wait_port(self.port, self.server, self.server_log)
+        self.server = self._bgd(self.config, self.port, self.server_log)
 
     def start_cas_server(self):
         self.cas_log = self.tmp / "bgd-cas.log"
-        log = open(self.cas_log, "ab")
-        self.cas_server = subprocess.Popen([str(self.bgd), "server", "start", str(self.cas_config)],
-                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.cas_server = self._bgd(self.cas_config, self.cas_port, self.cas_log)
+
+    def _bgd(self, config, port, log_path):
+        """`bgd server start CONFIG` in a session of its own, once it listens on `port`."""
+        log = open(log_path, "ab")
+        p = subprocess.Popen([str(self.bgd), "server", "start", str(config)],
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        wait_port(self.cas_port, self.cas_server, self.cas_log)
+        wait_port(port, p, log_path)
+        return p
 
     def stop_server(self):
         if self.server and self.server.poll() is None:
