@@ -143,8 +143,8 @@ class Probe:
 
     def __init__(self, farm):
         import subprocess
-        cas = f"127.0.0.1:{farm.cas_port}" if farm.split_cas else f"127.0.0.1:{farm.port}"
-        self.p = subprocess.Popen([farm.python, "-c", PROBE, cas, farm.instance, str(PROBE_GAP_MS)],
+        self.p = subprocess.Popen([farm.python, "-c", PROBE, farm.cas_address, farm.instance,
+                                   str(PROBE_GAP_MS)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.p.stdout.readline()  # "ready": connected, its blob stored
 
@@ -162,8 +162,7 @@ class Probe:
 def floor(farm, n):
     """Medians (ms) of trivial RPCs to the farm's BuildGrid, N each, from a Python client."""
     import subprocess
-    remote = f"127.0.0.1:{farm.cas_port}" if farm.split_cas else f"127.0.0.1:{farm.port}"
-    r = subprocess.run([farm.python, "-c", FLOOR, remote, farm.instance, str(n)],
+    r = subprocess.run([farm.python, "-c", FLOOR, farm.cas_address, farm.instance, str(n)],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return {"skipped": f"floor client failed: {r.stderr[-1500:]}"}
@@ -294,19 +293,17 @@ def main():
         t = time.monotonic()
         try:
             farm = buildgrid_farm.Farm(split_cas=split)
-        except buildgrid_farm.Unavailable as e:
+        except Exception as e:
+            unavailable = isinstance(e, buildgrid_farm.Unavailable)
             if not split:
+                if not unavailable:
+                    raise
                 out["skipped"] = f"BuildGrid/PostgreSQL unavailable: {e}"
                 print(json.dumps(out))
                 return
-            why = f"BuildGrid/PostgreSQL unavailable: {e}"
-        except Exception as e:  # the second farm's failure keeps the first farm's rows
-            if not split:
-                raise
-            why = f"the farm with its CAS apart did not start: {type(e).__name__}: {str(e)[-1500:]}"
-        else:
-            why = None
-        if why is not None:
+            # The second farm's failure skips its rows only: the first farm's stay.
+            why = (f"BuildGrid/PostgreSQL unavailable: {e}" if unavailable else
+                   f"the farm with its CAS apart did not start: {type(e).__name__}: {str(e)[-1500:]}")
             for row_id, fence, files, _ in rows:
                 out["rows"].append({"id": row_id, "fence": fence, "input_files": files,
                                     "split_cas": split, "skipped": why})

@@ -227,6 +227,13 @@ instances:
 """
 
 
+def kill_session(p):
+    """SIGKILL a `bgd` started by `Farm._bgd` (its session: bgd's own children too), if running."""
+    if p and p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 class Farm:
     """BuildGrid + PostgreSQL + spawnkit workers, all stopped and removed by `close`."""
 
@@ -271,6 +278,12 @@ class Farm:
             self.close()
             raise
 
+    @property
+    def cas_address(self):
+        """HOST:PORT of the CAS and ByteStream: the CAS's own process when it is apart, else
+        the scheduler's."""
+        return f"127.0.0.1:{self.cas_port if self.split_cas else self.port}"
+
     def start_server(self):
         self.server_log = self.tmp / "bgd.log"
         self.server = self._bgd(self.config, self.port, self.server_log)
@@ -289,9 +302,7 @@ class Farm:
         return p
 
     def stop_server(self):
-        if self.server and self.server.poll() is None:
-            os.killpg(self.server.pid, signal.SIGKILL)
-            self.server.wait()
+        kill_session(self.server)
 
     def start_worker(self, name, *extra, concurrency=2, platform="OSFamily=linux"):
         work = self.tmp / f"work-{name}"
@@ -301,7 +312,7 @@ class Farm:
                "--concurrency", str(concurrency), "--work-dir", str(work), "--platform", platform,
                "--bot-id", f"test-{name}", *extra]
         if self.split_cas:
-            cmd[4:4] = ["--remote-cas", f"http://127.0.0.1:{self.cas_port}"]
+            cmd[4:4] = ["--remote-cas", f"http://{self.cas_address}"]
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         p.log = log_path
@@ -313,8 +324,8 @@ class Farm:
         """Submit the actions with the test's own REAPI client (at most `in_flight` at once);
         their results, in order."""
         env = dict(os.environ, SPAWNKIT_REAPI_IN_FLIGHT=str(in_flight))
-        cas = [f"127.0.0.1:{self.cas_port}"] if self.split_cas else []
-        r = subprocess.run([self.python, str(CLIENT), f"127.0.0.1:{self.port}", self.instance, *cas],
+        r = subprocess.run([self.python, str(CLIENT), f"127.0.0.1:{self.port}", self.instance,
+                            self.cas_address],
                            input=json.dumps(specs), capture_output=True, text=True, timeout=timeout,
                            env=env)
         assert r.returncode == 0, f"reapi_client failed: {r.stderr[-3000:]}\n{self.logs()}"
@@ -349,9 +360,7 @@ class Farm:
                 w.send_signal(signal.SIGKILL)
                 w.wait()
         self.stop_server()
-        if self.cas_server and self.cas_server.poll() is None:
-            os.killpg(self.cas_server.pid, signal.SIGKILL)
-            self.cas_server.wait()
+        kill_session(self.cas_server)
         if self.pg:
             self.pg.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
