@@ -80,15 +80,17 @@ impl AsyncResults {
 
 /// The ratios: (JSON key, numerator row, denominator row, target: at least).
 pub const RATIOS: [(&str, &str, &str, f64); 2] = [
-    ("async_spawnkit/tokio", "spawnkit_tokio", "tokio_process", 1.5),
+    ("async_spawnkit/tokio", "spawnkit_tokio_start", "tokio_process", 1.5),
     ("asyncio_spawnkit/asyncio", "asyncio_spawnkit", "asyncio", 2.0),
 ];
 
 /// More ratios worth having (in `other_ratios`): (key, numerator, denominator, program).
-pub const OTHER_RATIOS: [(&str, &str, &str, usize); 12] = [
+pub const OTHER_RATIOS: [(&str, &str, &str, usize); 14] = [
+    ("async_spawnkit_spawn_async/tokio", "spawnkit_tokio", "tokio_process", 0),
+    ("async_spawnkit_start/floor_vfork", "spawnkit_tokio_start", "floor_vfork", 0),
     ("async_spawnkit_server/tokio", "spawnkit_tokio_server", "tokio_process", 0),
     ("async_spawnkit_server/tokio, /bin/true", "spawnkit_tokio_server", "tokio_process", 1),
-    ("async_spawnkit/tokio, /bin/true", "spawnkit_tokio", "tokio_process", 1),
+    ("async_spawnkit/tokio, /bin/true", "spawnkit_tokio_start", "tokio_process", 1),
     ("async_floor_vfork/tokio", "floor_vfork", "tokio_process", 0),
     ("async_floor_engine/tokio", "floor_engine", "tokio_process", 0),
     ("async_spawnkit/floor_engine", "spawnkit_tokio", "floor_engine", 0),
@@ -110,7 +112,7 @@ const PY_ROWS: [(&str, &str); 4] = [
 
 /// How many processes the method starts (for the progress bar).
 pub fn planned(rounds: usize, total: usize, python: bool) -> usize {
-    2 * rounds * total * (5 + if python { PY_ROWS.len() } else { 0 })
+    2 * rounds * total * (6 + if python { PY_ROWS.len() } else { 0 })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +122,8 @@ enum Tokio {
     /// Through a private spawn server, with `spawnkit::tokio::Client` (a task per child
     /// submits, awaits the answer, then awaits the exit).
     Server,
+    /// The tokio face's `start_async`: the clone on the loop, the exec awaited in the task.
+    Start,
 }
 
 /// A child's end as a row sees it: success, or its status as the error.
@@ -202,6 +206,17 @@ fn tokio_round(
                         set.spawn(async move {
                             let Some(client) = client else { return Err("no client".into()) };
                             let mut child = client.spawn(&cmd).await.map_err(|e| e.to_string())?;
+                            let st = child.wait().await.map_err(|e| e.to_string())?;
+                            ended_ok(st.success(), st)
+                        });
+                    }
+                    Tokio::Start => {
+                        let start = spawnkit::Command::new(prog)
+                            .stdin(spawnkit::Stdio::Null)
+                            .stdout(spawnkit::Stdio::Null)
+                            .start_async();
+                        set.spawn(async move {
+                            let mut child = start.await.map_err(|e| e.to_string())?;
                             let st = child.wait().await.map_err(|e| e.to_string())?;
                             ended_ok(st.success(), st)
                         });
@@ -336,7 +351,7 @@ pub fn run(
     progress: &Progress,
 ) -> Result<AsyncResults, String> {
     let progs = [tiny, TRUE];
-    let mut cells = [[None; 2]; 3];
+    let mut cells = [[None; 2]; 4];
     let mut floors = [[None; 2]; 2];
     let (server, server_skip) = match server {
         Ok(s) => (Some(&*s.client()), None),
@@ -345,8 +360,8 @@ pub fn run(
     for (p, prog) in progs.iter().enumerate() {
         progress.phase(&format!("async, tokio, {prog}"));
         for round in 0..rounds {
-            let mut order = [Tokio::Process, Tokio::Spawnkit, Tokio::Server];
-            order.rotate_left(round % 3);
+            let mut order = [Tokio::Process, Tokio::Spawnkit, Tokio::Server, Tokio::Start];
+            order.rotate_left(round % 4);
             for row in order {
                 let i = row as usize;
                 if row == Tokio::Server && server.is_none() {
@@ -384,6 +399,13 @@ pub fn run(
                 name: "spawnkit tokio face (spawn_async)".into(),
                 kind: "tokio".into(),
                 cells: cells[1],
+                skipped: None,
+            },
+            AsyncRow {
+                id: "spawnkit_tokio_start".into(),
+                name: "spawnkit tokio face (start_async)".into(),
+                kind: "tokio".into(),
+                cells: cells[3],
                 skipped: None,
             },
             AsyncRow {

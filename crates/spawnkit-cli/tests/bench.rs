@@ -566,9 +566,10 @@ const SERVER_RATIOS: [&str; 5] = [
     "py_server/py_local",
     "py_server_cpu/py_local_cpu",
 ];
-const ASYNC_ROWS: [&str; 9] = [
+const ASYNC_ROWS: [&str; 10] = [
     "tokio_process",
     "spawnkit_tokio",
+    "spawnkit_tokio_start",
     "spawnkit_tokio_server",
     "floor_vfork",
     "floor_engine",

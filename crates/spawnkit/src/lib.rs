@@ -41,6 +41,7 @@ pub use isolate::{IdMap, Lock, Namespaces, PrivateTmp, TmpOptions, UserMap};
 pub use serve::{Client, PrivateServer, Server, ServerOptions};
 pub use signals::{ReceivedSignal, SignalFd};
 pub use spawn::command::Command;
+pub use spawn::engine::Starting;
 pub use spawn::handle::{Child, ExitStatus, Output};
 pub use spawn::limits::{CpuList, Limit, ParseValueError, Rlimit, Umask};
 pub use spawn::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy, RLIM_INFINITY};

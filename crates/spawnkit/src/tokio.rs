@@ -45,6 +45,17 @@ pub trait CommandExt {
     /// handle that waits on its pidfd. Must be called inside a tokio runtime with I/O enabled.
     fn spawn_async(&mut self) -> Result<Child>;
 
+    /// Start the child without holding this task's thread while it execs: the clone happens
+    /// here (no `CLONE_VFORK`: [`Command::start`]), then the future (which holds no borrow
+    /// of the command: it can be handed to `tokio::spawn`) waits for the exec through the reactor and resolves to the child, or to the error of the step that failed
+    /// (the same errors [`spawn_async`](CommandExt::spawn_async) returns). Many children can
+    /// be starting at once on one thread. Must be polled inside a tokio runtime with I/O
+    /// enabled; dropped before it resolves, it waits for the child's exec (a few steps) and
+    /// then drops the child as a dropped [`Child`] is.
+    fn start_async(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<Child>> + Send + use<Self>;
+
     /// Start the child and wait for it (stdin, stdout and stderr as set, inherited if not).
     fn status_async(&mut self) -> impl std::future::Future<Output = Result<ExitStatus>> + Send;
 
@@ -56,6 +67,21 @@ pub trait CommandExt {
 impl CommandExt for Command {
     fn spawn_async(&mut self) -> Result<Child> {
         Child::new(self.spawn()?)
+    }
+
+    fn start_async(&mut self) -> impl std::future::Future<Output = Result<Child>> + Send + use<> {
+        let starting = self.start();
+        async move {
+            let starting = starting?;
+            if starting.fd().is_none() {
+                return Child::new(starting.finish()?);
+            }
+            let pending = crate::sys::reactor::register_start(starting)
+                .map_err(|e| io_error("register start", e))?;
+            // Readable means EOF: the child has exec'd or exited (it never writes).
+            let _ = pending.readable().await.map_err(|e| io_error("poll start", e))?;
+            Child::new(pending.into_inner().0.finish()?)
+        }
     }
 
     fn status_async(&mut self) -> impl std::future::Future<Output = Result<ExitStatus>> + Send {
@@ -200,8 +226,11 @@ impl Drop for Child {
     }
 }
 
-/// Spawn every command (from this task, one after the other: each is a local clone-vfork)
-/// and return their async children in order, a failed spawn as its own error.
+/// Spawn every command and return their async children in order, a failed spawn as its own
+/// error. Every child is cloned first ([`Command::start`]: no wait for its exec), then each
+/// outcome is collected, so the children exec at the same time on the other CPUs instead of
+/// one after the other.
 pub fn spawn_many<'a>(commands: impl IntoIterator<Item = &'a mut Command>) -> Vec<Result<Child>> {
-    commands.into_iter().map(|c| c.spawn_async()).collect()
+    let started: Vec<Result<crate::Starting>> = commands.into_iter().map(|c| c.start()).collect();
+    started.into_iter().map(|s| Child::new(s?.finish()?)).collect()
 }

@@ -431,3 +431,88 @@ async fn server_spawn_many_batches_fail_one_item_alone() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(lines, 89, "each good command ran once");
 }
+
+/// `start_async`: the clone on the calling task, the exec awaited through the reactor. The
+/// child sees its command; a missing program is the same error as `spawn_async`'s; the
+/// future holds no borrow of the command (it goes to `tokio::spawn`).
+#[tokio::test(flavor = "current_thread")]
+async fn start_async_output_errors_and_tasks() {
+    let mut cmd = sh("echo \"$0 $SPAWNKIT_T\"; pwd");
+    cmd.arg0("started").env("SPAWNKIT_T", "env").current_dir("/").stdout(Stdio::Pipe);
+    let fut = cmd.start_async();
+    drop(cmd);
+    let out = tokio::spawn(fut).await.unwrap().unwrap().wait_with_output().await.unwrap();
+    assert_eq!(out.stdout, b"started env\n/\n");
+    let late =
+        Command::new("/nonexistent/spawnkit-test-program").start_async().await.err().unwrap();
+    let now = Command::new("/nonexistent/spawnkit-test-program").spawn_async().err().unwrap();
+    assert_eq!(late.raw_os_error(), Some(libc::ENOENT), "{late}");
+    assert_eq!(late.to_string(), now.to_string());
+}
+
+/// 64 children starting at once on one thread: every start resolves, in any order of
+/// completion, to its own child.
+#[tokio::test(flavor = "current_thread")]
+async fn start_async_many_in_flight_on_one_thread() {
+    let before = threads();
+    let starts: Vec<_> = (0..64)
+        .map(|i| {
+            let mut c = sh(&format!("echo {i}; exit {}", i % 4));
+            c.stdout(Stdio::Pipe);
+            c.start_async()
+        })
+        .collect();
+    let mut set = tokio::task::JoinSet::new();
+    for (i, s) in starts.into_iter().enumerate() {
+        set.spawn(async move {
+            let out = s.await.unwrap().wait_with_output().await.unwrap();
+            assert_eq!(out.stdout, format!("{i}\n").as_bytes());
+            assert_eq!(out.status.code(), Some(i as i32 % 4));
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.unwrap();
+    }
+    assert_eq!(threads(), before, "no thread was made for starting or waiting");
+}
+
+/// A start dropped before it resolved: its child still runs and is reaped later; with
+/// kill_on_drop it is killed. (The children run under names of their own, symlinks to sleep
+/// and true, so other tests' children running meanwhile do not count.)
+#[tokio::test(flavor = "current_thread")]
+async fn start_async_dropped_unresolved() {
+    let dir = std::env::temp_dir().join(format!("spawnkit-startdrop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sleeper, quick) = (dir.join("skdropsleep"), dir.join("skdroptrue"));
+    for (link, to) in [(&sleeper, "/bin/sleep"), (&quick, "/bin/true")] {
+        let _ = std::fs::remove_file(link);
+        std::os::unix::fs::symlink(to, link).unwrap();
+    }
+    let fut = Command::new(&sleeper).arg("30").kill_on_drop(true).start_async();
+    drop(fut);
+    let fut = Command::new(&quick).start_async();
+    drop(fut);
+    let me = std::process::id().to_string();
+    let ours = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+            .filter(|st| st.contains("(skdropsleep)") || st.contains("(skdroptrue)"))
+            .filter(|st| {
+                st.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)) == Some(&me)
+            })
+            .collect::<Vec<_>>()
+    };
+    let t = Instant::now();
+    loop {
+        spawnkit::reap_orphans();
+        let left = ours();
+        if left.is_empty() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "children left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

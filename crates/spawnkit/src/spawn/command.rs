@@ -558,6 +558,17 @@ impl Command {
         super::engine::spawn(self)
     }
 
+    /// Start the child without waiting for it to exec: the calling thread returns right after
+    /// the clone (the child runs its steps and `execve` meanwhile, on a stack of its own), and
+    /// the [`Starting`](crate::Starting) it returns tells when the outcome is known (an fd for
+    /// an event loop) and gives the [`Child`] or the error of the step that failed. What
+    /// [`spawn`](Command::spawn) would report as an error is the same, only later. Plans that
+    /// need the calling thread during the clone (id maps written from outside, fork-exec, the
+    /// posix_spawn strategy) are spawned as `spawn` does and come back ready.
+    pub fn start(&mut self) -> Result<super::engine::Starting> {
+        super::engine::start(self)
+    }
+
     /// Start the child with stdin from /dev/null (unless set) and stdout/stderr captured
     /// (unless set), wait for it, and return everything it wrote.
     pub fn output(&mut self) -> Result<Output> {

@@ -59,6 +59,120 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
     Ok(Child::new(pid, pidfd, stdin, stdout, stderr, cmd.kill_on_drop))
 }
 
+/// A child being started by [`Command::start`]: cloned, perhaps not yet exec'd. Its outcome
+/// is known once [`Starting::fd`] is readable (or at once, when that is `None`); then
+/// [`Starting::finish`] returns the [`Child`] or the error of the step that failed, without
+/// blocking. Dropping it unfinished waits for the child to exec or exit (at most its steps
+/// before execve) and then drops the child as a [`Child`] would be dropped.
+#[must_use = "a started child is known to have exec'd only once finished"]
+pub struct Starting {
+    state: StartState,
+}
+
+// Pending is the usual state and lives in one place (a future, a slot); boxing it would only add
+// an allocation per start.
+#[allow(clippy::large_enum_variant)]
+enum StartState {
+    Ready(Result<Child>),
+    /// `launch` is declared before `plan`: it drops first, after the child let go of the plan.
+    Pending {
+        launch: crate::sys::Launch,
+        plan: Plan,
+        kill_on_drop: bool,
+    },
+    Taken,
+}
+
+impl std::fmt::Debug for Starting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Starting");
+        match &self.state {
+            StartState::Ready(r) => d.field("ready", &r.as_ref().map(|c| c.id())),
+            StartState::Pending { launch, .. } => d.field("pid", &launch.pid),
+            StartState::Taken => d.field("finished", &true),
+        };
+        d.finish()
+    }
+}
+
+impl Starting {
+    /// The child's pid (`None` when the spawn already failed).
+    pub fn id(&self) -> Option<u32> {
+        match &self.state {
+            StartState::Ready(Ok(c)) => Some(c.id()),
+            StartState::Pending { launch, .. } => Some(launch.pid as u32),
+            _ => None,
+        }
+    }
+
+    /// The fd that becomes readable when the outcome is known (the read end of a
+    /// close-on-exec pipe whose only writer is the child: EOF once it has exec'd or exited).
+    /// `None` when it is known already.
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match &self.state {
+            StartState::Pending { launch, .. } => Some(std::os::fd::AsFd::as_fd(&launch.notify)),
+            _ => None,
+        }
+    }
+
+    /// The child once it has exec'd, or the error naming the step that failed (the failed
+    /// child reaped). Blocks until the child has exec'd or exited if [`fd`](Starting::fd)
+    /// was not readable yet.
+    pub fn finish(mut self) -> Result<Child> {
+        self.take()
+    }
+
+    fn take(&mut self) -> Result<Child> {
+        match std::mem::replace(&mut self.state, StartState::Taken) {
+            StartState::Ready(r) => r,
+            StartState::Taken => Err(Error::unsupported("spawn", "already finished")),
+            StartState::Pending { mut launch, mut plan, kill_on_drop } => {
+                let report = launch.finish();
+                let pidfd = launch.pidfd.take().expect("a pending launch holds its pidfd");
+                if report.step != STEP_EXEC || report.errno != 0 {
+                    let ended = pidfd::wait(std::os::fd::AsFd::as_fd(&pidfd), false).ok().flatten();
+                    return Err(child_error(&plan, report, ended));
+                }
+                let [stdin, stdout, stderr] = std::mem::take(&mut plan.parent_pipes);
+                Ok(Child::new(launch.pid, pidfd, stdin, stdout, stderr, kill_on_drop))
+            }
+        }
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if matches!(self.state, StartState::Pending { .. }) {
+            drop(self.take());
+        }
+    }
+}
+
+/// Start the child without waiting for its exec where the plan allows (the clone-vfork
+/// strategy, no id maps written from outside): the calling thread returns right after the
+/// clone. Otherwise spawn as [`spawn`] does and return the outcome ready.
+pub(crate) fn start(cmd: &mut Command) -> Result<Starting> {
+    orphans::reap();
+    let mut plan = Plan::build(cmd)?;
+    if plan.strategy != Strategy::CloneVfork || plan.id_maps.is_some() {
+        drop(plan);
+        return Ok(Starting { state: StartState::Ready(spawn(cmd)) });
+    }
+    if let Some((fd, lock)) = &plan.lock {
+        crate::isolate::compile::acquire(*fd, lock)?;
+    }
+    let launch =
+        crate::sys::start_clone(&plan.view()).map_err(|(step, e)| clone_error(&plan, step, e))?;
+    // The child has its own copies of its fds (no CLONE_FILES): the parent's go at once.
+    drop(std::mem::take(&mut plan.child_ends));
+    for slot in cmd.stdio.iter_mut() {
+        if matches!(slot, Some(Stdio::File(_)) | Some(Stdio::Owned(_))) {
+            *slot = None;
+        }
+    }
+    Ok(Starting { state: StartState::Pending { launch, plan, kill_on_drop: cmd.kill_on_drop } })
+}
+
 /// The error for a child that reported a failed step (or died without reporting).
 fn child_error(plan: &Plan, r: Report, ended: Option<pidfd::Ended>) -> Error {
     if r.errno == 0 {

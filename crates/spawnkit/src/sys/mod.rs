@@ -33,7 +33,11 @@
 //! 5. **Its own stack**: an `mmap`'d region with a `PROT_NONE` guard page below it, so the
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
 //!
-//! One exception to "the calling thread sleeps": when id maps must be written from outside the
+//! Two exceptions to "the calling thread sleeps". A started spawn ([`start_clone`]) clones
+//! without `CLONE_VFORK` and returns at once: its [`Launch`] owns the context, the report, the
+//! scratch slots and the stack, and its owner keeps the plan alive and unchanged, until EOF on a
+//! close-on-exec pipe held only by the child says it has exec'd or exited; the calling thread
+//! goes on with other work meanwhile. And when id maps must be written from outside the
 //! new user namespace (arbitrary maps, or a privileged caller, see `isolate/compile.rs`), the
 //! clone omits `CLONE_VFORK`. The calling thread then writes the maps while the child waits
 //! for them in its `AwaitIdMaps` step, and sleeps until EOF on a close-on-exec pipe says the
@@ -246,4 +250,106 @@ pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static st
     // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
     let pidfd = unsafe { OwnedFd::from_raw_fd(cloned.pidfd) };
     Ok(Outcome { pid: cloned.pid, pidfd, report })
+}
+
+/// A child started by [`start_clone`]: cloned without `CLONE_VFORK`, perhaps still running its
+/// steps on `stack` in this address space. Owns everything the child reads except the plan's
+/// buffers, which its owner must keep alive and unchanged for as long as this lives (declare
+/// it before the plan, so it drops first). Until [`Launch::finish`] or the drop has seen EOF on
+/// `notify`, nothing the child uses is touched or freed.
+pub(crate) struct Launch {
+    pub pid: i32,
+    pub pidfd: Option<OwnedFd>,
+    /// The read end of a close-on-exec pipe whose write end only the child holds: readable
+    /// (EOF) once the child has exec'd or exited, after it let go of our memory.
+    pub notify: OwnedFd,
+    /// Read by the child through a raw pointer; boxed so it never moves.
+    ctx: Box<ChildCtx<'static>>,
+    /// Written by the child; from `Box::into_raw`, freed in drop.
+    report: *mut Report,
+    /// The child's scratch slots: a heap buffer that is never resized.
+    _scratch: Vec<i32>,
+    stack: Option<stack::Stack>,
+}
+
+// SAFETY: the raw pointers in `ctx` and `report` point into this Launch's own boxes and into
+// the plan its owner keeps with it; the child is another process, and whichever thread holds
+// the Launch waits for it the same way.
+unsafe impl Send for Launch {}
+// SAFETY: through `&Launch` only `pid`, `pidfd` and `notify` can be read; everything the child
+// uses is reached only through `&mut self` (finish, drop).
+unsafe impl Sync for Launch {}
+
+impl Launch {
+    /// Wait for the child to have exec'd or exited (at once when `notify` is readable) and
+    /// return its report. Afterwards nothing of ours is in use by the child.
+    pub(crate) fn finish(&mut self) -> Report {
+        if let Some(stack) = self.stack.take() {
+            parent::wait_eof(std::os::fd::AsRawFd::as_raw_fd(&self.notify));
+            stack::put_spare(stack);
+        }
+        // SAFETY: the child is done with the report (EOF above); it was written through the
+        // same pointer, and the kernel's pipe close orders the child's writes before our read.
+        unsafe { std::ptr::read_volatile(self.report) }
+    }
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        // Dropped before finish (a cancelled start): the child may still be on our stack.
+        let _ = self.finish();
+        let _ = &self.ctx;
+        // SAFETY: from Box::into_raw in start_clone, and no longer used by the child.
+        drop(unsafe { Box::from_raw(self.report) });
+    }
+}
+
+/// Start the child without CLONE_VFORK and return at once (see [`Launch`]). The plan must use
+/// the clone-vfork strategy with no id maps written from outside and no pool; the caller keeps
+/// it alive and unchanged until the Launch is finished or dropped.
+pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)> {
+    debug_assert!(plan.id_maps.is_none());
+    let (rd, wr) = fork::cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?;
+    let mut stack = Some(stack::take_spare().map_err(|e| ("mmap", e))?);
+    let report = Box::into_raw(Box::new(Report { step: STEP_NONE, errno: 0, detail: 0 }));
+    let mut scratch = vec![-1i32; plan.scratch];
+    // SAFETY: `report` is a fresh allocation, freed only by Launch's drop.
+    let ctx = context(plan, unsafe { &mut *report }, &mut scratch, None);
+    // SAFETY: the lifetime is erased: `ctx` points into the plan's buffers (which the caller
+    // keeps alive and unchanged until the Launch is done), into `report` and into the heap
+    // buffer of `scratch` (both owned by the Launch). Nothing reads it after that.
+    let mut ctx: Box<ChildCtx<'static>> =
+        Box::new(unsafe { std::mem::transmute::<ChildCtx<'_>, ChildCtx<'static>>(ctx) });
+    ctx.notify_fd = std::os::fd::AsRawFd::as_raw_fd(&wr);
+    let cloned = {
+        let _blocked = SignalsBlocked::new();
+        let st = stack.as_ref().expect("taken above");
+        // SAFETY: signals are blocked; `ctx`, the report, the scratch slots and the stack
+        // belong to the Launch returned below, which waits for EOF on the pipe before any of
+        // them is touched or freed; the plan's buffers are the caller's to keep (contract).
+        unsafe { clone::clone_vfork(&mut ctx, st, plan.clone_flags, plan.cgroup, false) }
+    };
+    // Only the child holds the write end now: EOF comes when it execs or exits.
+    drop(wr);
+    match cloned {
+        Ok(c) => Ok(Launch {
+            pid: c.pid,
+            // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
+            pidfd: Some(unsafe { OwnedFd::from_raw_fd(c.pidfd) }),
+            notify: rd,
+            ctx,
+            report,
+            _scratch: scratch,
+            stack,
+        }),
+        Err(e) => {
+            // No child: nothing is in use.
+            if let Some(st) = stack.take() {
+                stack::put_spare(st);
+            }
+            // SAFETY: from Box::into_raw above, never shared with a child.
+            drop(unsafe { Box::from_raw(report) });
+            Err(("clone", e))
+        }
+    }
 }

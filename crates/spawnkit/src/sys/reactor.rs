@@ -13,3 +13,22 @@ pub(crate) fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<Ow
     // number, for as long as the AsyncFd lives (it closes it when dropped, after deregistering).
     unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
 }
+
+/// A started child's notify fd, registered for readability while the [`Starting`] is inside.
+pub(crate) struct PendingStart(pub crate::Starting);
+
+impl std::os::fd::AsRawFd for PendingStart {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.fd().map_or(-1, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd))
+    }
+}
+
+/// `starting` (which must still be pending: [`Starting::fd`](crate::Starting::fd) is `Some`)
+/// registered for readability of its notify fd.
+pub(crate) fn register_start(starting: crate::Starting) -> io::Result<AsyncFd<PendingStart>> {
+    debug_assert!(starting.fd().is_some());
+    // SAFETY: the notify fd belongs to the Starting, which stays pending (its fd open and the
+    // same) while inside the AsyncFd: it is finished only after `into_inner` deregistered it.
+    unsafe { AsyncFd::register_with_interest(PendingStart(starting), Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}

@@ -16,6 +16,10 @@ pub(crate) struct Stack {
     guard: usize,
 }
 
+// SAFETY: a Stack is a private mapping owned by nobody else; which thread unmaps it does not
+// matter (it is handed back only when no child runs on it).
+unsafe impl Send for Stack {}
+
 impl Stack {
     pub(crate) fn new() -> Result<Stack, i32> {
         let guard = page_size();
@@ -93,4 +97,30 @@ pub(crate) fn with_stack<R>(f: impl FnOnce(&Stack) -> R) -> Result<R, i32> {
     // A re-entrant spawn on this thread (none today) would simply make its own stack.
     let _ = CACHE.try_with(|c| *c.borrow_mut() = Some(stack));
     Ok(r)
+}
+
+/// Stacks of children that were cloned without CLONE_VFORK and have since exec'd or exited
+/// (sys/mod.rs `Launch`), kept for the next such spawn from any thread.
+static SPARE: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
+
+/// At most this many spare stacks are kept (64 KiB of address space each; only the pages a
+/// child touched are memory).
+const SPARE_MAX: usize = 64;
+
+/// A stack for a child that outlives this call: a spare one, or a new one.
+pub(crate) fn take_spare() -> Result<Stack, i32> {
+    let spare = SPARE.lock().map(|mut v| v.pop()).unwrap_or(None);
+    match spare {
+        Some(s) => Ok(s),
+        None => Stack::new(),
+    }
+}
+
+/// Hand back a stack no child runs on any more.
+pub(crate) fn put_spare(stack: Stack) {
+    if let Ok(mut v) = SPARE.lock() {
+        if v.len() < SPARE_MAX {
+            v.push(stack);
+        }
+    }
 }

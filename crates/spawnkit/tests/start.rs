@@ -1,0 +1,175 @@
+//! `Command::start`: the child cloned without CLONE_VFORK, its exec awaited later. What the
+//! child sees is what a `spawn` gives it; the errors are `spawn`'s, only later; nothing is
+//! leaked (fds, zombies, the stacks of children still starting) however it ends.
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use common::{children_of_self, open_fds, serial, TempDir};
+use spawnkit::{Command, ErrorKind, Starting, Stdio, Strategy};
+
+fn sh(script: &str) -> Command {
+    let mut c = Command::new("sh");
+    c.args(["-c", script]);
+    c
+}
+
+fn readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) == 1 }
+}
+
+fn no_children_soon(what: &str) {
+    let t = Instant::now();
+    loop {
+        spawnkit::reap_orphans();
+        let kids = children_of_self();
+        if kids.is_empty() {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{what}: children left: {kids:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_child_sees_what_spawn_gives_it() {
+    let _g = serial();
+    let dir = TempDir::new("start-cwd");
+    let mut cmd = sh("echo $$; pwd; echo \"$SPAWNKIT_START_TEST\"; cat");
+    cmd.current_dir(dir.path())
+        .env("SPAWNKIT_START_TEST", "from the parent")
+        .stdin(Stdio::Pipe)
+        .stdout(Stdio::Pipe);
+    let starting = cmd.start().unwrap();
+    let fd = starting.fd().expect("a clone-vfork plan starts pending");
+    assert!(readable(fd, 10_000), "the notify fd never became readable");
+    let pid = starting.id().unwrap();
+    let mut child = starting.finish().unwrap();
+    assert_eq!(child.id(), pid);
+    let out = child.communicate(Some(b"stdin reached the child\n"), None).unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], pid.to_string(), "the pid the parent was given is the child's own");
+    assert_eq!(lines[1], dir.path().to_str().unwrap());
+    assert_eq!(lines[2], "from the parent");
+    assert_eq!(lines[3], "stdin reached the child");
+    assert!(out.status.success());
+}
+
+#[test]
+fn failures_come_from_finish_with_spawns_errors_and_leave_nothing() {
+    let _g = serial();
+    let before = open_fds();
+    for _ in 0..3 {
+        let err = Command::new("spawnkit-no-such-program")
+            .stdout(Stdio::Pipe)
+            .start()
+            .unwrap()
+            .finish()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        assert_eq!(err.step(), "execve", "{err}");
+        let err = sh("exit 0")
+            .current_dir("/nonexistent-spawnkit-dir")
+            .start()
+            .unwrap()
+            .finish()
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        assert_eq!(err.step(), "chdir", "{err}");
+        let spawned = sh("exit 0").current_dir("/nonexistent-spawnkit-dir").spawn().unwrap_err();
+        assert_eq!(err.to_string(), spawned.to_string(), "start and spawn word it the same");
+    }
+    assert!(children_of_self().is_empty(), "a failed start left its child unreaped");
+    assert_eq!(open_fds(), before, "fds leaked by failed starts");
+}
+
+#[test]
+fn many_children_start_at_once_and_finish_in_order() {
+    let _g = serial();
+    let before = open_fds();
+    let mut starting: Vec<Starting> = Vec::new();
+    for i in 0..64 {
+        let mut c = sh(&format!("echo child-{i}; exit {}", i % 5));
+        c.stdout(Stdio::Pipe);
+        starting.push(c.start().unwrap());
+    }
+    for (i, s) in starting.into_iter().enumerate() {
+        let out = s.finish().unwrap().communicate(None, None).unwrap();
+        assert_eq!(out.stdout, format!("child-{i}\n").as_bytes());
+        assert_eq!(out.status.code(), Some(i as i32 % 5));
+    }
+    assert!(children_of_self().is_empty());
+    assert_eq!(open_fds(), before);
+}
+
+#[test]
+fn starts_from_many_threads_share_nothing_they_should_not() {
+    let _g = serial();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for round in 0..25 {
+                    let pending: Vec<Starting> = (0..4)
+                        .map(|k| {
+                            let mut c = sh(&format!("echo {t}-{round}-{k}"));
+                            c.stdout(Stdio::Pipe);
+                            c.start().unwrap()
+                        })
+                        .collect();
+                    for (k, s) in pending.into_iter().enumerate() {
+                        let out = s.finish().unwrap().communicate(None, None).unwrap();
+                        assert_eq!(out.stdout, format!("{t}-{round}-{k}\n").as_bytes());
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(children_of_self().is_empty());
+}
+
+#[test]
+fn a_start_dropped_unfinished_lets_the_child_run_and_is_reaped() {
+    let _g = serial();
+    let before = open_fds();
+    let dir = TempDir::new("start-drop");
+    let mark = dir.join("ran");
+    let s = sh(&format!("sleep 0.2; echo ran > {}", mark.display())).start().unwrap();
+    drop(s);
+    let t = Instant::now();
+    while !mark.exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the dropped start's child never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    no_children_soon("a dropped start");
+    assert_eq!(open_fds(), before);
+    // kill_on_drop holds for a start dropped unfinished too.
+    let s = sh("sleep 30").kill_on_drop(true).start().unwrap();
+    let pid = s.id().unwrap() as libc::pid_t;
+    drop(s);
+    // SAFETY: kill with signal 0 only checks the pid.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(!alive, "kill_on_drop: the child of a dropped start still runs");
+}
+
+#[test]
+fn plans_that_need_the_thread_come_back_ready() {
+    let _g = serial();
+    let s = sh("exit 3").strategy(Strategy::ForkExec).start().unwrap();
+    assert!(s.fd().is_none(), "fork-exec is spawned at once");
+    assert_eq!(s.finish().unwrap().wait().unwrap().code(), Some(3));
+    let err = Command::new("spawnkit-no-such-program")
+        .strategy(Strategy::ForkExec)
+        .start()
+        .unwrap()
+        .finish()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+}
