@@ -187,6 +187,46 @@ def test_a_failed_start_closes_everything():
     assert open_fds() == before
 
 
+def test_many_local_starts_in_flight_on_one_loop():
+    # 64 children started at once from one loop: each clone returns at once and its exec is
+    # awaited through the loop; every child gets its own streams, no thread is made, nothing
+    # is left open.
+    before = open_fds()
+
+    async def main():
+        async def one(i):
+            p = await ska.create_subprocess_exec(
+                "sh", "-c", f"echo {i}; exit {i % 5}", stdout=asyncio.subprocess.PIPE)
+            out, _ = await p.communicate()
+            return out, p.returncode, threading.active_count()
+        return await asyncio.gather(*(one(i) for i in range(64)))
+
+    got = asyncio.run(main())
+    assert [(o, rc) for o, rc, _ in got] == [(f"{i}\n".encode(), i % 5) for i in range(64)]
+    assert max(t for _, _, t in got) == 1
+    assert open_fds() == before
+
+
+def test_a_cancelled_local_start_leaves_no_child():
+    # Cancelled while its exec is awaited: the child is killed and reaped, the task sees its
+    # cancellation, and the loop's reader for the start is gone.
+    marker = f"31.{os.getpid()}"
+    before = open_fds()
+
+    async def main():
+        t = asyncio.ensure_future(ska.create_subprocess_exec("sleep", marker))
+        await asyncio.sleep(0)  # cloned, its exec awaited
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        p = await ska.create_subprocess_exec("true")
+        return await p.wait()
+
+    assert asyncio.run(main()) == 0
+    assert processes_with_arg(marker) == []
+    assert open_fds() == before
+
+
 def test_the_event_loop_runs_unchanged_asyncio_code():
     async def main():
         p = await asyncio.create_subprocess_exec("sh", "-c", "echo $0", "x",

@@ -179,7 +179,8 @@ def spawn_many(commands, *, via=None, **popen_kwargs):
     """Start every :class:`Command` in ``commands``, in order: a list with a
     :class:`spawnkit.subprocess.Popen` for each child started and the exception (an
     ``OSError``, ``ValueError``...) for each that failed, so one failure does not hide the
-    others. Locally they start one after the other from this thread; through a spawn server
+    others. Locally every child is cloned before the first one's exec is awaited
+    (``clone3`` without ``CLONE_VFORK``), so they exec at the same time; through a spawn server
     (``via``) every request is sent before the first answer is read, so the server works on
     all of them at once. Keyword arguments go to each :meth:`Command.spawn`."""
     from .subprocess import Popen
@@ -187,7 +188,7 @@ def spawn_many(commands, *, via=None, **popen_kwargs):
     started = []
     for cmd in commands:
         try:
-            started.append(cmd.spawn(via=via, _submit_only=via is not None, **popen_kwargs))
+            started.append(cmd.spawn(via=via, _submit_only=True, **popen_kwargs))
         except Exception as e:  # noqa: BLE001 - returned per item, by design
             started.append(e)
     out = []

@@ -11,6 +11,7 @@ from typing_extensions import disjoint_base
 __all__ = [
     "Child",
     "Command",
+    "Starting",
     "Server",
     "Frames",
     "frame_header",
@@ -147,6 +148,19 @@ class Command:
         *,
         via: Server | None = None,
     ) -> Child: ...
+    def start_child(
+        self,
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+    ) -> Starting: ...
+
+@final
+class Starting:
+    """A child being started by Command.start_child: cloned, perhaps not yet exec'd."""
+
+    def fileno(self) -> int | None: ...
+    def finish(self) -> Child: ...
 
 @final
 class Server:

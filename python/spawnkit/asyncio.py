@@ -4,8 +4,9 @@
 arguments as asyncio's and return the same ``asyncio.subprocess.Process`` (``wait``,
 ``communicate``, ``send_signal``, ``returncode``, the ``stdin``/``stdout``/``stderr`` streams);
 they work on any running event loop. The child is started by :mod:`spawnkit.subprocess`
-(``clone3(CLONE_VM|CLONE_VFORK|CLONE_PIDFD)``: the loop's thread is busy for one local spawn,
-never for a fork of a large parent), and its exit is learnt with ``loop.add_reader(pidfd)``:
+(``clone3(CLONE_VM|CLONE_PIDFD)`` without ``CLONE_VFORK``: the loop's thread is busy for the
+clone only, never for a fork of a large parent nor for the child's exec, which is awaited with
+``loop.add_reader`` on a close-on-exec pipe), and its exit is learnt with ``loop.add_reader(pidfd)``:
 no child watcher, no watcher thread, no SIGCHLD handler, nothing shared with other code that
 waits for children.
 
@@ -302,13 +303,38 @@ async def _spawn_via(loop, server, args, shell, stdin, stdout, stderr, bufsize, 
 
 
 async def _spawn_here(loop, args, shell, stdin, stdout, stderr, bufsize, kwargs, via):
-    """Spawn on the loop's thread, at most SPAWN_SLICE of it per turn of the loop."""
+    """Start the child on the loop's thread (at most SPAWN_SLICE of it per turn of the loop)
+    and await its exec through ``loop.add_reader``: the clone is the loop's, the exec is the
+    child's own (``Command.start``: no CLONE_VFORK), so children exec while the loop runs.
+    Through a server whose answers cannot be awaited (`via`), the spawn is done whole."""
     turn = await _take_turn(loop)
     started = _time.perf_counter()
     try:
-        return _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, via)
+        proc = _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, via, via is None)
     finally:
         turn.charge(loop, _time.perf_counter() - started)
+    if via is not None:
+        return proc
+    fd = proc._sk_pending[2].fileno()
+    if fd is not None:
+        f = loop.create_future()
+        loop.add_reader(fd, _set_result, f)
+        try:
+            await f
+        except BaseException:
+            loop.remove_reader(fd)
+            # The child runs: take it (its exec comes at once) and end it.
+            try:
+                proc._sk_finish()
+            except Exception:  # noqa: BLE001,S110 - the start failed: nothing to end
+                pass
+            else:
+                proc.kill()
+                proc.wait()
+            raise
+        loop.remove_reader(fd)
+    proc._sk_finish()
+    return proc
 
 
 async def _make_transport(loop, protocol, args, shell, stdin, stdout, stderr, bufsize,

@@ -65,7 +65,9 @@ class Popen(_std.Popen):
     # The spawn server to start the child through (Command.spawn(via=...)); None: the
     # process-wide one (use_server, $SPAWNKIT_SERVER), if any.
     _sk_via = None
-    # spawnkit.spawn_many(via=...): submit in _execute_child, receive in _sk_finish.
+    # spawnkit.spawn_many and spawnkit.asyncio: submit the request (through a server) or start
+    # the child (locally) in _execute_child, take the answer or the exec's outcome in
+    # _sk_finish.
     _sk_submit_only = False
     _sk_pending = None
 
@@ -165,6 +167,9 @@ class Popen(_std.Popen):
                 # spawnkit.spawn_many(via=...): the request goes now, the answer later
                 # (_sk_finish), so that every request is in flight at once.
                 self._sk_pending = (cmd, via, cmd.submit_child(*streams, via=via))
+            elif self._sk_submit_only:
+                # Locally: cloned now, its exec awaited later (_sk_finish).
+                self._sk_pending = (cmd, None, cmd.start_child(*streams))
             else:
                 self._child = child = cmd.spawn_child(*streams, via=via)
                 self.pid = child.pid
@@ -180,11 +185,15 @@ class Popen(_std.Popen):
                 self._closed_child_pipe_fds = True
 
     def _sk_finish(self):
-        """Take the server's answer to the request _execute_child sent (spawn_many)."""
+        """Take the server's answer to the request _execute_child sent (spawn_many), or the
+        outcome of the local start it made (the exec awaited)."""
         cmd, via, request = self._sk_pending
         self._sk_pending = None
         try:
-            self._child = child = cmd.receive_child(request, via=via)
+            if via is None:
+                self._child = child = request.finish()  # a local start (start_child)
+            else:
+                self._child = child = cmd.receive_child(request, via=via)
         except BaseException:
             for f in (self.stdin, self.stdout, self.stderr):
                 if f is not None:
@@ -338,8 +347,10 @@ def _plain(args, stdin, stdout, stderr, via=None, submit_only=False):
         _sys.audit("subprocess.Popen", executable, args, None, None)
         cmd = _Command(executable, subprocess_rules=True)
         cmd.arg0(executable).args(args[1:])
-        if submit_only:
+        if submit_only and via is not None:
             self._sk_pending = (cmd, via, cmd.submit_child(*codes, via=via))
+        elif submit_only:
+            self._sk_pending = (cmd, None, cmd.start_child(*codes))
         else:
             self._child = child = cmd.spawn_child(*codes, via=via)
             self.pid = child.pid

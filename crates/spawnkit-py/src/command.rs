@@ -867,6 +867,112 @@ impl Command {
             Err(Failed::LockTimeout(t)) => Err(lock_timeout_error(py, &self.names(py), t)),
         }
     }
+
+    /// Start the child without waiting for it to exec (the engine's `Command::start`): the
+    /// returned `Starting`'s `fileno()` becomes readable when the outcome is known, and its
+    /// `finish()` gives the `Child` or raises what `spawn_child` would have raised. A command
+    /// with a `pre_exec` hook or a lock to wait for is spawned at once (`fileno()` is None).
+    #[pyo3(signature = (stdin = None, stdout = None, stderr = None))]
+    fn start_child(
+        &self,
+        py: Python<'_>,
+        stdin: Option<i32>,
+        stdout: Option<i32>,
+        stderr: Option<i32>,
+    ) -> PyResult<Starting> {
+        let waits_for_lock = self.lock.as_ref().is_some_and(|l| l.timeout != Some(Duration::ZERO));
+        if self.preexec.is_some() || waits_for_lock {
+            let done = self.spawn_child(py, stdin, stdout, stderr, None);
+            let state = std::sync::Mutex::new(StartingState::Done(Some(done)));
+            return Ok(Starting { state, names: None });
+        }
+        let codes = [stdin, stdout, stderr].map(|c| c.map(stdio_code));
+        let (mut cmd, _) = self.prepared(py, codes)?;
+        let started = cmd.start();
+        drop(cmd);
+        match started {
+            Ok(s) => Ok(Starting {
+                state: std::sync::Mutex::new(StartingState::Pending(Some(s))),
+                names: Some((self.owned_names(py), self.subprocess_rules)),
+            }),
+            Err(e) => Err(spawn_error(py, &e, &self.names(py), self.subprocess_rules)),
+        }
+    }
+}
+
+/// The file names of a [`Names`], owned.
+struct OwnedNames {
+    executable: Py<PyAny>,
+    cwd: Option<Py<PyAny>>,
+    lock: Option<Py<PyAny>>,
+    chroot: Option<Py<PyAny>>,
+}
+
+impl OwnedNames {
+    fn bind<'py>(&self, py: Python<'py>) -> Names<'py> {
+        let bind = |o: &Option<Py<PyAny>>| o.as_ref().map(|o| o.bind(py).clone());
+        Names {
+            executable: self.executable.bind(py).clone(),
+            cwd: bind(&self.cwd),
+            lock: bind(&self.lock),
+            chroot: bind(&self.chroot),
+        }
+    }
+}
+
+// One per Python object; boxing the pending start would only add an allocation per start.
+#[allow(clippy::large_enum_variant)]
+enum StartingState {
+    Pending(Option<spawnkit::Starting>),
+    Done(Option<PyResult<Child>>),
+}
+
+/// A child being started by `Command.start_child`: cloned, perhaps not yet exec'd.
+#[pyclass(frozen, module = "spawnkit._native")]
+pub(crate) struct Starting {
+    state: std::sync::Mutex<StartingState>,
+    /// What `spawn_error` needs to word a failure as `spawn_child` would.
+    names: Option<(OwnedNames, bool)>,
+}
+
+#[pymethods]
+impl Starting {
+    /// The fd that becomes readable once the child has exec'd or failed (for an event loop's
+    /// `add_reader`); None when the outcome is known already. Owned by this object.
+    fn fileno(&self) -> Option<i32> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &*state {
+            StartingState::Pending(Some(s)) => {
+                s.fd().map(|fd| std::os::fd::AsRawFd::as_raw_fd(&fd))
+            }
+            _ => None,
+        }
+    }
+
+    /// The started `Child`, or the error of the step that failed (raised as `spawn_child`
+    /// raises it). Blocks, with the GIL released, until the child has exec'd or exited if
+    /// `fileno()` was not readable yet. Once only.
+    fn finish(&self, py: Python<'_>) -> PyResult<Child> {
+        let taken = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            match &mut *state {
+                StartingState::Pending(s) => s.take().map(Ok),
+                StartingState::Done(d) => d.take().map(Err),
+            }
+        };
+        match taken {
+            None => Err(PyValueError::new_err("Starting.finish() was called already")),
+            Some(Err(done)) => done,
+            Some(Ok(s)) => match py.detach(|| s.finish()) {
+                Ok(child) => Ok(Child::new(child)),
+                Err(e) => {
+                    let (names, rules) =
+                        self.names.as_ref().expect("a pending start keeps its names");
+                    Err(spawn_error(py, &e, &names.bind(py), *rules))
+                }
+            },
+        }
+    }
 }
 
 impl Command {
@@ -896,6 +1002,17 @@ impl Command {
             ));
         }
         self.copy_with(codes)
+    }
+
+    /// [`names`](Command::names), kept past this call (for `Starting.finish`).
+    fn owned_names(&self, py: Python<'_>) -> OwnedNames {
+        let own = |o: &Option<Py<PyAny>>| o.as_ref().map(|o| o.clone_ref(py));
+        OwnedNames {
+            executable: self.program.clone_ref(py).into_any(),
+            cwd: own(&self.cwd),
+            lock: own(&self.lock_path),
+            chroot: own(&self.chroot),
+        }
     }
 
     /// The file names an exception may carry, as the caller gave them.

@@ -25,6 +25,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<child::Child>()?;
     observe::register(m)?;
     m.add_class::<command::Command>()?;
+    m.add_class::<command::Starting>()?;
     m.add_class::<server::Server>()?;
     m.add_class::<zygote::Frames>()?;
     m.add_function(wrap_pyfunction!(zygote::frame_header, m)?)?;
