@@ -439,3 +439,18 @@ def test_every_public_name_of_the_package_resolves_imported_lazily_or_not():
     """)
     out = std_subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_spawn_many_locally_past_its_start_window():
+    # More commands than the start window: every child still comes back in order, failures
+    # per item, and nothing is left open.
+    before = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+    cmds = [spawnkit.Command("sh").args(["-c", f"echo {i}"]) for i in range(150)]
+    cmds[70] = spawnkit.Command("/nonexistent/spawnkit-test-program")
+    got = spawnkit.spawn_many(cmds, stdout=PIPE)
+    assert isinstance(got[70], FileNotFoundError)
+    for i, p in enumerate(got):
+        if i != 70:
+            out, _ = p.communicate()
+            assert out == f"{i}\n".encode()
+    assert sorted(int(n) for n in os.listdir("/proc/self/fd")) == before

@@ -183,20 +183,36 @@ def spawn_many(commands, *, via=None, **popen_kwargs):
     (``clone3`` without ``CLONE_VFORK``), so they exec at the same time; through a spawn server
     (``via``) every request is sent before the first answer is read, so the server works on
     all of them at once. Keyword arguments go to each :meth:`Command.spawn`."""
+    import collections
+
     from .subprocess import Popen
 
-    started = []
-    for cmd in commands:
-        try:
-            started.append(cmd.spawn(via=via, _submit_only=True, **popen_kwargs))
-        except Exception as e:  # noqa: BLE001 - returned per item, by design
-            started.append(e)
-    out = []
-    for p in started:
+    def finish(i):
+        p = started[i]
         if isinstance(p, Popen) and p._sk_pending is not None:
             try:
                 p._sk_finish()
-            except Exception as e:  # noqa: BLE001
-                p = e
-        out.append(p)
-    return out
+            except Exception as e:  # noqa: BLE001 - returned per item, by design
+                started[i] = e
+
+    started = []
+    local = collections.deque()  # local starts not yet finished: at most _START_WINDOW
+    for cmd in commands:
+        try:
+            p = cmd.spawn(via=via, _submit_only=True, **popen_kwargs)
+        except Exception as e:  # noqa: BLE001 - returned per item, by design
+            started.append(e)
+            continue
+        started.append(p)
+        if p._sk_pending is not None and p._sk_pending[1] is None:
+            local.append(len(started) - 1)
+            if len(local) > _START_WINDOW:
+                finish(local.popleft())
+    for i in range(len(started)):
+        finish(i)
+    return started
+
+
+#: At most this many children of a local spawn_many are started and not yet finished (each
+#: holds a process before its exec, a pipe and a stack until then).
+_START_WINDOW = 64

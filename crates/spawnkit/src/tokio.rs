@@ -227,10 +227,23 @@ impl Drop for Child {
 }
 
 /// Spawn every command and return their async children in order, a failed spawn as its own
-/// error. Every child is cloned first ([`Command::start`]: no wait for its exec), then each
-/// outcome is collected, so the children exec at the same time on the other CPUs instead of
-/// one after the other.
+/// error. The children are cloned ahead ([`Command::start`]: no wait for an exec), at most
+/// [`START_WINDOW`] not yet collected at a time, so they exec at the same time on the other
+/// CPUs instead of one after the other (and a long list holds no more than that many
+/// half-started children, fds and stacks at once).
 pub fn spawn_many<'a>(commands: impl IntoIterator<Item = &'a mut Command>) -> Vec<Result<Child>> {
-    let started: Vec<Result<crate::Starting>> = commands.into_iter().map(|c| c.start()).collect();
-    started.into_iter().map(|s| Child::new(s?.finish()?)).collect()
+    let collect = |s: Result<crate::Starting>| Child::new(s?.finish()?);
+    let mut out = Vec::new();
+    let mut window = std::collections::VecDeque::new();
+    for c in commands {
+        if window.len() == START_WINDOW {
+            out.extend(window.pop_front().map(collect));
+        }
+        window.push_back(c.start());
+    }
+    out.extend(window.into_iter().map(collect));
+    out
 }
+
+/// At most this many children of a [`spawn_many`] are started and not yet collected.
+pub const START_WINDOW: usize = 64;

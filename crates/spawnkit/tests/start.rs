@@ -173,3 +173,67 @@ fn plans_that_need_the_thread_come_back_ready() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
 }
+
+/// A closed fd number named as a stream fails as `spawn` fails (EBADF), even when the start's
+/// own pipe took that number in the parent: the program never gets the pipe, and `finish`
+/// does not wait for the program's life.
+#[test]
+fn a_closed_fd_named_as_a_stream_is_ebadf_not_the_start_pipe() {
+    let _g = serial();
+    let before = open_fds();
+    let first_free = (3..).find(|fd| !before.contains(fd)).unwrap();
+    for fd in first_free..first_free + 4 {
+        if common::fd_is_open(fd) {
+            continue;
+        }
+        let t = Instant::now();
+        let err = sh("sleep 3").stdout(Stdio::Fd(fd)).start().unwrap().finish().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "fd {fd}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(2), "fd {fd}: finish waited for the program");
+    }
+    assert!(children_of_self().is_empty());
+    assert_eq!(open_fds(), before);
+}
+
+/// Another thread's fork() never lands between a start's pipe and the close of its write end
+/// (forklock.rs): a forked process that never execs would otherwise hold the write end, and
+/// the start's finish would wait for it to exit (here 2 s).
+#[test]
+fn a_fork_elsewhere_does_not_hold_a_start_back() {
+    let _g = serial();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut pids = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && pids.len() < 200 {
+                // SAFETY: the child only sleeps and exits (async-signal-safe calls).
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    // SAFETY: as above.
+                    unsafe {
+                        libc::sleep(2);
+                        libc::_exit(0);
+                    }
+                }
+                pids.push(pid);
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            pids
+        })
+    };
+    let mut slowest = Duration::ZERO;
+    for _ in 0..400 {
+        let t = Instant::now();
+        let child = Command::new("true").start().unwrap().finish().unwrap();
+        slowest = slowest.max(t.elapsed());
+        drop(child);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for pid in forker.join().unwrap() {
+        // SAFETY: reaping our own forked children.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    }
+    spawnkit::reap_orphans();
+    assert!(slowest < Duration::from_secs(1), "a start waited {slowest:?} for a forked process");
+}

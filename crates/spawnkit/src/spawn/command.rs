@@ -564,7 +564,9 @@ impl Command {
     /// an event loop) and gives the [`Child`] or the error of the step that failed. What
     /// [`spawn`](Command::spawn) would report as an error is the same, only later. Plans that
     /// need the calling thread during the clone (id maps written from outside, fork-exec, the
-    /// posix_spawn strategy) are spawned as `spawn` does and come back ready.
+    /// posix_spawn strategy) are spawned as `spawn` does and come back ready. `Stdio::File`
+    /// and `Stdio::Owned` streams are used up by the start even if it fails later (a failed
+    /// `spawn` leaves them in the command).
     pub fn start(&mut self) -> Result<super::engine::Starting> {
         super::engine::start(self)
     }

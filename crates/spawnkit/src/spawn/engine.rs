@@ -15,7 +15,12 @@ use crate::{orphans, Child};
 
 pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
     orphans::reap();
-    let mut plan = Plan::build(cmd)?;
+    let plan = Plan::build(cmd)?;
+    spawn_planned(cmd, plan)
+}
+
+/// [`spawn`] with the plan built already.
+fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
     if let Some((fd, lock)) = &plan.lock {
         crate::isolate::compile::acquire(*fd, lock)?;
     }
@@ -150,19 +155,29 @@ impl Drop for Starting {
 
 /// Start the child without waiting for its exec where the plan allows (the clone-vfork
 /// strategy, no id maps written from outside): the calling thread returns right after the
-/// clone. Otherwise spawn as [`spawn`] does and return the outcome ready.
+/// clone. Otherwise (or when the start's own pipe or stack cannot be had) spawn as [`spawn`]
+/// does and return the outcome ready. The command's `Stdio::File`/`Stdio::Owned` streams are
+/// handed to the child here, as a successful spawn hands them: a start that fails later
+/// (at `finish`) has used them up, where a failed `spawn` leaves them in the command.
 pub(crate) fn start(cmd: &mut Command) -> Result<Starting> {
     orphans::reap();
     let mut plan = Plan::build(cmd)?;
     if plan.strategy != Strategy::CloneVfork || plan.id_maps.is_some() {
-        drop(plan);
-        return Ok(Starting { state: StartState::Ready(spawn(cmd)) });
+        return Ok(Starting { state: StartState::Ready(spawn_planned(cmd, plan)) });
     }
     if let Some((fd, lock)) = &plan.lock {
         crate::isolate::compile::acquire(*fd, lock)?;
     }
-    let launch =
-        crate::sys::start_clone(&plan.view()).map_err(|(step, e)| clone_error(&plan, step, e))?;
+    let launch = match crate::sys::start_clone(&plan.view()) {
+        Ok(l) => l,
+        // What only a start needs (its pipe above the child's fds, a stack of its own) could
+        // not be had, where a spawn needs neither (a low RLIMIT_NOFILE, no memory for a
+        // mapping): spawn instead.
+        Err(("pipe2" | "mmap", _)) => {
+            return Ok(Starting { state: StartState::Ready(spawn_planned(cmd, plan)) });
+        }
+        Err((step, e)) => return Err(clone_error(&plan, step, e)),
+    };
     // The child has its own copies of its fds (no CLONE_FILES): the parent's go at once.
     drop(std::mem::take(&mut plan.child_ends));
     for slot in cmd.stdio.iter_mut() {

@@ -59,8 +59,9 @@ pub(crate) struct ChildCtx<'a> {
     pub scratch_len: usize,
     /// The caller's hook (fork-exec only). Runs after every step, before the mask is restored.
     pub pre_exec: Option<*mut [Hook]>,
-    /// fork-exec only: the close-on-exec pipe whose EOF tells the parent the child has
-    /// exec'd or exited. Never closed by a close_range step.
+    /// The close-on-exec pipe whose EOF tells the parent the child has exec'd or exited
+    /// (fork-exec, a started spawn, id maps written from outside; -1 otherwise). Never closed
+    /// by a close_range step, never taken as one of the caller's fds.
     pub notify_fd: i32,
 }
 
@@ -380,7 +381,8 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
             Step::Setsid => sc!(libc::SYS_setsid),
             Step::Setpgid { pgid } => sc!(libc::SYS_setpgid, 0, *pgid),
             Step::DupAway { fd, above, slot: index, .. } => {
-                let new = check(sc!(libc::SYS_fcntl, *fd, libc::F_DUPFD_CLOEXEC, *above))?;
+                let fd = user_fd(ctx, *fd)?;
+                let new = check(sc!(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, *above))?;
                 let p = slot(ctx, *index);
                 if p.is_null() {
                     return Err(libc::EINVAL);
@@ -390,7 +392,7 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
             }
             Step::Dup2 { from, to } => {
                 let src = match from {
-                    FdRef::Fd(fd) => *fd,
+                    FdRef::Fd(fd) => user_fd(ctx, *fd)?,
                     FdRef::Slot { index, .. } => {
                         let p = slot(ctx, *index);
                         if p.is_null() {
@@ -401,7 +403,7 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
                 };
                 sc!(libc::SYS_dup3, src, *to, 0)
             }
-            Step::ClearCloexec { fd } => sc!(libc::SYS_fcntl, *fd, libc::F_SETFD, 0),
+            Step::ClearCloexec { fd } => sc!(libc::SYS_fcntl, user_fd(ctx, *fd)?, libc::F_SETFD, 0),
             Step::CloseRange { first, last } => close_around(ctx.notify_fd, *first, *last)?,
             Step::Umask { mask } => sc!(libc::SYS_umask, *mask),
             Step::Setrlimit { resource, soft, hard } => {
@@ -574,6 +576,18 @@ fn loopback_up() -> Result<isize, i32> {
     // SAFETY: closing the socket opened above.
     unsafe { sc!(libc::SYS_close, sock) };
     r.map(|_| 0)
+}
+
+/// A parent fd number a step reads (a dup source, an fd kept by number): the engine's own
+/// notify pipe is not one of the caller's fds. When the caller names a number that was not
+/// open in the parent and the pipe took it, fail as `spawn` would have failed on the closed
+/// fd (EBADF) instead of handing the pipe to the program (which would also hold back the
+/// parent's EOF).
+fn user_fd(ctx: &ChildCtx<'_>, fd: i32) -> Result<i32, i32> {
+    if fd >= 0 && fd == ctx.notify_fd {
+        return Err(libc::EBADF);
+    }
+    Ok(fd)
 }
 
 /// Close `first..=last` except `keep` (the fork-exec notify pipe, when there is one).

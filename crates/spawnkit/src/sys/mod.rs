@@ -32,6 +32,10 @@
 //!    fallback) and installs the requested mask only just before `execve`.
 //! 5. **Its own stack**: an `mmap`'d region with a `PROT_NONE` guard page below it, so the
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
+//! 6. **No thread-local storage**: the child runs with the calling thread's TLS register, and
+//!    a started child (below) keeps running after that thread has moved on or exited. No
+//!    `thread_local!`, no errno, and no build that instruments the child's code with TLS
+//!    (stack protector canaries read from TLS, sanitizers).
 //!
 //! Two exceptions to "the calling thread sleeps". A started spawn ([`start_clone`]) clones
 //! without `CLONE_VFORK` and returns at once: its [`Launch`] owns the context, the report, the
@@ -52,6 +56,7 @@
 
 pub(crate) mod clone;
 pub(crate) mod fork;
+pub(crate) mod forklock;
 pub(crate) mod in_child;
 pub(crate) mod nss;
 pub(crate) mod parent;
@@ -263,8 +268,8 @@ pub(crate) struct Launch {
     /// The read end of a close-on-exec pipe whose write end only the child holds: readable
     /// (EOF) once the child has exec'd or exited, after it let go of our memory.
     pub notify: OwnedFd,
-    /// Read by the child through a raw pointer; boxed so it never moves.
-    ctx: Box<ChildCtx<'static>>,
+    /// Read by the child; from `Box::into_raw` (it never moves), freed in drop.
+    ctx: *mut ChildCtx<'static>,
     /// Written by the child; from `Box::into_raw`, freed in drop.
     report: *mut Report,
     /// The child's scratch slots: a heap buffer that is never resized.
@@ -298,8 +303,9 @@ impl Drop for Launch {
     fn drop(&mut self) {
         // Dropped before finish (a cancelled start): the child may still be on our stack.
         let _ = self.finish();
-        let _ = &self.ctx;
         // SAFETY: from Box::into_raw in start_clone, and no longer used by the child.
+        drop(unsafe { Box::from_raw(self.ctx) });
+        // SAFETY: likewise.
         drop(unsafe { Box::from_raw(self.report) });
     }
 }
@@ -309,30 +315,44 @@ impl Drop for Launch {
 /// it alive and unchanged until the Launch is finished or dropped.
 pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)> {
     debug_assert!(plan.id_maps.is_none());
-    let (rd, wr) = fork::cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?;
     let mut stack = Some(stack::take_spare().map_err(|e| ("mmap", e))?);
     let report = Box::into_raw(Box::new(Report { step: STEP_NONE, errno: 0, detail: 0 }));
     let mut scratch = vec![-1i32; plan.scratch];
-    // SAFETY: `report` is a fresh allocation, freed only by Launch's drop.
+    // SAFETY: `report` is a fresh allocation, freed only by Launch's drop (or below).
     let ctx = context(plan, unsafe { &mut *report }, &mut scratch, None);
     // SAFETY: the lifetime is erased: `ctx` points into the plan's buffers (which the caller
     // keeps alive and unchanged until the Launch is done), into `report` and into the heap
-    // buffer of `scratch` (both owned by the Launch). Nothing reads it after that.
-    let mut ctx: Box<ChildCtx<'static>> =
-        Box::new(unsafe { std::mem::transmute::<ChildCtx<'_>, ChildCtx<'static>>(ctx) });
-    ctx.notify_fd = std::os::fd::AsRawFd::as_raw_fd(&wr);
+    // buffer of `scratch` (both owned by the Launch). It is reached only through this raw
+    // pointer from now on, and freed by the Launch's drop.
+    let ctx: *mut ChildCtx<'static> = Box::into_raw(Box::new(unsafe {
+        std::mem::transmute::<ChildCtx<'_>, ChildCtx<'static>>(ctx)
+    }));
     let cloned = {
         let _blocked = SignalsBlocked::new();
-        let st = stack.as_ref().expect("taken above");
-        // SAFETY: signals are blocked; `ctx`, the report, the scratch slots and the stack
-        // belong to the Launch returned below, which waits for EOF on the pipe before any of
-        // them is touched or freed; the plan's buffers are the caller's to keep (contract).
-        unsafe { clone::clone_vfork(&mut ctx, st, plan.clone_flags, plan.cgroup, false) }
+        // No fork() of this process between the pipe and the close of our write end (see
+        // forklock.rs): else a process that never execs could hold the write end.
+        let _window = forklock::Window::open();
+        match fork::cloexec_pipe_above(plan.max_target + 1) {
+            Err(e) => Err(("pipe2", e)),
+            Ok((rd, wr)) => {
+                // SAFETY: `ctx` is ours (above) and not yet shared.
+                unsafe { (*ctx).notify_fd = std::os::fd::AsRawFd::as_raw_fd(&wr) };
+                let st = stack.as_ref().expect("taken above");
+                // SAFETY: signals are blocked; `ctx`, the report, the scratch slots and the
+                // stack belong to the Launch returned below, which waits for EOF on the pipe
+                // before any of them is touched or freed; the plan's buffers are the caller's
+                // to keep (contract).
+                let r = unsafe {
+                    clone::clone_vfork(&mut *ctx, st, plan.clone_flags, plan.cgroup, false)
+                };
+                // Only the child holds the write end now: EOF comes when it execs or exits.
+                drop(wr);
+                r.map(|c| (c, rd)).map_err(|e| ("clone", e))
+            }
+        }
     };
-    // Only the child holds the write end now: EOF comes when it execs or exits.
-    drop(wr);
     match cloned {
-        Ok(c) => Ok(Launch {
+        Ok((c, rd)) => Ok(Launch {
             pid: c.pid,
             // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
             pidfd: Some(unsafe { OwnedFd::from_raw_fd(c.pidfd) }),
@@ -348,8 +368,10 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
                 stack::put_spare(st);
             }
             // SAFETY: from Box::into_raw above, never shared with a child.
+            drop(unsafe { Box::from_raw(ctx) });
+            // SAFETY: likewise.
             drop(unsafe { Box::from_raw(report) });
-            Err(("clone", e))
+            Err(e)
         }
     }
 }

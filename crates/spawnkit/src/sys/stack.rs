@@ -108,8 +108,11 @@ static SPARE: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
 const SPARE_MAX: usize = 64;
 
 /// A stack for a child that outlives this call: a spare one, or a new one.
+///
+/// The list is only ever tried (`try_lock`), never waited for: a process forked by another
+/// thread while it was held must still be able to start children.
 pub(crate) fn take_spare() -> Result<Stack, i32> {
-    let spare = SPARE.lock().map(|mut v| v.pop()).unwrap_or(None);
+    let spare = SPARE.try_lock().map(|mut v| v.pop()).unwrap_or(None);
     match spare {
         Some(s) => Ok(s),
         None => Stack::new(),
@@ -118,7 +121,7 @@ pub(crate) fn take_spare() -> Result<Stack, i32> {
 
 /// Hand back a stack no child runs on any more.
 pub(crate) fn put_spare(stack: Stack) {
-    if let Ok(mut v) = SPARE.lock() {
+    if let Ok(mut v) = SPARE.try_lock() {
         if v.len() < SPARE_MAX {
             v.push(stack);
         }
