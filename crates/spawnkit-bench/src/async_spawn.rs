@@ -1,8 +1,10 @@
 //! Method 7, async spawning (issue 15): start TOTAL processes (1,000) with at most LIMIT (64)
 //! running and wait for all of them, from one event loop, with the tiny static child and with
-//! /bin/true: `tokio::process` beside spawnkit's tokio face (`spawn_async`, waiting on the
-//! pidfd) and its async `Client` through a private server, on a current-thread tokio runtime
-//! (one per round, the same for all three rows); two floor rows, the same children started and
+//! /bin/true: `tokio::process` beside spawnkit's tokio face (`start_async`: the clone on the
+//! runtime's thread and the exec awaited through the reactor; `spawn_async`: a clone-vfork
+//! that returns once the child has exec'd; both wait on the pidfd) and its async `Client`
+//! through a private server, on a current-thread tokio runtime (one per round, the same for
+//! all four rows); two floor rows, the same children started and
 //! reaped from one thread with no runtime at all (what `tokio::process` and the local face
 //! could reach at best on the runtime's one thread); and asyncio's `create_subprocess_exec`
 //! (default watcher, `PidfdChildWatcher`) beside `spawnkit.asyncio`, locally and through a
