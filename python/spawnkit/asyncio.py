@@ -278,6 +278,16 @@ def _answers_for(server):
     return got[0]
 
 
+def _end_pending(proc):
+    """A start or request whose task was cancelled: take the child and kill and reap it."""
+    try:
+        proc._sk_finish()
+    except Exception:  # noqa: BLE001,S110 - the spawn failed: nothing to end
+        return
+    proc.kill()
+    proc.wait()
+
+
 async def _spawn_via(loop, server, args, shell, stdin, stdout, stderr, bufsize, kwargs):
     """Send the request to `server` and await its answer: the loop's thread never clones."""
     proc = _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, server, True)
@@ -289,13 +299,7 @@ async def _spawn_via(loop, server, args, shell, stdin, stdout, stderr, bufsize, 
     except BaseException:
         # The request is out: take its child (the server answers at once) and end it.
         answers.done(loop, request)
-        try:
-            proc._sk_finish()
-        except Exception:  # noqa: BLE001,S110 - the spawn failed: nothing to end
-            pass
-        else:
-            proc.kill()
-            proc.wait()
+        _end_pending(proc)
         raise
     answers.done(loop, request)
     proc._sk_finish()
@@ -322,15 +326,9 @@ async def _spawn_here(loop, args, shell, stdin, stdout, stderr, bufsize, kwargs,
         try:
             await f
         except BaseException:
-            loop.remove_reader(fd)
             # The child runs: take it (its exec comes at once) and end it.
-            try:
-                proc._sk_finish()
-            except Exception:  # noqa: BLE001,S110 - the start failed: nothing to end
-                pass
-            else:
-                proc.kill()
-                proc.wait()
+            loop.remove_reader(fd)
+            _end_pending(proc)
             raise
         loop.remove_reader(fd)
     proc._sk_finish()
