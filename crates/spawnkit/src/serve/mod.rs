@@ -25,6 +25,6 @@ pub use private::PrivateServer;
 pub use server::{
     default_socket_dir, default_socket_path, default_spawn_threads, ensure_private_dir,
     kernel_has_pidfd_exit_info, key_path_for, Server, ServerOptions, Stopper, DEFAULT_POOL,
-    HANDSHAKE_TIMEOUT,
+    FRAME_TIMEOUT, HANDSHAKE_TIMEOUT,
 };
 pub use watchdog::EXEC_TIMEOUT;
