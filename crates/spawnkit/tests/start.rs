@@ -237,3 +237,25 @@ fn a_fork_elsewhere_does_not_hold_a_start_back() {
     spawnkit::reap_orphans();
     assert!(slowest < Duration::from_secs(1), "a start waited {slowest:?} for a forked process");
 }
+
+/// A fenced command (new namespaces in the clone, a private /tmp mounted by the child's steps)
+/// starts as it spawns: the child is in namespaces of its own and sees its own /tmp.
+#[test]
+fn a_fenced_start_is_fenced_as_a_spawn() {
+    let _g = serial();
+    let theirs = |s: &str| std::fs::read_link(format!("/proc/self/ns/{s}")).unwrap();
+    let mark = format!("spawnkit-start-fence-{}", std::process::id());
+    std::fs::write(std::path::Path::new("/tmp").join(&mark), b"host").unwrap();
+    let mut c = sh(&format!(
+        "readlink /proc/self/ns/net /proc/self/ns/mnt; test -e /tmp/{mark} && echo leak || echo private"
+    ));
+    c.private_network(true).private_tmp(None, spawnkit::TmpOptions::default()).stdout(Stdio::Pipe);
+    let out = c.start().unwrap().finish().unwrap().communicate(None, None).unwrap();
+    let _ = std::fs::remove_file(std::path::Path::new("/tmp").join(&mark));
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_ne!(lines[0], theirs("net").to_str().unwrap(), "the network namespace is ours");
+    assert_ne!(lines[1], theirs("mnt").to_str().unwrap(), "the mount namespace is ours");
+    assert_eq!(lines[2], "private", "the host's /tmp reached the child");
+}
