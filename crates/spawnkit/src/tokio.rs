@@ -50,8 +50,9 @@ pub trait CommandExt {
     /// of the command: it can be handed to `tokio::spawn`) waits for the exec through the reactor and resolves to the child, or to the error of the step that failed
     /// (the same errors [`spawn_async`](CommandExt::spawn_async) returns). Many children can
     /// be starting at once on one thread. Must be polled inside a tokio runtime with I/O
-    /// enabled; dropped before it resolves, it waits for the child's exec (a few steps) and
-    /// then drops the child as a dropped [`Child`] is.
+    /// enabled; dropped before it resolves, it hands the child to the runtime's blocking pool,
+    /// which waits for its exec (a few steps) and then drops it as a dropped [`Child`] is: the
+    /// runtime's thread never waits for it.
     fn start_async(
         &mut self,
     ) -> impl std::future::Future<Output = Result<Child>> + Send + use<Self>;
@@ -70,17 +71,21 @@ impl CommandExt for Command {
     }
 
     fn start_async(&mut self) -> impl std::future::Future<Output = Result<Child>> + Send + use<> {
-        let starting = self.start();
+        let starting = self.start().map(|s| Unfinished(Some(s)));
         async move {
-            let starting = starting?;
+            let mut guard = starting?;
+            let starting = guard.0.take().expect("taken once");
             if starting.fd().is_none() {
                 return Child::new(starting.finish()?);
             }
             let pending = crate::sys::reactor::register_start(starting)
                 .map_err(|e| io_error("register start", e))?;
+            let mut pending = Registered(Some(pending));
+            let fd = pending.0.as_ref().expect("registered above");
             // Readable means EOF: the child has exec'd or exited (it never writes).
-            let _ = pending.readable().await.map_err(|e| io_error("poll start", e))?;
-            Child::new(pending.into_inner().0.finish()?)
+            let _ = fd.readable().await.map_err(|e| io_error("poll start", e))?;
+            let starting = pending.0.take().expect("taken once").into_inner().0;
+            Child::new(starting.finish()?)
         }
     }
 
@@ -106,6 +111,38 @@ impl CommandExt for Command {
             }
         }
         async move { child?.wait_with_output().await }
+    }
+}
+
+/// A start whose future was dropped before it resolved: finishing it waits for the child to
+/// exec or exit (its steps before execve, unbounded only for a stopped child). Never on the
+/// runtime's thread: inside a runtime that wait goes to its blocking pool.
+fn finish_elsewhere(starting: crate::Starting) {
+    match ::tokio::runtime::Handle::try_current() {
+        Ok(h) => drop(h.spawn_blocking(move || drop(starting))),
+        Err(_) => drop(starting),
+    }
+}
+
+/// A [`start_async`](CommandExt::start_async) future's start before its first poll.
+struct Unfinished(Option<crate::Starting>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            finish_elsewhere(s);
+        }
+    }
+}
+
+/// The same start, registered with the reactor while its exec is awaited.
+struct Registered(Option<AsyncFd<crate::sys::reactor::PendingStart>>);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Some(fd) = self.0.take() {
+            finish_elsewhere(fd.into_inner().0);
+        }
     }
 }
 
