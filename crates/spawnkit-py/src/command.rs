@@ -1004,7 +1004,8 @@ impl Command {
         self.copy_with(codes)
     }
 
-    /// [`names`](Command::names), kept past this call (for `Starting.finish`).
+    /// The file names an exception may carry, as the caller gave them, kept past this call (for
+    /// `Starting.finish`).
     fn owned_names(&self, py: Python<'_>) -> OwnedNames {
         let own = |o: &Option<Py<PyAny>>| o.as_ref().map(|o| o.clone_ref(py));
         OwnedNames {
@@ -1015,15 +1016,9 @@ impl Command {
         }
     }
 
-    /// The file names an exception may carry, as the caller gave them.
+    /// The same, borrowed for an error raised now.
     fn names<'py>(&self, py: Python<'py>) -> Names<'py> {
-        let bind = |o: &Option<Py<PyAny>>| o.as_ref().map(|o| o.bind(py).clone());
-        Names {
-            executable: self.program.bind(py).clone(),
-            cwd: bind(&self.cwd),
-            lock: bind(&self.lock_path),
-            chroot: bind(&self.chroot),
-        }
+        self.owned_names(py).bind(py)
     }
 
     /// A copy of the command ready to spawn: these standard streams, the inherited

@@ -71,20 +71,17 @@ impl CommandExt for Command {
     }
 
     fn start_async(&mut self) -> impl std::future::Future<Output = Result<Child>> + Send + use<> {
-        let starting = self.start().map(|s| Unfinished(Some(s)));
+        use crate::sys::reactor::{register_start, PendingStart};
+        let starting = self.start().map(|s| PendingStart(Some(s)));
         async move {
-            let mut guard = starting?;
-            let starting = guard.0.take().expect("taken once");
-            if starting.fd().is_none() {
-                return Child::new(starting.finish()?);
+            let mut pending = starting?;
+            if pending.0.as_ref().is_some_and(|s| s.fd().is_none()) {
+                return Child::new(pending.0.take().expect("checked").finish()?);
             }
-            let pending = crate::sys::reactor::register_start(starting)
-                .map_err(|e| io_error("register start", e))?;
-            let mut pending = Registered(Some(pending));
-            let fd = pending.0.as_ref().expect("registered above");
+            let fd = register_start(pending).map_err(|e| io_error("register start", e))?;
             // Readable means EOF: the child has exec'd or exited (it never writes).
             let _ = fd.readable().await.map_err(|e| io_error("poll start", e))?;
-            let starting = pending.0.take().expect("taken once").into_inner().0;
+            let starting = fd.into_inner().0.take().expect("still pending");
             Child::new(starting.finish()?)
         }
     }
@@ -111,38 +108,6 @@ impl CommandExt for Command {
             }
         }
         async move { child?.wait_with_output().await }
-    }
-}
-
-/// A start whose future was dropped before it resolved: finishing it waits for the child to
-/// exec or exit (its steps before execve, unbounded only for a stopped child). Never on the
-/// runtime's thread: inside a runtime that wait goes to its blocking pool.
-fn finish_elsewhere(starting: crate::Starting) {
-    match ::tokio::runtime::Handle::try_current() {
-        Ok(h) => drop(h.spawn_blocking(move || drop(starting))),
-        Err(_) => drop(starting),
-    }
-}
-
-/// A [`start_async`](CommandExt::start_async) future's start before its first poll.
-struct Unfinished(Option<crate::Starting>);
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if let Some(s) = self.0.take() {
-            finish_elsewhere(s);
-        }
-    }
-}
-
-/// The same start, registered with the reactor while its exec is awaited.
-struct Registered(Option<AsyncFd<crate::sys::reactor::PendingStart>>);
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        if let Some(fd) = self.0.take() {
-            finish_elsewhere(fd.into_inner().0);
-        }
     }
 }
 

@@ -52,14 +52,7 @@ fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
             (out.pid, out.pidfd)
         }
     };
-    // The child's ends of the pipes and /dev/null close here, in the parent, and so do the
-    // files and fds handed over (else a pipe's reader would never see EOF).
-    plan.child_ends.clear();
-    for slot in cmd.stdio.iter_mut() {
-        if matches!(slot, Some(Stdio::File(_)) | Some(Stdio::Owned(_))) {
-            *slot = None;
-        }
-    }
+    handed_over(cmd, &mut plan);
     let [stdin, stdout, stderr] = std::mem::take(&mut plan.parent_pipes);
     Ok(Child::new(pid, pidfd, stdin, stdout, stderr, cmd.kill_on_drop))
 }
@@ -115,7 +108,9 @@ impl Starting {
     /// `None` when it is known already.
     pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match &self.state {
-            StartState::Pending { launch, .. } => Some(std::os::fd::AsFd::as_fd(&launch.notify)),
+            StartState::Pending { launch, .. } => {
+                launch.notify.as_ref().map(std::os::fd::AsFd::as_fd)
+            }
             _ => None,
         }
     }
@@ -179,13 +174,19 @@ pub(crate) fn start(cmd: &mut Command) -> Result<Starting> {
         Err((step, e)) => return Err(clone_error(&plan, step, e)),
     };
     // The child has its own copies of its fds (no CLONE_FILES): the parent's go at once.
-    drop(std::mem::take(&mut plan.child_ends));
+    handed_over(cmd, &mut plan);
+    Ok(Starting { state: StartState::Pending { launch, plan, kill_on_drop: cmd.kill_on_drop } })
+}
+
+/// The child has its fds: the child's ends of the pipes and /dev/null close here, in the
+/// parent, and so do the files and fds handed over (else a pipe's reader would never see EOF).
+fn handed_over(cmd: &mut Command, plan: &mut Plan) {
+    plan.child_ends.clear();
     for slot in cmd.stdio.iter_mut() {
         if matches!(slot, Some(Stdio::File(_)) | Some(Stdio::Owned(_))) {
             *slot = None;
         }
     }
-    Ok(Starting { state: StartState::Pending { launch, plan, kill_on_drop: cmd.kill_on_drop } })
 }
 
 /// The error for a child that reported a failed step (or died without reporting).

@@ -19,6 +19,9 @@ pub(crate) fn cloexec_pipe_above(min: i32) -> Result<(OwnedFd, OwnedFd), i32> {
     }
     // SAFETY: both fds are new and ours.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    if fds[1] >= min {
+        return Ok((r, w)); // above every fd the child's map writes already (the usual case)
+    }
     // Move the write end above every fd the child's map writes, so no dup2 step can
     // overwrite it.
     // SAFETY: F_DUPFD_CLOEXEC on an open fd returns a new fd or -1.

@@ -266,8 +266,9 @@ pub(crate) struct Launch {
     pub pid: i32,
     pub pidfd: Option<OwnedFd>,
     /// The read end of a close-on-exec pipe whose write end only the child holds: readable
-    /// (EOF) once the child has exec'd or exited, after it let go of our memory.
-    pub notify: OwnedFd,
+    /// (EOF) once the child has exec'd or exited, after it let go of our memory. `None` until
+    /// a child was cloned.
+    pub notify: Option<OwnedFd>,
     /// Read by the child; from `Box::into_raw` (it never moves), freed in drop.
     ctx: *mut ChildCtx<'static>,
     /// Written by the child; from `Box::into_raw`, freed in drop.
@@ -290,11 +291,14 @@ impl Launch {
     /// return its report. Afterwards nothing of ours is in use by the child.
     pub(crate) fn finish(&mut self) -> Report {
         if let Some(stack) = self.stack.take() {
-            parent::wait_eof(std::os::fd::AsRawFd::as_raw_fd(&self.notify));
+            if let Some(n) = &self.notify {
+                parent::wait_eof(std::os::fd::AsRawFd::as_raw_fd(n));
+            }
             stack::put_spare(stack);
         }
-        // SAFETY: the child is done with the report (EOF above); it was written through the
-        // same pointer, and the kernel's pipe close orders the child's writes before our read.
+        // SAFETY: the child is done with the report (EOF above, or no child); it was written
+        // through the same pointer, and the kernel's pipe close orders the child's writes
+        // before our read.
         unsafe { std::ptr::read_volatile(self.report) }
     }
 }
@@ -312,66 +316,45 @@ impl Drop for Launch {
 
 /// Start the child without CLONE_VFORK and return at once (see [`Launch`]). The plan must use
 /// the clone-vfork strategy with no id maps written from outside and no pool; the caller keeps
-/// it alive and unchanged until the Launch is finished or dropped.
+/// it alive and unchanged until the Launch is finished or dropped. On an error no child runs,
+/// and dropping the Launch being built frees what it holds.
 pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)> {
     debug_assert!(plan.id_maps.is_none());
-    let mut stack = Some(stack::take_spare().map_err(|e| ("mmap", e))?);
+    let stack = stack::take_spare().map_err(|e| ("mmap", e))?;
     let report = Box::into_raw(Box::new(Report { step: STEP_NONE, errno: 0, detail: 0 }));
     let mut scratch = vec![-1i32; plan.scratch];
-    // SAFETY: `report` is a fresh allocation, freed only by Launch's drop (or below).
+    // SAFETY: `report` is a fresh allocation, owned by the Launch below.
     let ctx = context(plan, unsafe { &mut *report }, &mut scratch, None);
-    // SAFETY: the lifetime is erased: `ctx` points into the plan's buffers (which the caller
-    // keeps alive and unchanged until the Launch is done), into `report` and into the heap
-    // buffer of `scratch` (both owned by the Launch). It is reached only through this raw
-    // pointer from now on, and freed by the Launch's drop.
-    let ctx: *mut ChildCtx<'static> = Box::into_raw(Box::new(unsafe {
-        std::mem::transmute::<ChildCtx<'_>, ChildCtx<'static>>(ctx)
-    }));
-    let cloned = {
-        let _blocked = SignalsBlocked::new();
-        // No fork() of this process between the pipe and the close of our write end (see
-        // forklock.rs): else a process that never execs could hold the write end.
-        let _window = forklock::Window::open();
-        match fork::cloexec_pipe_above(plan.max_target + 1) {
-            Err(e) => Err(("pipe2", e)),
-            Ok((rd, wr)) => {
-                // SAFETY: `ctx` is ours (above) and not yet shared.
-                unsafe { (*ctx).notify_fd = std::os::fd::AsRawFd::as_raw_fd(&wr) };
-                let st = stack.as_ref().expect("taken above");
-                // SAFETY: signals are blocked; `ctx`, the report, the scratch slots and the
-                // stack belong to the Launch returned below, which waits for EOF on the pipe
-                // before any of them is touched or freed; the plan's buffers are the caller's
-                // to keep (contract).
-                let r = unsafe {
-                    clone::clone_vfork(&mut *ctx, st, plan.clone_flags, plan.cgroup, false)
-                };
-                // Only the child holds the write end now: EOF comes when it execs or exits.
-                drop(wr);
-                r.map(|c| (c, rd)).map_err(|e| ("clone", e))
-            }
-        }
+    // SAFETY: only the lifetime is erased: `ctx` points into the plan's buffers (the caller
+    // keeps them alive and unchanged until the Launch is done) and into `report` and the heap
+    // buffer of `scratch`, both the Launch's.
+    let ctx = unsafe { std::mem::transmute::<ChildCtx<'_>, ChildCtx<'static>>(ctx) };
+    let mut launch = Launch {
+        pid: 0,
+        pidfd: None,
+        notify: None,
+        ctx: Box::into_raw(Box::new(ctx)),
+        report,
+        _scratch: scratch,
+        stack: Some(stack),
     };
-    match cloned {
-        Ok((c, rd)) => Ok(Launch {
-            pid: c.pid,
-            // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
-            pidfd: Some(unsafe { OwnedFd::from_raw_fd(c.pidfd) }),
-            notify: rd,
-            ctx,
-            report,
-            _scratch: scratch,
-            stack,
-        }),
-        Err(e) => {
-            // No child: nothing is in use.
-            if let Some(st) = stack.take() {
-                stack::put_spare(st);
-            }
-            // SAFETY: from Box::into_raw above, never shared with a child.
-            drop(unsafe { Box::from_raw(ctx) });
-            // SAFETY: likewise.
-            drop(unsafe { Box::from_raw(report) });
-            Err(e)
-        }
-    }
+    let _blocked = SignalsBlocked::new();
+    // No fork() of this process between the pipe and the close of our write end (see
+    // forklock.rs): else a process that never execs could hold the write end.
+    let _window = forklock::Window::open();
+    let (rd, wr) = fork::cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?;
+    // SAFETY: the context is the Launch's and no child shares it yet.
+    unsafe { (*launch.ctx).notify_fd = std::os::fd::AsRawFd::as_raw_fd(&wr) };
+    let (st, flags, cgroup) =
+        (launch.stack.as_ref().expect("set above"), plan.clone_flags, plan.cgroup);
+    // SAFETY: signals are blocked; the Launch waits for EOF before freeing what the child uses.
+    let cloned = unsafe { clone::clone_vfork(&mut *launch.ctx, st, flags, cgroup, false) };
+    // Only the child holds the write end now: EOF comes when it execs or exits.
+    drop(wr);
+    let c = cloned.map_err(|e| ("clone", e))?;
+    launch.pid = c.pid;
+    // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
+    launch.pidfd = Some(unsafe { OwnedFd::from_raw_fd(c.pidfd) });
+    launch.notify = Some(rd);
+    Ok(launch)
 }

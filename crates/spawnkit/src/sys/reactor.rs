@@ -14,21 +14,35 @@ pub(crate) fn register(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<Ow
     unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
 }
 
-/// A started child's notify fd, registered for readability while the [`Starting`] is inside.
-pub(crate) struct PendingStart(pub crate::Starting);
+/// A start of the tokio face's `start_async` that has not resolved, registered with the
+/// reactor (for readability of its notify fd) or not yet. Dropped unfinished (its future was
+/// dropped), it is finished on the runtime's blocking pool: finishing waits for the child to
+/// exec or exit (its steps before execve), which the runtime's thread must not do.
+pub(crate) struct PendingStart(pub Option<crate::Starting>);
 
 impl std::os::fd::AsRawFd for PendingStart {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.0.fd().map_or(-1, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd))
+        let fd = self.0.as_ref().and_then(|s| s.fd());
+        fd.map_or(-1, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd))
     }
 }
 
-/// `starting` (which must still be pending: [`Starting::fd`](crate::Starting::fd) is `Some`)
-/// registered for readability of its notify fd.
-pub(crate) fn register_start(starting: crate::Starting) -> io::Result<AsyncFd<PendingStart>> {
-    debug_assert!(starting.fd().is_some());
+impl Drop for PendingStart {
+    fn drop(&mut self) {
+        let Some(starting) = self.0.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => drop(h.spawn_blocking(move || drop(starting))),
+            Err(_) => drop(starting),
+        }
+    }
+}
+
+/// `pending` (whose start must still be pending: [`Starting::fd`](crate::Starting::fd) is
+/// `Some`) registered for readability of its notify fd.
+pub(crate) fn register_start(pending: PendingStart) -> io::Result<AsyncFd<PendingStart>> {
+    debug_assert!(pending.0.as_ref().is_some_and(|s| s.fd().is_some()));
     // SAFETY: the notify fd belongs to the Starting, which stays pending (its fd open and the
-    // same) while inside the AsyncFd: it is finished only after `into_inner` deregistered it.
-    unsafe { AsyncFd::register_with_interest(PendingStart(starting), Interest::READABLE) }
+    // same) while inside the AsyncFd: it is taken out only after `into_inner` deregistered it.
+    unsafe { AsyncFd::register_with_interest(pending, Interest::READABLE) }
         .map_err(|e| e.into_parts().1)
 }
