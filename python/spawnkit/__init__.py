@@ -184,6 +184,7 @@ def spawn_many(commands, *, via=None, **popen_kwargs):
     (``via``) every request is sent before the first answer is read, so the server works on
     all of them at once. Keyword arguments go to each :meth:`Command.spawn`."""
     import collections
+    import errno
 
     from .subprocess import Popen
 
@@ -195,11 +196,23 @@ def spawn_many(commands, *, via=None, **popen_kwargs):
             except Exception as e:  # noqa: BLE001 - returned per item, by design
                 started[i] = e
 
+    def submit(cmd):
+        return cmd.spawn(via=via, _submit_only=True, **popen_kwargs)
+
     started = []
     local = collections.deque()  # local starts not yet finished: at most _START_WINDOW
     for cmd in commands:
         try:
-            p = cmd.spawn(via=via, _submit_only=True, **popen_kwargs)
+            try:
+                p = submit(cmd)
+            except OSError as e:
+                if e.errno not in (errno.EMFILE, errno.ENFILE) or not local:
+                    raise
+                # Each start not yet finished holds a pipe besides its pidfd: finish them
+                # and try again, as one spawn after another would have found the fds.
+                while local:
+                    finish(local.popleft())
+                p = submit(cmd)
         except Exception as e:  # noqa: BLE001 - returned per item, by design
             started.append(e)
             continue

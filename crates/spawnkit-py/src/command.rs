@@ -891,6 +891,12 @@ impl Command {
         let started = cmd.start();
         drop(cmd);
         match started {
+            // A spawn the start fell back to failed already: raised now, as a start that
+            // fails does (spawn_many tells a lack of fds apart this way).
+            Ok(s) if s.id().is_none() => match s.finish() {
+                Err(e) => Err(spawn_error(py, &e, &self.names(py), self.subprocess_rules)),
+                Ok(_) => unreachable!("a start without a pid is a failed one"),
+            },
             Ok(s) => Ok(Starting {
                 state: std::sync::Mutex::new(StartingState::Pending(Some(s))),
                 names: Some((self.owned_names(py), self.subprocess_rules)),

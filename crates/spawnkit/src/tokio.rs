@@ -241,10 +241,26 @@ pub fn spawn_many<'a>(commands: impl IntoIterator<Item = &'a mut Command>) -> Ve
         if window.len() == START_WINDOW {
             out.extend(window.pop_front().map(collect));
         }
-        window.push_back(c.start());
+        let mut started = c.start();
+        let failed = match &started {
+            Ok(s) => s.failed(),
+            Err(e) => Some(e),
+        };
+        if !window.is_empty() && failed.is_some_and(out_of_fds) {
+            // Each start not yet collected holds a pipe besides its pidfd: collect them (a
+            // child then holds its pidfd only) and try again, as one spawn after another
+            // would have found the fds.
+            out.extend(window.drain(..).map(collect));
+            started = c.start();
+        }
+        window.push_back(started);
     }
     out.extend(window.into_iter().map(collect));
     out
+}
+
+fn out_of_fds(e: &Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 /// At most this many children of a [`spawn_many`] are started and not yet collected.

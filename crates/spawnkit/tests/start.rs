@@ -195,6 +195,84 @@ fn a_closed_fd_named_as_a_stream_is_ebadf_not_the_start_pipe() {
     assert_eq!(open_fds(), before);
 }
 
+/// The same when the pipe's *read* end took the closed number (the lowest free fd, the next
+/// one open): the child's copy of it is not the caller's fd either, for every way a number
+/// is named (a stream, a mapped fd, a kept fd), started or spawned by fork-exec, whose pipe
+/// is made the same way.
+#[test]
+fn a_closed_fd_that_the_pipes_read_end_took_is_ebadf_too() {
+    let _g = serial();
+    let before = open_fds();
+    type Name = fn(&mut Command, i32);
+    let ways: [(&str, Name); 4] = [
+        ("stdin", |c, n| {
+            c.stdin(Stdio::Fd(n));
+        }),
+        ("stdout", |c, n| {
+            c.stdout(Stdio::Fd(n));
+        }),
+        ("fd 5", |c, n| {
+            c.fd(5, n);
+        }),
+        ("keep_fd", |c, n| {
+            c.keep_fd(n);
+        }),
+    ];
+    for (what, name) in ways {
+        for fork_exec in [false, true] {
+            // fd n: closed and the lowest free number; n + 1 open, so pipe2's read end is n.
+            let a = std::fs::File::open("/dev/null").unwrap();
+            let _b = std::fs::File::open("/dev/null").unwrap();
+            let n = a.as_raw_fd();
+            drop(a);
+            let mut c = sh("sleep 3");
+            name(&mut c, n);
+            let t = Instant::now();
+            let err = if fork_exec {
+                c.strategy(Strategy::ForkExec).spawn().unwrap_err()
+            } else {
+                c.start().unwrap().finish().unwrap_err()
+            };
+            let how = if fork_exec { "fork-exec spawn" } else { "start" };
+            assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{what}, {how}: {err}");
+            assert!(t.elapsed() < Duration::from_secs(2), "{what}, {how}: the program ran");
+        }
+    }
+    no_children_soon("after the refused fds");
+    assert_eq!(open_fds(), before);
+}
+
+/// Near the fd limit a start does what a spawn does: with two fds free its pipe would take
+/// both and leave the clone none for the pidfd, where a spawn needs only that one; the start
+/// then spawns. With 0 to 5 free, both succeed or both fail alike.
+#[test]
+fn a_start_near_the_fd_limit_does_what_a_spawn_does() {
+    if !common::alone("a_start_near_the_fd_limit_does_what_a_spawn_does") {
+        return;
+    }
+    let open = open_fds().len() as u64;
+    common::set_fd_limit(open + 16);
+    let mut held = Vec::new();
+    let fill = |held: &mut Vec<std::fs::File>| {
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            held.push(f);
+        }
+    };
+    for free in 0..=5 {
+        fill(&mut held);
+        held.truncate(held.len() - free);
+        let outcome = |r: spawnkit::Result<spawnkit::Child>| {
+            r.and_then(|mut c| c.wait()).map(|s| s.success()).map_err(|e| e.raw_os_error())
+        };
+        let spawned = outcome(Command::new("true").spawn());
+        let started = outcome(Command::new("true").start().and_then(Starting::finish));
+        assert_eq!(started, spawned, "{free} fds free");
+        if free >= 1 {
+            assert_eq!(spawned, Ok(true), "{free} fds free");
+        }
+    }
+}
+
 /// Another thread's fork() never lands between a start's pipe and the close of its write end
 /// (forklock.rs): a forked process that never execs would otherwise hold the write end, and
 /// the start's finish would wait for it to exit (here 2 s).

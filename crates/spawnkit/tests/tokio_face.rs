@@ -3,6 +3,8 @@
 //! no thread for waiting.
 #![cfg(feature = "tokio")]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use spawnkit::tokio::{spawn_many, CommandExt};
@@ -13,25 +15,6 @@ fn sh(script: &str) -> Command {
     let mut c = Command::new("sh");
     c.args(["-c", script]);
     c
-}
-
-/// Whether this is the test binary run again with only the test `name` (then run it: it
-/// counts this process's threads, which sibling tests would change); if not, run that and
-/// check it passed.
-fn alone(name: &str) -> bool {
-    if std::env::var_os("SK_TOKIO_ALONE").is_some() {
-        return true;
-    }
-    let me = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(me)
-        .args(["--exact", name, "--test-threads=1", "--nocapture"])
-        .env("SK_TOKIO_ALONE", "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("1 passed"), "the test did not run alone: {text}");
-    false
 }
 
 fn threads() -> usize {
@@ -156,7 +139,7 @@ async fn kill_and_signals() {
 // this test binary run again with only this test.
 #[test]
 fn waiting_starts_no_thread_and_installs_no_sigchld_handler() {
-    if !alone("waiting_starts_no_thread_and_installs_no_sigchld_handler") {
+    if !common::alone("waiting_starts_no_thread_and_installs_no_sigchld_handler") {
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
@@ -464,7 +447,7 @@ async fn start_async_output_errors_and_tasks() {
 /// own, as above: sibling tests start threads).
 #[test]
 fn start_async_many_in_flight_on_one_thread() {
-    if !alone("start_async_many_in_flight_on_one_thread") {
+    if !common::alone("start_async_many_in_flight_on_one_thread") {
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
@@ -533,4 +516,26 @@ async fn start_async_dropped_unresolved() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Near the fd limit `spawn_many` starts every child that one spawn after another would
+/// have: a start not yet collected holds a pipe besides its pidfd, and when fds run out the
+/// ones held are collected (each child then holds only its pidfd) and the start tried again.
+#[tokio::test]
+async fn spawn_many_near_the_fd_limit_starts_what_one_by_one_would() {
+    if !common::alone("spawn_many_near_the_fd_limit_starts_what_one_by_one_would") {
+        return;
+    }
+    const N: usize = 41;
+    // Room for this process's fds, the N children's pidfds and two more.
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    common::set_fd_limit(open + N as u64 + 2);
+    let mut cmds: Vec<Command> = (0..N).map(|_| Command::new("true")).collect();
+    let children = spawn_many(cmds.iter_mut());
+    let failed: Vec<String> =
+        children.iter().filter_map(|c| c.as_ref().err()).map(ToString::to_string).collect();
+    assert!(failed.is_empty(), "{} of {N} failed: {failed:?}", failed.len());
+    for c in children {
+        assert_eq!(c.unwrap().wait().await.unwrap(), ExitStatus::Exited(0));
+    }
 }

@@ -115,6 +115,15 @@ impl Starting {
         }
     }
 
+    /// The error, when the outcome is known already and is one (a spawn the start fell back
+    /// to failed).
+    pub(crate) fn failed(&self) -> Option<&Error> {
+        match &self.state {
+            StartState::Ready(Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+
     /// The child once it has exec'd, or the error naming the step that failed (the failed
     /// child reaped). Blocks until the child has exec'd or exited if [`fd`](Starting::fd)
     /// was not readable yet.
@@ -167,8 +176,9 @@ pub(crate) fn start(cmd: &mut Command) -> Result<Starting> {
         Ok(l) => l,
         // What only a start needs (its pipe above the child's fds, a stack of its own) could
         // not be had, where a spawn needs neither (a low RLIMIT_NOFILE, no memory for a
-        // mapping): spawn instead.
-        Err(("pipe2" | "mmap", _)) => {
+        // mapping): spawn instead. The pipe may also have taken the last free fds, leaving
+        // none for the clone's pidfd (EMFILE, ENFILE), where a spawn needs only that one.
+        Err(("pipe2" | "mmap", _) | ("clone", libc::EMFILE | libc::ENFILE)) => {
             return Ok(Starting { state: StartState::Ready(spawn_planned(cmd, plan)) });
         }
         Err((step, e)) => return Err(clone_error(&plan, step, e)),

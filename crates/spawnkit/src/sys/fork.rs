@@ -91,7 +91,7 @@ pub(crate) fn spawn_fork_exec(plan: &PlanView, hooks: &mut [Hook]) -> Result<Out
     let hooks = if hooks.is_empty() { None } else { Some(hooks as *mut [Hook]) };
     let mut ctx = context(plan, &mut unused, &mut scratch, hooks);
     ctx.report = shared.0;
-    ctx.notify_fd = wr.as_raw_fd();
+    ctx.set_notify(&rd, &wr);
     let blocked = SignalsBlocked::new();
     // SAFETY: fork has no preconditions; the child only runs `child_main`, which obeys the
     // child rules (plus the caller's hooks, covered by the unsafe `pre_exec` contract).

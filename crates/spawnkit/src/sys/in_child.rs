@@ -63,6 +63,10 @@ pub(crate) struct ChildCtx<'a> {
     /// (fork-exec, a started spawn, id maps written from outside; -1 otherwise). Never closed
     /// by a close_range step, never taken as one of the caller's fds.
     pub notify_fd: i32,
+    /// That pipe's read end (the parent's; -1 when there is no pipe). The child has a copy
+    /// of it until its exec (close-on-exec, made before the clone), and it is never taken as
+    /// one of the caller's fds either.
+    pub notify_read: i32,
 }
 
 /// The kernel's `struct sigaction` (x86_64 and aarch64 share this layout).
@@ -580,11 +584,11 @@ fn loopback_up() -> Result<isize, i32> {
 
 /// A parent fd number a step reads (a dup source, an fd kept by number): the engine's own
 /// notify pipe is not one of the caller's fds. When the caller names a number that was not
-/// open in the parent and the pipe took it, fail as `spawn` would have failed on the closed
-/// fd (EBADF) instead of handing the pipe to the program (which would also hold back the
-/// parent's EOF).
+/// open in the parent and either end of the pipe took it, fail as `spawn` would have failed
+/// on the closed fd (EBADF) instead of handing the pipe to the program (the write end would
+/// also hold back the parent's EOF).
 fn user_fd(ctx: &ChildCtx<'_>, fd: i32) -> Result<i32, i32> {
-    if fd >= 0 && fd == ctx.notify_fd {
+    if fd >= 0 && (fd == ctx.notify_fd || fd == ctx.notify_read) {
         return Err(libc::EBADF);
     }
     Ok(fd)

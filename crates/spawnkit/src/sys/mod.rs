@@ -200,8 +200,18 @@ fn context<'a>(
         scratch: scratch.as_mut_ptr(),
         scratch_len: scratch.len(),
         notify_fd: -1,
+        notify_read: -1,
         try_all: plan.try_all,
         pre_exec,
+    }
+}
+
+impl ChildCtx<'_> {
+    /// The close-on-exec pipe whose EOF tells the parent the child has exec'd or exited: the
+    /// child holds the write end, and neither end is ever one of the caller's fds.
+    pub(crate) fn set_notify(&mut self, read: &OwnedFd, write: &OwnedFd) {
+        use std::os::fd::AsRawFd;
+        (self.notify_read, self.notify_fd) = (read.as_raw_fd(), write.as_raw_fd());
     }
 }
 
@@ -226,8 +236,8 @@ pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static st
         None => None,
         Some(_) => Some(fork::cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?),
     };
-    if let Some((_, w)) = &notify {
-        ctx.notify_fd = std::os::fd::AsRawFd::as_raw_fd(w);
+    if let Some((r, w)) = &notify {
+        ctx.set_notify(r, w);
     }
     if pool::eligible(plan) {
         if let Some((pid, pidfd)) = pool::run(&mut ctx) {
@@ -344,7 +354,7 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
     let _window = forklock::Window::open();
     let (rd, wr) = fork::cloexec_pipe_above(plan.max_target + 1).map_err(|e| ("pipe2", e))?;
     // SAFETY: the context is the Launch's and no child shares it yet.
-    unsafe { (*launch.ctx).notify_fd = std::os::fd::AsRawFd::as_raw_fd(&wr) };
+    unsafe { (*launch.ctx).set_notify(&rd, &wr) };
     let (st, flags, cgroup) =
         (launch.stack.as_ref().expect("set above"), plan.clone_flags, plan.cgroup);
     // SAFETY: signals are blocked; the Launch waits for EOF before freeing what the child uses.

@@ -427,3 +427,33 @@ pub fn output_retrying_etxtbsy(cmd: &mut Command) -> spawnkit::Result<spawnkit::
         }
     }
 }
+
+/// Whether this is the test binary run again with only the test `name` (then the test runs
+/// here: it changes or counts something of the whole process, such as its threads or its
+/// fd limit, which sibling tests would disturb); if not, run that and check it passed.
+pub fn alone(name: &str) -> bool {
+    if std::env::var_os("SK_TEST_ALONE").is_some() {
+        return true;
+    }
+    let me = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(me)
+        .args(["--exact", name, "--test-threads=1", "--nocapture"])
+        .env("SK_TEST_ALONE", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "the test did not run alone: {text}");
+    false
+}
+
+/// Lower this process's soft RLIMIT_NOFILE to `n` (tests run [`alone`]).
+pub fn set_fd_limit(n: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write one rlimit struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = n;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+}
