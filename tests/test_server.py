@@ -184,3 +184,41 @@ def test_spawn_many_through_a_server_keeps_order_and_per_item_errors(private):
     assert all(p.returncode == 0 for i, p in enumerate(got) if i != 5)
     # The connection is in step afterwards.
     assert Command("true").spawn(via=private).wait() == 0
+
+
+def test_unchanged_code_through_a_server_started_from_a_script(tmp_path, monkeypatch):
+    # `spawnkit serve &` from a script ignores SIGINT and SIGQUIT: its children must not (a
+    # child that kept that could not be interrupted). A relative cwd is the caller's.
+    if not SK.exists():
+        pytest.skip(f"{SK} is not built (scripts/test builds it)")
+    sock = tmp_path / "sock"
+    srv = std.Popen(["sh", "-c", f'trap "" INT QUIT; exec "{SK}" serve --socket "{sock}"'],
+                    stdout=std.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        (tmp_path / "sub").mkdir()
+        monkeypatch.chdir(tmp_path)
+        code = """if True:
+            import os, signal, time, spawnkit.subprocess as sp
+            out = sp.run(["sh", "-c", "grep SigIgn /proc/self/status; pwd"], cwd="sub",
+                         capture_output=True, text=True, check=True).stdout.split()
+            print(out[1], out[2])
+            p = sp.Popen(["sleep", "30"])
+            time.sleep(0.3)
+            p.send_signal(signal.SIGINT)
+            print(p.wait(timeout=10))
+        """
+        env = {**os.environ, "SPAWNKIT_SERVER": str(sock)}
+        r = std.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                    timeout=60)
+        assert r.returncode == 0, r.stderr
+        sigign, cwd, status = r.stdout.split()
+        assert int(sigign, 16) & 0b110 == 0, f"SigIgn {sigign}"
+        assert cwd == str(tmp_path / "sub")
+        assert status == str(-signal.SIGINT)
+    finally:
+        srv.terminate()
+        srv.wait(10)

@@ -167,11 +167,40 @@ fn the_gate_refuses_what_would_be_the_servers() {
     keep_fds.close_other_fds(false);
     let e = client.spawn(&keep_fds).unwrap_err();
     assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "serve"), "{e}");
+    // A relative cwd: the Client resolves it against its own (here a missing directory, so
+    // chdir fails naming the joined path); a request that still carries one is refused.
     let mut relative = Command::new("/bin/true");
     relative.current_dir("relative/dir");
     let e = client.spawn(&relative).unwrap_err();
-    assert_eq!(e.step(), "serve", "{e}");
-    assert!(e.to_string().contains("relative"), "{e}");
+    let joined = std::env::current_dir().unwrap().join("relative/dir");
+    assert_eq!((e.step(), e.raw_os_error()), ("chdir", Some(libc::ENOENT)), "{e}");
+    assert!(e.to_string().contains(&*joined.to_string_lossy()), "{e}");
+    relative.stdin(Stdio::Null).stdout(Stdio::Null).stderr(Stdio::Null).env_clear();
+    let (body, fds) = relative.to_wire().unwrap();
+    assert!(fds.is_empty());
+    let mut raw = UnixStream::connect(&server.socket).unwrap();
+    let ns = read_challenge(&mut raw);
+    let (answer, _) = auth::client_answer(&server.key(), &ns).unwrap();
+    raw.write_all(&answer_frame(&answer)).unwrap();
+    assert_eq!(outcome(&mut raw), Some(frame::Kind::Welcome));
+    let mut mac = [0u8; 32];
+    raw.read_exact(&mut mac).unwrap();
+    let h = frame::Header {
+        len: body.len() as u32,
+        kind: frame::Kind::Spawn,
+        flags: 0,
+        nfds: 0,
+        id: 7,
+    };
+    raw.write_all(&[&h.encode()[..], &body].concat()).unwrap();
+    let mut rh = [0u8; frame::HEADER_LEN];
+    raw.read_exact(&mut rh).unwrap();
+    let rh = frame::Header::decode(&rh).unwrap();
+    assert_eq!(rh.kind, frame::Kind::Error);
+    let mut why = vec![0u8; rh.len as usize];
+    raw.read_exact(&mut why).unwrap();
+    let why = String::from_utf8_lossy(&why);
+    assert!(why.contains("relative path would resolve"), "{why}");
     let mut lock = Command::new("/bin/true");
     lock.lock(spawnkit::Lock { path: "/tmp/x.lock".into(), shared: false, timeout: None });
     let e = client.spawn(&lock).unwrap_err();
@@ -684,4 +713,75 @@ fn voluntary_switches(status: &std::path::Path) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
         .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// A standard stream the client has closed (or marked close-on-exec) reaches a
+/// server-spawned child as /dev/null: never as whatever holds that number in the client
+/// (here the client's own connection, which took the closed fd 0) nor as the server's.
+#[test]
+fn a_closed_or_cloexec_standard_stream_is_dev_null_never_the_connection() {
+    if !common::alone("a_closed_or_cloexec_standard_stream_is_dev_null_never_the_connection") {
+        return;
+    }
+    // SAFETY: closing this process's stdin (a process of its own, see `alone`).
+    unsafe { libc::close(0) };
+    let mut server = PrivateServer::start().expect("private server");
+    let conn = server.client().as_raw_fd();
+    assert_eq!(conn, 0, "the connection took the closed fd 0");
+    let st = probe_state_via(server.client(), |_| {});
+    assert_eq!(st.fd(0).expect("fd 0").target, "/dev/null", "fds: {}", st.get("fds"));
+    // The connection still works: nothing was written into it.
+    let st = probe_state_via(server.client(), |_| {});
+    assert_eq!(st.fd(0).unwrap().target, "/dev/null");
+    // A close-on-exec stderr: what a local child would not have either.
+    common::set_cloexec(2, true);
+    let st = probe_state_via(server.client(), |_| {});
+    common::set_cloexec(2, false);
+    assert_eq!(st.fd(2).expect("fd 2").target, "/dev/null");
+}
+
+/// A relative cwd is the client's, as for a local spawn: resolved against the client's
+/// working directory, not the server's.
+#[test]
+fn a_relative_cwd_is_the_clients() {
+    if !common::alone("a_relative_cwd_is_the_clients") {
+        return;
+    }
+    let dir = TempDir::new("serve-relcwd");
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    let mut server = PrivateServer::start().expect("private server");
+    std::env::set_current_dir(dir.path()).unwrap();
+    let st = probe_state_via(server.client(), |cmd| {
+        cmd.current_dir("sub");
+    });
+    let want = std::fs::canonicalize(dir.join("sub")).unwrap();
+    assert_eq!(st.get("cwd"), want.display().to_string());
+    // An empty one fails as chdir("") fails locally.
+    let err = server.client().spawn(Command::new(probe()).current_dir("")).unwrap_err();
+    let local = Command::new(probe()).current_dir("").spawn().unwrap_err();
+    assert_eq!(err.to_string(), local.to_string());
+}
+
+/// The server's own ignored signals are not its children's: a server started with `&` from a
+/// script ignores SIGINT and SIGQUIT, and a child that inherited that could not be
+/// interrupted. A served child has them at their default action, as the probe reads them.
+#[test]
+fn the_servers_ignored_signals_are_not_its_childrens() {
+    if !common::alone("the_servers_ignored_signals_are_not_its_childrens") {
+        return;
+    }
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGUSR1] {
+        // SAFETY: SIG_IGN runs no code (a process of its own, see `alone`).
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+    let mut server = PrivateServer::start().expect("private server");
+    let st = probe_state_via(server.client(), |_| {});
+    let ignored = u64::from_str_radix(st.get("sigign"), 16).unwrap();
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGUSR1] {
+        assert_eq!(ignored & (1 << (sig - 1)), 0, "signal {sig} ignored: {ignored:#x}");
+    }
+    // And through a server on a thread of this process (the same Looper, another start).
+    let server = ThreadServer::start();
+    let st = probe_state_via(&mut server.client(), |_| {});
+    assert_eq!(u64::from_str_radix(st.get("sigign"), 16).unwrap() & 0x206, 0);
 }

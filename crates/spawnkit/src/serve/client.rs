@@ -17,9 +17,9 @@ use super::server::key_path_for;
 use crate::error::{quoted, Error, ErrorKind, Result};
 use crate::spawn::command::Command;
 use crate::spawn::options::Stdio;
-use crate::spawn::wire::Fill;
+use crate::spawn::wire::{Fill, Filled};
 use crate::sys::sock::{self, CmsgBuf};
-use crate::sys::{parent, pidfd};
+use crate::sys::{parent, pidfd, this_process};
 use crate::{Child, ExitStatus};
 
 /// The environment variable naming a key file (else `SOCKET.key` is read).
@@ -919,28 +919,39 @@ struct Filler {
 fn encode_request(cmd: &Command, filler: &mut Filler) -> Result<Request> {
     let mut pipes: [Option<OwnedFd>; 3] = [None, None, None];
     let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
-    let mut fill_stdio: [Option<RawFd>; 3] = [None, None, None];
+    let mut fill_stdio: [Option<Filled>; 3] = [None, None, None];
     for i in 0..3 {
         match &cmd.stdio[i] {
-            None | Some(Stdio::Inherit) => fill_stdio[i] = Some(i as RawFd),
+            // Our own fd i, as a local child would inherit it: not when it is closed or
+            // close-on-exec here (else the child would get whatever holds that number, such
+            // as this very connection).
+            None | Some(Stdio::Inherit) => {
+                let inherited = this_process::fd_flags(i as RawFd)
+                    .is_ok_and(|flags| flags & libc::FD_CLOEXEC == 0);
+                fill_stdio[i] = Some(if inherited { Filled::Fd(i as RawFd) } else { Filled::Null });
+            }
             Some(Stdio::Pipe) => {
                 let (r, w) = parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
                 let (ours, theirs) = if i == 0 { (w, r) } else { (r, w) };
-                fill_stdio[i] = Some(theirs.as_raw_fd());
+                fill_stdio[i] = Some(Filled::Fd(theirs.as_raw_fd()));
                 child_ends[i] = Some(theirs);
                 pipes[i] = Some(ours);
             }
             _ => {}
         }
     }
-    if cmd.cwd.is_none() && filler.cwd.is_none() {
+    // A relative cwd is the caller's, as for a local spawn: resolved here (the server's own
+    // cwd means nothing to the caller). An empty one is sent as it is (chdir fails: ENOENT).
+    let relative = cmd.cwd.as_deref().filter(|d| d.is_relative() && !d.as_os_str().is_empty());
+    if (cmd.cwd.is_none() || relative.is_some()) && filler.cwd.is_none() {
         filler.cwd = Some(std::env::current_dir().map_err(|e| io_err("getcwd", "", &e))?);
     }
+    let joined = relative.zip(filler.cwd.as_deref()).map(|(d, here)| here.join(d));
     if !cmd.env_clear && cmd.base_env.is_none() && filler.env.is_none() {
         filler.env = Some(std::env::vars_os().collect());
     }
     let fill = Fill {
-        cwd: if cmd.cwd.is_none() { filler.cwd.as_deref() } else { None },
+        cwd: if cmd.cwd.is_none() { filler.cwd.as_deref() } else { joined.as_deref() },
         base_env: if !cmd.env_clear && cmd.base_env.is_none() {
             filler.env.as_deref()
         } else {

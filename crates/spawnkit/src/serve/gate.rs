@@ -55,7 +55,10 @@ pub(crate) fn gate(cmd: &mut Command, peer: Peer, server_uid: u32) -> Result<()>
     let Some(cwd) = &cmd.cwd else {
         return Err(refuse("cwd", "the working directory must be sent (the client's own)"));
     };
-    absolute("cwd", cwd)?;
+    if !cwd.as_os_str().is_empty() {
+        // (An empty one fails at chdir, ENOENT, as it does for a local spawn.)
+        absolute("cwd", cwd)?;
+    }
     if !cmd.env_clear && cmd.base_env.is_none() {
         return Err(refuse(
             "environment",

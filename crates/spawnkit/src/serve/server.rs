@@ -21,6 +21,7 @@ use super::gate::{gate, Peer};
 use super::reply;
 use crate::error::{quoted, Error, Result};
 use crate::spawn::command::Command;
+use crate::spawn::options::SigSet;
 use crate::sys::sock::{self, CmsgBuf, Epoll};
 use crate::sys::{parent, pidfd};
 use crate::{ExitStatus, SignalFd};
@@ -582,6 +583,7 @@ struct Looper<'a> {
     watchdog_thread: Option<std::thread::JoinHandle<()>>,
     wake_r: Option<OwnedFd>,
     wake_w: Option<Arc<OwnedFd>>,
+    own: Own,
 }
 
 fn sys_err(step: &'static str, e: i32) -> Error {
@@ -633,6 +635,10 @@ impl<'a> Looper<'a> {
             watchdog_thread: None,
             wake_r: None,
             wake_w: None,
+            own: Own {
+                euid: server.euid,
+                ignored: SigSet::from_bits(crate::sys::this_process::ignored_signals()),
+            },
         };
         // This thread spawns too (alone, or helping the spawner threads): watched.
         looper.watchdog.enroll();
@@ -1119,7 +1125,7 @@ impl<'a> Looper<'a> {
         want_exit: bool,
         mut cmd: Command,
     ) {
-        let (pid, pidfd) = match spawn_for(&mut cmd, conn.peer, self.server.euid) {
+        let (pid, pidfd) = match spawn_for(&mut cmd, conn.peer, self.own) {
             Ok(p) => p,
             Err(e) => return self.send_error(conn, id, &e),
         };
@@ -1169,14 +1175,14 @@ impl<'a> Looper<'a> {
         let w = Arc::new(w);
         let pool = self.pool_size();
         for _ in 1..self.server.opts.spawn_threads {
-            let (jobs, wake, euid) = (self.jobs.clone(), w.clone(), self.server.euid);
+            let (jobs, wake, own) = (self.jobs.clone(), w.clone(), self.own);
             let watchdog = self.watchdog.clone();
             let t = std::thread::Builder::new()
                 .name("spawnkit-spawner".into())
                 .spawn(move || {
                     watchdog.enroll();
                     crate::sys::pool::enable(pool, watchdog.parked());
-                    spawner(&jobs, &wake, euid);
+                    spawner(&jobs, &wake, own);
                     crate::sys::pool::disable();
                 })
                 .map_err(|e| Error::os("pthread_create", "spawner", errno_of(&e)))?;
@@ -1225,7 +1231,7 @@ impl<'a> Looper<'a> {
                 q.0.pop_front()
             };
             let Some(job) = job else { return };
-            if let Some(token) = run_job(job, self.server.euid, None) {
+            if let Some(token) = run_job(job, self.own, None) {
                 self.watch_out(token);
             }
         }
@@ -1257,7 +1263,7 @@ impl<'a> Looper<'a> {
             q.0.pop_front()
         };
         if let Some(job) = job {
-            if let Some(token) = run_job(job, self.server.euid, None) {
+            if let Some(token) = run_job(job, self.own, None) {
                 self.watch_out(token);
             }
         }
@@ -1300,9 +1306,22 @@ impl<'a> Looper<'a> {
     }
 }
 
+/// What every spawn of a server applies, whichever thread makes it.
+#[derive(Debug, Clone, Copy)]
+struct Own {
+    euid: u32,
+    /// The signals the server's process ignores (read when it starts serving: `spawnkit
+    /// serve` started with `&` from a script ignores SIGINT and SIGQUIT). A child the server
+    /// starts has them at their default action: the server's dispositions are not the
+    /// client's, and a child that ignored SIGINT could not be interrupted.
+    ignored: SigSet,
+}
+
 /// Gate and spawn one request: its pid and pidfd.
-fn spawn_for(cmd: &mut Command, peer: Peer, euid: u32) -> Result<(i32, OwnedFd)> {
+fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> {
+    let euid = own.euid;
     gate(cmd, peer, euid)?;
+    cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
     let child = super::watchdog::watched(|| {
         if peer.uid == euid {
             cmd.spawn()
@@ -1319,10 +1338,10 @@ fn spawn_for(cmd: &mut Command, peer: Peer, euid: u32) -> Result<(i32, OwnedFd)>
 
 /// Spawn a queued request and send its reply. If the reply had to queue, the connection's
 /// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
-fn run_job(mut job: Job, euid: u32, wake: Option<&OwnedFd>) -> Option<u64> {
+fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>) -> Option<u64> {
     // A panic here must not lose the answer (nor hold its frame's others forever).
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        spawn_for(&mut job.cmd, job.peer, euid)
+        spawn_for(&mut job.cmd, job.peer, own)
     }))
     .unwrap_or_else(|_| Err(Error::unsupported("serve", "the spawner thread panicked")));
     let Job { tx, token, id, batch, cmd, .. } = job;
@@ -1346,7 +1365,7 @@ fn no_exit_frames() -> Error {
 }
 
 /// A spawner thread: take requests until the loop stops.
-fn spawner(jobs: &Jobs, wake: &OwnedFd, euid: u32) {
+fn spawner(jobs: &Jobs, wake: &OwnedFd, own: Own) {
     loop {
         let job = {
             let mut q = jobs.lock();
@@ -1367,6 +1386,6 @@ fn spawner(jobs: &Jobs, wake: &OwnedFd, euid: u32) {
                 q = jobs.ready.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let _ = run_job(job, euid, Some(wake));
+        let _ = run_job(job, own, Some(wake));
     }
 }

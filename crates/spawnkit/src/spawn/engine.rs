@@ -117,6 +117,7 @@ impl Starting {
 
     /// The error, when the outcome is known already and is one (a spawn the start fell back
     /// to failed).
+    #[cfg(feature = "tokio")]
     pub(crate) fn failed(&self) -> Option<&Error> {
         match &self.state {
             StartState::Ready(Err(e)) => Some(e),

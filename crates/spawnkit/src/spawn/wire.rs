@@ -156,13 +156,25 @@ struct WireCommand<'a> {
 }
 
 /// What a spawn server's client fills in for the parts of a command that would otherwise
-/// be the spawning process's: its own cwd and environment (used only where the command sets
-/// none), and per standard stream a fd of its own to pass instead (its 0-2 for `Inherit`,
-/// the child's end of a pipe it made for `Pipe`).
+/// be the spawning process's: its own cwd (where the command sets none, or joined with a
+/// relative one) and environment (where the command sets none), and per standard stream
+/// what to send instead (see [`Filled`]).
 pub(crate) struct Fill<'f> {
     pub cwd: Option<&'f Path>,
     pub base_env: Option<&'f [(OsString, OsString)]>,
-    pub stdio: [Option<RawFd>; 3],
+    pub stdio: [Option<Filled>; 3],
+}
+
+/// A standard stream as a spawn server's client fills it in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Filled {
+    /// A fd of the client's to pass: its own 0-2 for `Inherit`, the child's end of a pipe it
+    /// made for `Pipe`.
+    Fd(RawFd),
+    /// /dev/null, for an inherited stream that the client has closed or marked close-on-exec:
+    /// a local child would find nothing there, and whatever else the server's child found at
+    /// that number would be the server's.
+    Null,
 }
 
 fn decode_error(subject: impl Into<String>, why: &str) -> Error {
@@ -267,9 +279,16 @@ impl Command {
         };
         let mut wire_stdio: [Option<WireStdio>; 3] = [None, None, None];
         for (i, (slot, spec)) in wire_stdio.iter_mut().zip(stdio).enumerate() {
-            if let Some(fd) = fill.and_then(|f| f.stdio[i]) {
-                *slot = Some(WireStdio::Fd(pass(fd, format!("fd {fd} -> {i}"))?));
-                continue;
+            match fill.and_then(|f| f.stdio[i]) {
+                Some(Filled::Fd(fd)) => {
+                    *slot = Some(WireStdio::Fd(pass(fd, format!("fd {fd} -> {i}"))?));
+                    continue;
+                }
+                Some(Filled::Null) => {
+                    *slot = Some(WireStdio::Null);
+                    continue;
+                }
+                None => {}
             }
             *slot = match spec {
                 None => None,
@@ -300,7 +319,8 @@ impl Command {
                 .as_deref()
                 .or(fill.and_then(|f| if *env_clear { None } else { f.base_env }))
                 .map(|b| b.iter().map(|(k, v)| (Bytes::of(k), Bytes::of(v))).collect()),
-            cwd: cwd.as_deref().or(fill.and_then(|f| f.cwd)).map(Bytes::path),
+            // The fill's cwd replaces the command's (a relative one, resolved by the client).
+            cwd: fill.and_then(|f| f.cwd).or(cwd.as_deref()).map(Bytes::path),
             stdio: wire_stdio,
             fds: wire_fds,
             close_other_fds: *close_other_fds,
