@@ -785,3 +785,78 @@ fn the_servers_ignored_signals_are_not_its_childrens() {
     let st = probe_state_via(&mut server.client(), |_| {});
     assert_eq!(u64::from_str_radix(st.get("sigign"), 16).unwrap() & 0x206, 0);
 }
+
+/// What `Server::bind` makes is removed again when the rest fails or when the server is
+/// dropped without running, an existing file is never deleted to make room for a key unless
+/// it is a key file (0600, 32 bytes), and the key file cannot be the socket.
+#[test]
+fn binding_leaves_nothing_behind_and_deletes_no_file_of_yours() {
+    let dir = TempDir::new("serve-bind");
+    let opts = ServerOptions::default;
+    // The bind fails (no such directory): the key written first is removed again.
+    let key = dir.join("k");
+    let e = Server::bind(Some(&dir.join("nodir/s.sock")), Some(&key), opts()).err().expect("refused");
+    assert_eq!(e.step(), "bind", "{e}");
+    assert!(!key.exists(), "the key file was left behind");
+    // The same path for both: refused before anything is made.
+    let same = dir.join("same");
+    let e = Server::bind(Some(&same), Some(&same), opts()).err().expect("refused");
+    assert!(e.to_string().contains("same path"), "{e}");
+    assert!(!same.exists());
+    // Bound, then dropped without running: both files go.
+    let sock = dir.join("s.sock");
+    let server = Server::bind(Some(&sock), None, opts()).unwrap();
+    let key_file = spawnkit::serve::key_path_for(&sock);
+    assert!(sock.exists() && key_file.exists());
+    drop(server);
+    assert!(!sock.exists() && !key_file.exists(), "a dropped server left its files");
+    // A file of yours at the key path is kept and the bind refused.
+    let yours = dir.join("yours.key");
+    std::fs::write(&yours, b"keep").unwrap();
+    let e = Server::bind(Some(&sock), Some(&yours), opts()).err().expect("refused");
+    assert!(e.to_string().contains("is not a key file"), "{e}");
+    assert_eq!(std::fs::read(&yours).unwrap(), b"keep");
+    assert!(!sock.exists());
+    // A key file left by an earlier server is replaced (a restart).
+    Key::generate().unwrap().write_file(&key_file).unwrap();
+    let old = std::fs::read(&key_file).unwrap();
+    let server = Server::bind(Some(&sock), None, opts()).unwrap();
+    assert_ne!(std::fs::read(&key_file).unwrap(), old, "a fresh key");
+    drop(server);
+}
+
+/// A socket path too long for a Unix socket address says so (std gives no errno: it read
+/// "Input/output error" before), and a client that finds no server names the socket, not
+/// the key file it did not get to read.
+#[test]
+fn socket_path_errors_name_what_is_wrong() {
+    let dir = TempDir::new("serve-path");
+    let long = dir.join(&"x".repeat(120));
+    let e = Server::bind(Some(&long), None, ServerOptions::default()).err().expect("refused");
+    assert!(e.to_string().contains("a Unix socket path holds at most 107"), "{e}");
+    let e = Client::connect(&long).unwrap_err();
+    assert!(e.to_string().contains("a Unix socket path holds at most 107"), "{e}");
+    let missing = dir.join("missing.sock");
+    let e = Client::connect(&missing).unwrap_err();
+    assert_eq!((e.step(), e.raw_os_error()), ("connect", Some(libc::ENOENT)), "{e}");
+    assert!(e.to_string().contains("missing.sock\""), "{e}");
+}
+
+/// A client turned away by `--max-clients` is told so (a Failure in place of the
+/// challenge), not just closed on.
+#[test]
+fn a_client_over_max_clients_is_told_why() {
+    let dir = TempDir::new("serve-max");
+    let sock = dir.join("s.sock");
+    let opts = ServerOptions { max_clients: Some(1), ..ServerOptions::default() };
+    let server = Server::bind(Some(&sock), None, opts).unwrap();
+    let stopper = server.stopper();
+    let t = std::thread::spawn(move || server.run());
+    let mut first = Client::connect(&sock).unwrap();
+    let e = Client::connect(&sock).unwrap_err();
+    assert!(e.to_string().contains("--max-clients 1"), "{e}");
+    assert!(first.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+    drop(first);
+    stopper.stop();
+    t.join().unwrap().unwrap();
+}

@@ -112,7 +112,8 @@ impl Key {
     }
 
     /// Write the key to a new file, mode 0600 (refusing to overwrite anything but a key file
-    /// of ours: an existing file is replaced only if it is a regular file we own).
+    /// of ours: an existing file is replaced only if it is a regular file we own, of mode
+    /// 0600 and 32 bytes, as a key file left by an earlier server is).
     pub fn write_file(&self, path: &Path) -> Result<()> {
         self.write_file_for(path, None)
     }
@@ -130,6 +131,15 @@ impl Key {
                     "key file",
                     quoted(path),
                     "exists and is not a regular file of ours",
+                ));
+            }
+            if meta.mode() & 0o7777 != 0o600 || meta.len() != KEY_LEN as u64 {
+                // Someone's file, named by mistake: never deleted to make room for a key.
+                return Err(Error::invalid(
+                    "key file",
+                    quoted(path),
+                    "exists and is not a key file (mode 0600, 32 bytes): remove it or name \
+                     another",
                 ));
             }
             std::fs::remove_file(path).map_err(|e| err("unlink", e))?;

@@ -96,6 +96,11 @@ fn io_err(step: &'static str, subject: impl Into<String>, e: &std::io::Error) ->
     Error::os(step, subject, e.raw_os_error().unwrap_or(libc::EIO))
 }
 
+fn connect_socket(socket: &Path) -> Result<UnixStream> {
+    super::server::check_socket_path("connect", socket)?;
+    UnixStream::connect(socket).map_err(|e| io_err("connect", quoted(socket), &e))
+}
+
 fn protocol(why: impl Into<String>) -> Error {
     Error::new(ErrorKind::Os, "serve", "connection").with_reason(why)
 }
@@ -120,16 +125,15 @@ impl Client {
 
     /// Connect with the key read from `key_file`.
     pub fn connect_with_key_file(socket: impl AsRef<Path>, key_file: &Path) -> Result<Client> {
+        // The socket first: with no server there, that is the error to report (not its key).
+        let sock = connect_socket(socket.as_ref())?;
         let key = Key::read_file(key_file)?;
-        Client::connect_with_key(socket, &key)
+        Client::from_stream(sock, &key)
     }
 
     /// Connect with this key.
     pub fn connect_with_key(socket: impl AsRef<Path>, key: &Key) -> Result<Client> {
-        let socket = socket.as_ref();
-        let sock =
-            UnixStream::connect(socket).map_err(|e| io_err("connect", quoted(socket), &e))?;
-        Client::from_stream(sock, key)
+        Client::from_stream(connect_socket(socket.as_ref())?, key)
     }
 
     /// Authenticate over an already connected stream (a private server's socketpair end).
@@ -375,8 +379,19 @@ impl Io {
         let timeout = Some(Duration::from_secs(10));
         let _ = self.sock.set_read_timeout(timeout);
         let _ = self.sock.set_write_timeout(timeout);
-        let challenge = Expect { kinds: &[Kind::Challenge], max_body: NONCE_LEN, fds: false };
-        let body = self.read_frame(challenge)?;
+        // A Failure in place of the challenge: turned away (its text says why).
+        let challenge =
+            Expect { kinds: &[Kind::Challenge, Kind::Failure], max_body: 256, fds: false };
+        let (kind, body) = self.read_frame_kind(challenge)?;
+        if kind == Kind::Failure {
+            return Err(protocol(format!(
+                "refused: {}",
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .collect::<String>()
+            )));
+        }
         let ns: [u8; NONCE_LEN] =
             body.try_into().map_err(|_| protocol("the server's challenge is not 32 bytes"))?;
         let (answer, nc) = auth::client_answer(key, &ns)?;
@@ -395,10 +410,6 @@ impl Io {
         let _ = self.sock.set_read_timeout(None);
         let _ = self.sock.set_write_timeout(None);
         Ok(())
-    }
-
-    fn read_frame(&mut self, expect: Expect) -> Result<Vec<u8>> {
-        Ok(self.read_frame_kind(expect)?.1)
     }
 
     /// One frame during the handshake (blocking; no fds allowed).

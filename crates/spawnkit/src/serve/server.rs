@@ -344,8 +344,9 @@ pub struct Server {
     key: Key,
     opts: ServerOptions,
     listener: Option<UnixListener>,
-    /// The socket and key files this server made, removed when it stops.
-    made: Vec<PathBuf>,
+    /// The socket and key files this server made, removed when it stops (or is dropped
+    /// without running).
+    made: Made,
     stop_r: OwnedFd,
     stop_w: Arc<OwnedFd>,
     signals: Option<SignalFd>,
@@ -433,7 +434,7 @@ impl Server {
             key,
             opts,
             listener,
-            made: Vec::new(),
+            made: Made::default(),
             stop_r,
             stop_w: Arc::new(stop_w),
             signals: None,
@@ -460,6 +461,14 @@ impl Server {
             }
         };
         let key_file = key_file.map(Path::to_path_buf).unwrap_or_else(|| key_path_for(&socket));
+        if key_file == socket {
+            return Err(Error::invalid(
+                "bind",
+                quoted(&socket),
+                "the key file and the socket are the same path",
+            ));
+        }
+        check_socket_path("bind", &socket)?;
         if let Ok(meta) = std::fs::symlink_metadata(&socket) {
             if !meta.file_type().is_socket() {
                 return Err(Error::invalid("bind", quoted(&socket), "exists and is not a socket"));
@@ -479,15 +488,19 @@ impl Server {
         }
         let key = Key::generate()?;
         key.write_file_for(&key_file, opts.allow_uid)?;
+        // From here on what was made is removed again if the rest fails (and, once this
+        // returns, when the server is dropped: run() or not).
+        let mut made = Made(vec![key_file]);
         let listener = UnixListener::bind(&socket)
             .map_err(|e| Error::os("bind", quoted(&socket), errno_of(&e)))?;
+        made.0.insert(0, socket.clone());
         if let Some(uid) = opts.allow_uid {
             // lchown: the socket itself, never what a symlink put in its place points to.
             std::os::unix::fs::lchown(&socket, Some(uid), None)
                 .map_err(|e| Error::os("chown", quoted(&socket), errno_of(&e)))?;
         }
         let mut server = Server::new(Some(listener), key, opts)?;
-        server.made = vec![socket, key_file];
+        server.made = made;
         Ok(server)
     }
 
@@ -529,12 +542,38 @@ impl Server {
         // leaves the mask alone: there a blocked SIGCHLD would go to the host's threads at
         // every exit instead of being dropped. The children's masks are their commands' own.
         let _sigchld = self.opts.kernel_reaps.then(SigchldBlocked::new);
-        let result = Looper::new(&mut self).and_then(|mut looper| looper.run());
-        for p in &self.made {
+        Looper::new(&mut self).and_then(|mut looper| looper.run())
+        // (`self.made` removes the socket and key files as `self` drops here.)
+    }
+}
+
+/// Files a server made (its socket, its key), removed when dropped.
+#[derive(Debug, Default)]
+struct Made(Vec<PathBuf>);
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for p in &self.0 {
             let _ = std::fs::remove_file(p);
         }
-        result
     }
+}
+
+/// The most bytes a Unix socket's path can have (`sun_path` holds 108 with the NUL).
+const SOCKET_PATH_MAX: usize = 107;
+
+/// A socket path that fits a Unix socket address, or an error that says it does not (std
+/// reports it without an errno).
+pub(crate) fn check_socket_path(step: &'static str, path: &Path) -> Result<()> {
+    let n = path.as_os_str().len();
+    if n > SOCKET_PATH_MAX {
+        return Err(Error::invalid(
+            step,
+            quoted(path),
+            &format!("{n} bytes: a Unix socket path holds at most {SOCKET_PATH_MAX}"),
+        ));
+    }
+    Ok(())
 }
 
 /// SIGCHLD blocked on this thread for as long as it lives (restored on drop, a panic
@@ -829,8 +868,16 @@ impl<'a> Looper<'a> {
         let Ok((pid, uid, gid)) = sock::peer_cred(sock.as_fd()) else { return };
         let allowed = uid == self.server.euid
             || (self.server.euid == 0 && self.server.opts.allow_uid == Some(uid));
-        if !allowed || self.server.opts.max_clients.is_some_and(|m| self.live >= m) {
+        if !allowed {
             return; // dropped: closed before a byte is read
+        }
+        if let Some(m) = self.server.opts.max_clients.filter(|&m| self.live >= m) {
+            // One of ours, turned away: say why (in place of the challenge), then close.
+            let why = format!("the server has its most clients connected (--max-clients {m})");
+            let hdr =
+                Header { len: why.len() as u32, kind: Kind::Failure, flags: 0, nfds: 0, id: 0 };
+            let _ = sock::send_with_fds(sock.as_fd(), &[&hdr.encode(), why.as_bytes()], &[], true);
+            return;
         }
         if sock.set_nonblocking(true).is_err() {
             return;
