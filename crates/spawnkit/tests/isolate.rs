@@ -616,3 +616,19 @@ fn a_bind_source_under_tmp_survives_the_private_tmp() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from the host");
 }
+
+/// A read-only bind whose destination is under /tmp, with a private /tmp: the tmpfs mounted
+/// after the binds (so their sources may be under /tmp) would hide it, and the child would
+/// silently miss it. Refused at plan time, naming the destination.
+#[test]
+fn a_bind_into_the_private_tmp_is_refused_not_hidden() {
+    let mut cmd = spawnkit::Command::new("true");
+    cmd.private_tmp(None, TmpOptions::default()).ro_bind("/usr", "/tmp/usr");
+    let e = cmd.plan().unwrap_err();
+    assert_eq!(e.step(), "mount", "{e}");
+    assert!(e.to_string().contains("\"/tmp/usr\": is under /tmp"), "{e}");
+    // Elsewhere, or without the private /tmp, it plans.
+    let mut ok = spawnkit::Command::new("true");
+    ok.private_tmp(None, TmpOptions::default()).ro_bind("/tmp", "/mnt");
+    ok.plan().unwrap();
+}

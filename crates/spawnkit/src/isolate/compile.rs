@@ -250,6 +250,14 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     }
     // Read-only binds first: their sources may live under /tmp, which is replaced next.
     for (src, dst) in &iso.ro_binds {
+        if iso.private_tmp.is_some() && dst.starts_with("/tmp") {
+            return Err(Error::invalid(
+                "mount",
+                quoted(dst),
+                "is under /tmp: the private /tmp, mounted after the binds (whose sources may \
+                 be under /tmp), would hide it",
+            ));
+        }
         let (csrc, cdst) = (cpath("mount", src)?, cpath("mount", dst)?);
         p.early.push(Step::Mount {
             source: Some(csrc),
