@@ -795,7 +795,8 @@ fn binding_leaves_nothing_behind_and_deletes_no_file_of_yours() {
     let opts = ServerOptions::default;
     // The bind fails (no such directory): the key written first is removed again.
     let key = dir.join("k");
-    let e = Server::bind(Some(&dir.join("nodir/s.sock")), Some(&key), opts()).err().expect("refused");
+    let e =
+        Server::bind(Some(&dir.join("nodir/s.sock")), Some(&key), opts()).err().expect("refused");
     assert_eq!(e.step(), "bind", "{e}");
     assert!(!key.exists(), "the key file was left behind");
     // The same path for both: refused before anything is made.
