@@ -10,6 +10,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use clap::builder::TypedValueParser as _;
 use serde_json::{json, Value};
 use spawnkit_observe::{
     self as observe, MapsMethod, Memory, MemoryStatus, Selection, SharedRegion, SharedReport,
@@ -107,7 +108,14 @@ pub struct MemArgs {
     pub pids: Vec<i32>,
 
     /// Show the N processes with the largest RSS (with --shared: the N largest regions).
-    #[arg(short = 'n', long, value_name = "N", conflicts_with_all = ["pids", "all"])]
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "N",
+        conflicts_with_all = ["pids", "all"],
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(0..).map(|n| n as usize)
+    )]
     pub top: Option<usize>,
 
     /// Show every process that has user memory.

@@ -152,6 +152,7 @@ pub struct RunArgs {
         long,
         value_name = "N",
         help_heading = "Process",
+        allow_negative_numbers = true,
         value_parser = clap::value_parser!(i32).range(0..)
     )]
     pub pgid: Option<i32>,
@@ -169,11 +170,23 @@ pub struct RunArgs {
     pub no_new_privs: bool,
 
     /// Run as this user (name or number). Does not change the group: add --gid.
-    #[arg(long, value_name = "USER|UID", help_heading = "Credentials", value_parser = str::parse::<User>)]
+    #[arg(
+        long,
+        value_name = "USER|UID",
+        help_heading = "Credentials",
+        allow_negative_numbers = true,
+        value_parser = parse_user
+    )]
     pub uid: Option<User>,
 
     /// Run with this group (name or number).
-    #[arg(long, value_name = "GROUP|GID", help_heading = "Credentials", value_parser = str::parse::<Group>)]
+    #[arg(
+        long,
+        value_name = "GROUP|GID",
+        help_heading = "Credentials",
+        allow_negative_numbers = true,
+        value_parser = parse_group
+    )]
     pub gid: Option<Group>,
 
     /// Supplementary groups, names or numbers, comma-separated; '' drops them all.
@@ -181,16 +194,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST", help_heading = "Credentials", value_parser = parse_id_list)]
     pub groups: Option<IdList>,
 
-    /// Keep spawnkit's fd N open in the program as fd N (repeatable).
+    /// Keep spawnkit's fd N open in the program as fd N (repeatable). Not 0, 1 or 2 with
+    /// the --stdin, --stdout or --stderr flag for that fd.
     #[arg(
         long,
         value_name = "N",
         help_heading = "File descriptors",
+        allow_negative_numbers = true,
         value_parser = clap::value_parser!(i32).range(0..)
     )]
     pub keep_fd: Vec<RawFd>,
 
-    /// Make the program's fd CHILD a copy of spawnkit's fd PARENT (repeatable).
+    /// Make the program's fd CHILD a copy of spawnkit's fd PARENT (repeatable). CHILD 0, 1
+    /// or 2 cannot be combined with the --stdin, --stdout or --stderr flag for that fd.
     #[arg(
         long,
         value_name = "CHILD=PARENT",
@@ -336,8 +352,16 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Locking", requires = "lock", conflicts_with = "lock_timeout")]
     pub lock_nonblock: bool,
 
-    /// Wait at most SECS (fractions allowed; 0 = --lock-nonblock) for the lock (flock -w).
-    #[arg(long, value_name = "SECS", help_heading = "Locking", requires = "lock", value_parser = parse_seconds)]
+    /// Wait at most SECS (fractions allowed, at most 1000000000; 0 = --lock-nonblock) for the
+    /// lock (flock -w).
+    #[arg(
+        long,
+        value_name = "SECS",
+        help_heading = "Locking",
+        requires = "lock",
+        allow_negative_numbers = true,
+        value_parser = parse_seconds
+    )]
     pub lock_timeout: Option<std::time::Duration>,
 
     /// Exit code when the lock cannot be taken: 0 to 255 (flock -E; default 1, as flock(1)).
@@ -347,6 +371,7 @@ pub struct RunArgs {
         default_value_t = 1,
         help_heading = "Locking",
         requires = "lock",
+        allow_negative_numbers = true,
         value_parser = clap::value_parser!(i32).range(0..=255)
     )]
     pub conflict_exit_code: i32,
@@ -356,7 +381,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", help_heading = "Isolation")]
     pub cgroup: Option<PathBuf>,
 
-    /// Print the steps the program's setup would run, and exit without spawning.
+    /// Print the steps the program's setup would run (and the environment changes: env
+    /// clear, unset, set), and exit without spawning. A setup the chosen strategy cannot do
+    /// is refused as the real run would refuse it.
     #[arg(long, help_heading = "Spawning")]
     pub dry_run: bool,
 
@@ -367,6 +394,7 @@ pub struct RunArgs {
     pub via: Option<PathBuf>,
 
     /// The server's key file, for --via (default: $SPAWNKIT_SERVER_KEY, else SOCKET.key).
+    /// Refused without --via or $SPAWNKIT_SERVER: a local run has no server to prove it to.
     #[arg(long, value_name = "PATH", help_heading = "Spawning")]
     pub key_file: Option<PathBuf>,
 
@@ -505,6 +533,16 @@ pub fn main(args: &RunArgs) -> i32 {
 }
 
 fn run(args: &RunArgs) -> Result<i32, Failure> {
+    check_stdio_conflicts(args)?;
+    let via = args.via.clone().or_else(|| {
+        std::env::var_os(spawnkit::serve::SERVER_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
+    });
+    if via.is_none() && args.key_file.is_some() {
+        return Err(Failure::setup(format!(
+            "--key-file is a spawn server's key: give --via SOCKET (or set ${}) too, or drop it",
+            spawnkit::serve::SERVER_ENV
+        )));
+    }
     check_parent_fds(args)?;
     let mut cmd = build_command(args)?;
     let opened = open_stdio(args, &mut cmd)?;
@@ -514,16 +552,14 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
         for line in &opened {
             text += &format!("{line} (in spawnkit; not done in a dry run)\n");
         }
-        text += &format!("{plan}\n");
+        text += &with_env_lines(&plan.to_string(), &env_lines(args));
+        text.push('\n');
         // A reader that went away (`| head -3`) had what it wanted, as for `spawnkit ps`.
         return match out::print_stdout(&text) {
             Ok(()) | Err(out::Failure::Pipe) => Ok(0),
             Err(out::Failure::Msg(m)) => Err(Failure::setup(m)),
         };
     }
-    let via = args.via.clone().or_else(|| {
-        std::env::var_os(spawnkit::serve::SERVER_ENV).filter(|v| !v.is_empty()).map(PathBuf::from)
-    });
     let mut client = match &via {
         None => None,
         Some(socket) => Some(match &args.key_file {
@@ -550,6 +586,73 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
     };
     let status = wait_forwarding(&mut child, &signals, child_has_own_group(args))?;
     Ok(status.shell_code())
+}
+
+/// `--fd` and `--keep-fd` may not set the fd a `--stdin`/`--stdout`/`--stderr` flag sets:
+/// one of the two would silently lose (the file still opened, and truncated, for nothing).
+fn check_stdio_conflicts(args: &RunArgs) -> Result<(), Failure> {
+    let first = |flags: &[(bool, &'static str)]| flags.iter().find(|f| f.0).map(|f| f.1);
+    let streams = [
+        first(&[(args.stdin.is_some(), "--stdin")]),
+        first(&[
+            (args.stdout.is_some(), "--stdout"),
+            (args.stdout_append.is_some(), "--stdout-append"),
+        ]),
+        first(&[
+            (args.stderr.is_some(), "--stderr"),
+            (args.stderr_append.is_some(), "--stderr-append"),
+            (args.stderr_to_stdout, "--stderr-to-stdout"),
+        ]),
+    ];
+    let maps = args.fd.iter().map(|&(c, p)| (c, format!("--fd {c}={p}")));
+    let keeps = args.keep_fd.iter().map(|&fd| (fd, format!("--keep-fd {fd}")));
+    for (fd, given) in maps.chain(keeps) {
+        let stream = usize::try_from(fd).ok().and_then(|i| streams.get(i).copied().flatten());
+        if let Some(flag) = stream {
+            return Err(Failure::setup(format!(
+                "{given} and {flag} both set the program's fd {fd}: give only one"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The environment changes the flags make, one line each in the plan's style, in the order
+/// they apply (env(1)'s: clear, unset, set). The plan itself does not show the environment.
+fn env_lines(args: &RunArgs) -> Vec<String> {
+    let mut lines = Vec::new();
+    if args.env_clear {
+        lines.push("env clear".to_string());
+    }
+    for key in &args.unset {
+        lines.push(format!("env unset {}", quoted(key)));
+    }
+    for (key, value) in &args.env {
+        let mut pair = key.clone();
+        pair.push("=");
+        pair.push(value);
+        lines.push(format!("env set {}", quoted(&pair)));
+    }
+    lines
+}
+
+/// `plan` (the plan's lines) with `env` inserted before its execve line, which takes the
+/// environment.
+fn with_env_lines(plan: &str, env: &[String]) -> String {
+    if env.is_empty() {
+        return plan.to_string();
+    }
+    let at = plan.rfind("\nexecve ").map_or(plan.len(), |i| i + 1);
+    let mut text = plan[..at].to_string();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    for line in env {
+        text += line;
+        text.push('\n');
+    }
+    text += &plan[at..];
+    text
 }
 
 /// The fds `--keep-fd` and `--fd` hand over must be open in spawnkit now, before it opens any
@@ -696,11 +799,49 @@ pub fn parse_bind(s: OsString) -> Result<(PathBuf, PathBuf), String> {
     Ok((path(src), path(dst)))
 }
 
-/// `--lock-timeout SECS`: a non-negative number of seconds, fractions allowed.
+/// The largest number of seconds [`parse_seconds`] takes (about 31 years): far past any
+/// wait anyone means, and far from where adding it to a clock reading (an `Instant`, in the
+/// server and the worker) would overflow.
+pub const MAX_SECONDS: u64 = 1_000_000_000;
+
+/// `--lock-timeout SECS` (and the other SECS flags): a number of seconds from 0 to
+/// [`MAX_SECONDS`], fractions allowed.
 pub fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if v.is_nan() {
+        return Err(format!("{s:?} is not a number of seconds"));
+    }
+    if v < 0.0 {
+        return Err(format!("{s:?} is negative: a number of seconds is 0 or more"));
+    }
+    if v > MAX_SECONDS as f64 {
+        return Err(format!("{s:?} is too large: at most {MAX_SECONDS} seconds (about 31 years)"));
+    }
     std::time::Duration::try_from_secs_f64(v)
-        .map_err(|_| format!("{s:?} is not a number of seconds >= 0"))
+        .map_err(|_| format!("{s:?} is not a number of seconds from 0 to {MAX_SECONDS}"))
+}
+
+/// A negative number given for a user or group id: refused here, where a name lookup of
+/// "-1" would only say there is no such user.
+fn refuse_negative_id(s: &str, what: &str) -> Result<(), String> {
+    match s.trim().strip_prefix('-') {
+        Some(digits) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("{s} is negative: a {what} id is 0 to {}", u32::MAX))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `--uid USER|UID` ([`User`]'s parser; a negative number is refused).
+pub fn parse_user(s: &str) -> Result<User, String> {
+    refuse_negative_id(s, "user")?;
+    s.parse::<User>().map_err(|e| e.to_string())
+}
+
+/// `--gid GROUP|GID` ([`Group`]'s parser; a negative number is refused).
+pub fn parse_group(s: &str) -> Result<Group, String> {
+    refuse_negative_id(s, "group")?;
+    s.parse::<Group>().map_err(|e| e.to_string())
 }
 
 /// How a `--stdin`/`--stdout`/`--stderr` file is opened.

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use spawnkit::{Server, ServerOptions, SigSet, Signal, SignalFd};
 
 use crate::out::note;
@@ -46,6 +47,10 @@ Examples:
   SPAWNKIT_SERVER=/tmp/s.sock spawnkit run -- ./job
   spawnkit serve --socket /tmp/s.sock --idle-exit 600 --max-clients 64";
 
+/// The most `--pool` children per spawning thread: each is a parked process, and the server
+/// keeps one pool per spawning thread (a CPU each), so an unbounded N forks without end.
+pub const MAX_POOL: i64 = 64;
+
 /// Options of `spawnkit serve`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = AFTER_HELP)]
@@ -60,30 +65,45 @@ pub struct ServeArgs {
     pub key_file: Option<PathBuf>,
 
     /// Exit after SECS with no client connected (children keep running).
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_seconds)]
     pub idle_exit: Option<Duration>,
 
     /// Close connections beyond N at once.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
     pub max_clients: Option<u32>,
 
     /// Close a connection whose request stays half sent for SECS (default 30).
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_seconds)]
     pub frame_timeout: Option<Duration>,
 
     /// Kill a child that has not reached execve SECS after its clone (default 10): a client
     /// that stops its child before the exec cannot hold a spawning thread.
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_seconds)]
     pub exec_timeout: Option<Duration>,
 
     /// Keep N children made ahead of time per spawning thread, woken by a request instead of
-    /// cloned for it (default 2; 0: none). Requests that need namespaces or a cgroup at the
-    /// clone clone as usual.
-    #[arg(long, value_name = "N")]
+    /// cloned for it (default 2; 0: none; at most 64). Requests that need namespaces or a
+    /// cgroup at the clone clone as usual.
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(0..=MAX_POOL).map(|n| n as usize)
+    )]
     pub pool: Option<usize>,
 
     /// Root only: also let this user in (name or number); its children run as it.
-    #[arg(long, value_name = "USER|UID", value_parser = str::parse::<spawnkit::User>)]
+    #[arg(
+        long,
+        value_name = "USER|UID",
+        allow_negative_numbers = true,
+        value_parser = crate::run::parse_user
+    )]
     pub allow_uid: Option<spawnkit::User>,
 }
 

@@ -85,7 +85,12 @@ pub struct WorkerArgs {
     pub cas_client_cert: Option<PathBuf>,
 
     /// Actions run at once: one bot session of capacity 1 each (default: the number of CPUs).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(1..=4096)
+    )]
     pub concurrency: Option<u32>,
 
     /// Where input roots (DIR/actions) and the content cache (DIR/cache) live.
@@ -110,11 +115,11 @@ pub struct WorkerArgs {
     pub fence: FenceSet,
 
     /// Run actions as this user (name or number).
-    #[arg(long, value_name = "USER|UID", value_parser = str::parse::<spawnkit::User>, help_heading = "Fence")]
+    #[arg(long, value_name = "USER|UID", allow_negative_numbers = true, value_parser = crate::run::parse_user, help_heading = "Fence")]
     pub uid: Option<spawnkit::User>,
 
     /// Run actions with this group (default: the group of --uid's number).
-    #[arg(long, value_name = "GROUP|GID", value_parser = str::parse::<spawnkit::Group>, help_heading = "Fence")]
+    #[arg(long, value_name = "GROUP|GID", allow_negative_numbers = true, value_parser = crate::run::parse_group, help_heading = "Fence")]
     pub gid: Option<spawnkit::Group>,
 
     /// A resource limit for each action, NAME=SOFT[:HARD] (nofile=1024, as=4G...; repeatable).
@@ -122,15 +127,15 @@ pub struct WorkerArgs {
     pub rlimit: Vec<spawnkit::Rlimit>,
 
     /// Timeout of an action that sets none, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = parse_seconds, help_heading = "Fence")]
+    #[arg(long, value_name = "SECS", default_value = "3600", allow_negative_numbers = true, value_parser = parse_seconds, help_heading = "Fence")]
     pub default_timeout: Duration,
 
     /// The longest timeout an action may set, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "86400", value_parser = parse_seconds, help_heading = "Fence")]
+    #[arg(long, value_name = "SECS", default_value = "86400", allow_negative_numbers = true, value_parser = parse_seconds, help_heading = "Fence")]
     pub max_timeout: Duration,
 
     /// After SIGTERM, how long running actions may finish before their leases are returned.
-    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", default_value = "60", allow_negative_numbers = true, value_parser = parse_seconds)]
     pub drain_timeout: Duration,
 
     /// Write the worker's figures (actions; per action, in µs: overhead, and its part waiting

@@ -393,3 +393,12 @@ fn a_leader_that_exited_before_its_threads_is_measured_through_a_thread() {
     assert_eq!(list[0]["status"], "denied", "{list:?}");
     assert_eq!(list[0]["rss"], Value::Null);
 }
+
+#[test]
+fn a_negative_top_is_a_clear_usage_error() {
+    for (flag, name) in [("-n", "--top"), ("--top", "--top")] {
+        spawnkit(["mem", flag, "-1"])
+            .bad_value(name, "-1")
+            .stderr_has("-1 is not in 0..=4294967295");
+    }
+}

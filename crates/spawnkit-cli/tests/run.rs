@@ -1420,3 +1420,172 @@ fn terminal_ctrl_c_reaches_the_child_once() {
     assert_eq!(ctrl_c(&["--pgid", "0"]), Some(130));
     assert_eq!(ctrl_c(&["--setsid"]), Some(130));
 }
+
+// ---------------------------------------------------------------------------------------
+// Flags that contradict each other or that nothing uses; values out of range
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn fd_maps_may_not_override_the_stream_flags() {
+    let dir = TempDir::new("stdio-vs-fd");
+    let out = dir.join("out.txt");
+    let o = out.to_str().unwrap();
+    // (flags, the --fd or --keep-fd given, the stream flag it contradicts, the fd)
+    let cases: &[(&[&str], &str, &str, i32)] = &[
+        (&["--stdout", o, "--fd", "1=2"], "--fd 1=2", "--stdout", 1),
+        (&["--stdout-append", o, "--fd", "1=2"], "--fd 1=2", "--stdout-append", 1),
+        (&["--stdout", o, "--keep-fd", "1"], "--keep-fd 1", "--stdout", 1),
+        (&["--stderr", o, "--fd", "2=1"], "--fd 2=1", "--stderr", 2),
+        (&["--stderr-append", o, "--fd", "2=1"], "--fd 2=1", "--stderr-append", 2),
+        (&["--stderr-to-stdout", "--fd", "2=1"], "--fd 2=1", "--stderr-to-stdout", 2),
+        (&["--stdin", "/dev/null", "--fd", "0=2"], "--fd 0=2", "--stdin", 0),
+        (&["--stdin", "/dev/null", "--keep-fd", "0"], "--keep-fd 0", "--stdin", 0),
+    ];
+    for &(flags, given, stream, fd) in cases {
+        for dry in [false, true] {
+            let mut args: Vec<&str> = flags.to_vec();
+            if dry {
+                args.push("--dry-run");
+            }
+            args.extend(["--", "echo", "hello"]);
+            let r = run(&args);
+            r.code(125).stderr_is(&format!(
+                "spawnkit: {given} and {stream} both set the program's fd {fd}: give only one\n"
+            ));
+            assert_eq!(r.stdout, "", "{args:?}");
+            assert!(!out.exists(), "{args:?}: the file was opened for nothing");
+        }
+    }
+    // Different fds do not collide.
+    run(["--stdout", o, "--fd", "3=2", "--dry-run", "--", "true"]).code(0);
+}
+
+#[test]
+fn key_file_without_a_server_is_refused() {
+    let local = |args: &[&str]| {
+        let mut cmd = spawnkit_cmd(["run"]);
+        cmd.args(args).env_remove("SPAWNKIT_SERVER");
+        Res::of(&mut cmd)
+    };
+    for args in [
+        &["--key-file", "/etc/passwd", "--", "echo", "x"][..],
+        &["--key-file", "/etc/passwd", "--dry-run", "--", "echo", "x"][..],
+    ] {
+        let r = local(args);
+        r.code(125).stderr_is(
+            "spawnkit: --key-file is a spawn server's key: give --via SOCKET (or set \
+             $SPAWNKIT_SERVER) too, or drop it\n",
+        );
+        assert_eq!(r.stdout, "", "{args:?}: echo must not run");
+    }
+    // With a server named (a dry run connects to nothing) it is taken.
+    local(&["--via", "/nonexistent.sock", "--key-file", "/etc/passwd", "--dry-run", "--", "true"])
+        .code(0);
+    let mut cmd = spawnkit_cmd(["run", "--key-file", "/etc/passwd", "--dry-run", "--", "true"]);
+    Res::of(cmd.env("SPAWNKIT_SERVER", "/nonexistent.sock")).code(0);
+}
+
+#[test]
+fn seconds_too_large_say_so_and_name_the_maximum() {
+    let dir = TempDir::new("secs");
+    let lock = dir.join("lock");
+    let lock = lock.to_str().unwrap();
+    for big in ["1e30", "1000000001", "inf"] {
+        run(["--lock", lock, "--lock-timeout", big, "--", "true"])
+            .bad_value("--lock-timeout", big)
+            .stderr_has(&format!("\"{big}\" is too large: at most 1000000000 seconds"));
+    }
+    run(["--lock", lock, "--lock-timeout", "1000000000", "--dry-run", "--", "true"]).code(0);
+    run(["--lock", lock, "--lock-timeout", "nan", "--", "true"])
+        .bad_value("--lock-timeout", "nan")
+        .stderr_has("\"nan\" is not a number of seconds");
+}
+
+#[test]
+fn negative_numbers_reach_the_flags_parser() {
+    let dir = TempDir::new("negative");
+    let lock = dir.join("lock");
+    let lock = lock.to_str().unwrap();
+    let cases: &[(&str, &str, &str)] = &[
+        ("--lock-timeout", "-1", "\"-1\" is negative: a number of seconds is 0 or more"),
+        ("--lock-timeout", "-0.5", "is negative"),
+        ("--uid", "-1", "-1 is negative: a user id is 0 to 4294967295"),
+        ("--gid", "-1", "-1 is negative: a group id is 0 to 4294967295"),
+        ("--pgid", "-1", "-1 is not in 0..=2147483647"),
+        ("--keep-fd", "-1", "-1 is not in 0..=2147483647"),
+        ("--conflict-exit-code", "-1", "-1 is not in 0..=255"),
+    ];
+    for &(flag, value, why) in cases {
+        // The value as a word of its own, where clap took it for an unknown flag.
+        run(["--lock", lock, flag, value, "--", "true"]).bad_value(flag, value).stderr_has(why);
+    }
+    // --nice takes negative numbers as it did.
+    run(["--nice", "-1", "--dry-run", "--", "true"]).code(0);
+}
+
+#[test]
+fn dry_run_shows_the_environment_changes() {
+    let r = run([
+        "--dry-run",
+        "--env-clear",
+        "--unset",
+        "B",
+        "--env",
+        "A=1",
+        "--env",
+        "C=x y",
+        "--",
+        "/usr/bin/env",
+    ]);
+    r.code(0).stderr_is("");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    let n = lines.len();
+    assert!(n >= 5, "{lines:#?}");
+    assert_eq!(
+        lines[n - 5..],
+        [
+            "env clear",
+            "env unset \"B\"",
+            "env set \"A=1\"",
+            "env set \"C=x y\"",
+            "execve \"/usr/bin/env\" argv [\"/usr/bin/env\"]",
+        ],
+        "{lines:#?}"
+    );
+    // No environment flag: no env line.
+    let r = run(["--dry-run", "--", "/usr/bin/env"]);
+    assert!(!r.stdout.lines().any(|l| l.starts_with("env ")), "{}", r.stdout);
+}
+
+#[test]
+fn dry_run_refuses_what_the_strategy_would_refuse() {
+    for flags in [
+        &["--rlimit", "nofile=5"][..],
+        &["--uid", "1"][..],
+        &["--nice", "1"][..],
+        &["--umask", "077"][..],
+        &["--cpus", "0"][..],
+        &["--pdeathsig", "TERM"][..],
+        &["--no-new-privs"][..],
+    ] {
+        let with = |dry: bool| {
+            let mut args = vec!["--strategy", "posix-spawn"];
+            args.extend_from_slice(flags);
+            if dry {
+                args.push("--dry-run");
+            }
+            args.extend(["--", "true"]);
+            run(&args)
+        };
+        let real = with(false);
+        real.code(125).stderr_has("posix-spawn strategy cannot do");
+        let dry = with(true);
+        assert_eq!(dry.code, Some(125), "{flags:?}: {dry:#?}");
+        assert_eq!(dry.stdout, "", "{flags:?}: no plan is printed");
+        assert_eq!(dry.stderr, real.stderr, "{flags:?}: the dry run fails as the run does");
+    }
+    // What posix_spawn can do still prints its plan.
+    let r = run(["--strategy", "posix-spawn", "--setsid", "--cwd", "/", "--dry-run", "--", "true"]);
+    r.code(0);
+    assert!(r.stdout.starts_with("strategy posix-spawn\n"), "{}", r.stdout);
+}

@@ -1242,9 +1242,10 @@ fn sigterm_stops_accepting_and_leaves_children_running() {
 fn idle_exit_and_max_clients() {
     let s = Serve::start(&["--idle-exit", "0.3", "--max-clients", "1"]);
     let a = s.client();
-    // A second client is closed at once.
+    // A second client is refused at once, and told why (a Failure frame in place of the
+    // challenge).
     let e = Client::connect(&s.socket).unwrap_err();
-    assert!(e.to_string().contains("closed the connection"), "{e}");
+    assert!(e.to_string().contains("most clients connected (--max-clients 1)"), "{e}");
     drop(a);
     let mut s = s;
     let t0 = Instant::now();
@@ -1282,4 +1283,35 @@ fn default_socket_dir_is_private() {
     assert_eq!(line.trim_end(), run.join("spawnkit/server.sock").display().to_string());
     assert!(p.wait().unwrap().success());
     let _ = Write::flush(&mut std::io::stdout());
+}
+
+#[test]
+fn pool_is_bounded_and_bad_numbers_are_one_line() {
+    // A server that started anyway (without the bound) exits by itself after a second with
+    // no client, so the test fails rather than hangs.
+    let dir = TempDir::new("pool-bound");
+    let socket = dir.join("s.sock");
+    let serve = |flag: &str, value: &str| {
+        let mut cmd = spawnkit_cmd(["serve", "--socket"]);
+        cmd.arg(&socket).args([flag, value]).env("SPAWNKIT_SERVER_ONLY", "1");
+        if flag != "--idle-exit" {
+            cmd.args(["--idle-exit", "1"]);
+        }
+        Res::of(&mut cmd)
+    };
+    for value in ["65", "100000", "-1"] {
+        serve("--pool", value).bad_value("--pool", value).stderr_has(&format!(
+            "error: invalid value '{value}' for '--pool <N>': {value} is not in 0..=64\n"
+        ));
+    }
+    for (flag, value, why) in [
+        ("--idle-exit", "-1", "\"-1\" is negative"),
+        ("--frame-timeout", "-1", "\"-1\" is negative"),
+        ("--exec-timeout", "1e30", "\"1e30\" is too large: at most 1000000000 seconds"),
+        ("--max-clients", "-1", "-1 is not in 1..=4294967295"),
+        ("--allow-uid", "-1", "-1 is negative: a user id"),
+    ] {
+        serve(flag, value).bad_value(flag, value).stderr_has(why);
+    }
+    assert!(!socket.exists());
 }

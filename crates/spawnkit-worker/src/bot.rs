@@ -91,7 +91,7 @@ struct Reported {
 }
 
 fn log(msg: impl std::fmt::Display) {
-    eprintln!("spawnkit worker: {msg}");
+    crate::note(format_args!("{msg}"));
 }
 
 pub struct Bot {

@@ -22,6 +22,14 @@ pub use auth::Tls;
 pub use bot::Stats;
 pub use exec::Fence;
 
+/// One line on stderr, `spawnkit worker: LINE`. Unlike `eprintln!`, a stderr that cannot be
+/// written (/dev/full, a closed pipe) is no panic: the line is lost, the worker goes on (as
+/// the CLI's `note!` does).
+pub(crate) fn note(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "spawnkit worker: {line}");
+}
+
 /// Everything `spawnkit worker` is configured with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -173,7 +181,7 @@ async fn run_async(config: Config) -> Result<Stats, String> {
     for b in bots {
         match b.await {
             Ok(s) => stats.merge(s),
-            Err(e) => eprintln!("spawnkit worker: a bot session's task failed: {e}"),
+            Err(e) => note(format_args!("a bot session's task failed: {e}")),
         }
     }
     signals.abort();
@@ -202,9 +210,9 @@ async fn run_async(config: Config) -> Result<Stats, String> {
         );
         std::fs::write(path, json).map_err(|e| format!("--stats-file {}: {e}", path.display()))?;
     }
-    eprintln!(
-        "spawnkit worker: stopped: {} actions completed, {} leases returned, {} cancelled",
+    note(format_args!(
+        "stopped: {} actions completed, {} leases returned, {} cancelled",
         stats.completed, stats.returned, stats.cancelled
-    );
+    ));
     Ok(stats)
 }

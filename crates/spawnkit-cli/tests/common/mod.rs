@@ -84,4 +84,21 @@ impl Res {
         assert!(self.stderr.contains(part), "stderr should contain {part:?}; {self:#?}");
         self
     }
+
+    /// A usage error that the parser of `flag` gave for `value`: exit 125, nothing on stdout,
+    /// and stderr opening with clap's one line `error: invalid value 'VALUE' for 'FLAG <..>':
+    /// WHY` (not "unexpected argument", a tip and the usage, as when clap takes a negative
+    /// number for a flag of its own).
+    #[track_caller]
+    pub fn bad_value(&self, flag: &str, value: &str) -> &Res {
+        assert_eq!(self.code, Some(125), "{flag} {value}: exit code; {self:#?}");
+        assert_eq!(self.stdout, "", "{flag} {value}: stdout; {self:#?}");
+        let first = self.stderr.lines().next().unwrap_or_default();
+        let head = format!("error: invalid value '{value}' for '{flag} <");
+        assert!(first.starts_with(&head), "{flag} {value}: first line {first:?}; {self:#?}");
+        for noise in ["unexpected argument", "tip:", "Usage:"] {
+            assert!(!self.stderr.contains(noise), "{flag} {value}: {noise:?} in {self:#?}");
+        }
+        self
+    }
 }

@@ -400,6 +400,13 @@ impl Plan {
             // fails first and whose "DIR/" candidates then say EACCES or ENOENT.
             return Err(Error::os("execve", "\"\"", libc::ENOENT));
         }
+        if plan.strategy == Strategy::PosixSpawn {
+            // What posix_spawn cannot do is refused here, as the spawn would refuse it, so a
+            // plan that builds (a dry run) is one the spawn takes.
+            if let Some(e) = crate::sys::posix::refusal(&plan.steps) {
+                return Err(e);
+            }
+        }
         Ok(plan)
     }
 

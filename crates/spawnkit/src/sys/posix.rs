@@ -64,6 +64,26 @@ fn sigset(bits: u64) -> libc::sigset_t {
 /// child unless they are in the SETSIGDEF set. The other strategies leave them at SIG_DFL.
 const GLIBC_INTERNAL: u64 = (1 << 31) | (1 << 32);
 
+/// The error for the first step posix_spawn(3) has no attribute or file action for, if any.
+pub(crate) fn refusal(steps: &[Step]) -> Option<Error> {
+    steps.iter().find(|s| !can_do(s)).map(unsupported)
+}
+
+/// The steps [`prepare`] turns into posix_spawn attributes and file actions.
+fn can_do(step: &Step) -> bool {
+    matches!(
+        step,
+        Step::SignalDefault { .. }
+            | Step::Setsid
+            | Step::Setpgid { .. }
+            | Step::DupAway { .. }
+            | Step::Dup2 { .. }
+            | Step::ClearCloexec { .. }
+            | Step::CloseRange { .. }
+            | Step::Chdir { .. }
+    )
+}
+
 fn unsupported(step: &Step) -> Error {
     let (name, _) = step.describe();
     Error::unsupported(
