@@ -393,3 +393,79 @@ def test_a_closed_loop_is_not_kept():
     del loop
     gc.collect()
     assert gone() is None
+
+
+async def _cancel_starts_with_pipes(marker):
+    """Cancel starts with pipes while each awaits its exec (or the server's answer); with the
+    CancelledError still referenced, the fds opened since and not closed, for each."""
+    await asyncio.sleep(0)
+    before = open_fds()  # the loop's own included
+    left = []
+    for _ in range(10):
+        t = asyncio.ensure_future(ska.create_subprocess_exec(
+            "sleep", marker, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE))
+        await asyncio.sleep(0)  # the start is out, its outcome awaited
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError) as e:
+            await t
+        # The exception (its traceback holds the start's frames) is alive: no pipe is open
+        # on its account.
+        assert e.value is not None
+        left.append(sorted(set(open_fds()) - set(before)))
+    return left
+
+
+@pytest.mark.parametrize("how", ["locally", "through a server"])
+def test_a_cancelled_start_closes_its_pipes(how, request):
+    # asyncio's own start closes them: no fd waits for the collector, no ResourceWarning.
+    import gc
+    import warnings
+
+    if how != "locally":
+        request.getfixturevalue("through")
+    marker = f"32.{os.getpid()}"
+    before = open_fds()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always", ResourceWarning)
+        left = asyncio.run(_cancel_starts_with_pipes(marker))
+        gc.collect()
+    assert [x for x in w if issubclass(x.category, ResourceWarning)] == []
+    assert left == [[]] * 10
+    assert processes_with_arg(marker) == []
+    assert open_fds() == before
+
+
+LEFT_RUNNING = textwrap.dedent("""
+    import asyncio, gc, os, sys
+    import spawnkit.asyncio as ska
+
+    async def main():
+        p = await ska.create_subprocess_exec("sleep", "30", stdin=asyncio.subprocess.PIPE,
+                                             stdout=asyncio.subprocess.PIPE)
+        return p.pid, os.readlink(f"/proc/{p.pid}/fd/1")
+
+    pid, pipe = (ska.run if sys.argv[1] == "EventLoop" else asyncio.run)(main())
+    gc.collect()
+    with open(f"/proc/{pid}/stat") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    ours = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            ours.append(os.readlink(f"/proc/self/fd/{n}"))
+        except FileNotFoundError:
+            pass  # the listing's own
+    print(state in "RSD", pipe in ours)  # running, and its pipe closed here
+    os.kill(pid, 9)
+""")
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "EventLoop"])
+def test_a_loop_closed_with_a_child_running_says_nothing(loop):
+    # CPython 3.11 says nothing and leaves the child running; the transport, no longer held
+    # by the closed loop, must not ask it to schedule anything ("Event loop is closed"), and
+    # its pipe is closed with it.
+    r = subprocess.run([sys.executable, "-c", LEFT_RUNNING, loop], capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == "True False\n"

@@ -466,3 +466,141 @@ def test_a_worker_carries_neither_spawnkit_subprocess_nor_observe():
     assert p.exitcode == 0
     assert "spawnkit._native" in got and "spawnkit.multiprocessing" in got, got
     assert "spawnkit.subprocess" not in got and "spawnkit.observe" not in got, got
+
+
+def _run_script(tmp_path, code, *args, timeout=120):
+    """Run `code` as a script of its own (a process with its own zygote); (rc, out, err)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                       timeout=timeout, cwd=str(tmp_path))
+    return r.returncode, r.stdout, r.stderr
+
+
+ZYGOTE_DEATH = """
+    import multiprocessing, os, signal, sys, time
+    import spawnkit.multiprocessing as skmp
+
+    def f(code):
+        sys.exit(code)
+
+    def wait(s):
+        time.sleep(s)
+        sys.exit(5)
+
+    def state(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    def dead(pid):
+        for _ in range(500):
+            if state(pid) in ("Z", "X", "gone"):
+                return True
+            time.sleep(0.01)
+        return False
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context("spawnkit")
+        running = ctx.Process(target=wait, args=(1,))
+        running.start()
+        old = skmp._client
+        zygote = old.proc.pid
+        for _ in range(200):  # the stock filled
+            with old.lock:
+                old._reply(block=False)
+                if old.stock:
+                    break
+            time.sleep(0.01)
+        stock = [pid for pid, _, _ in old.stock]
+        killed = [zygote]
+        if sys.argv[1] == "template":
+            with open(f"/proc/{zygote}/task/{zygote}/children") as children:
+                killed += [int(x) for x in children.read().split()]
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        assert all(dead(pid) for pid in killed)
+        running.join(10)
+        print("running", running.exitcode)
+        for i in range(3):
+            p = ctx.Process(target=f, args=(3,))
+            p.start()
+            p.join(10)
+            print("next", p.exitcode)
+        print("new zygote", skmp._client.proc.pid != zygote, skmp._client.proc.poll())
+        # The dead zygote's stock went with it: its idle workers exit.
+        print("old stock gone", bool(stock) and all(dead(pid) for pid in stock))
+"""
+
+
+@pytest.mark.parametrize("killed", ["zygote", "template"])
+def test_a_dead_zygote_is_replaced_on_the_next_start(tmp_path, killed):
+    # As forkserver's ensure_running starts a new server: the zygote killed (and with it, or
+    # not, its template), the next start() starts a new zygote; a process already running
+    # is not disturbed.
+    rc, out, err = _run_script(tmp_path, ZYGOTE_DEATH, killed)
+    assert rc == 0, err
+    assert out.split("\n") == ["running 5", "next 3", "next 3", "next 3",
+                               "new zygote True None", "old stock gone True", ""], err
+
+
+NO_GUARD = """
+    import multiprocessing, sys
+    import spawnkit.multiprocessing
+
+    def f():
+        print("child ran", flush=True)
+
+    ctx = multiprocessing.get_context(sys.argv[1])
+    p = ctx.Process(target=f)
+    p.start()
+    p.join()
+    print("parent done, exitcode", p.exitcode, flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawnkit"])
+def test_a_script_without_the_main_guard_fails_as_with_forkserver(tmp_path, method):
+    # The process's import of the main script calls start(): multiprocessing's
+    # "bootstrapping phase" RuntimeError in the child (exit code 1), never the script's
+    # program run again (in the zygote: a zygote of its own, its process run).
+    rc, out, err = _run_script(tmp_path, NO_GUARD, method)
+    assert rc == 0, err
+    assert out == "parent done, exitcode 1\n", (out, err)
+    assert "current process has finished its bootstrapping phase" in err, err
+
+
+def _nothing(conns):
+    pass
+
+
+def test_too_many_fds_is_a_value_error_and_keeps_the_stock():
+    # As forkserver: ValueError("too many fds") before anything is sent (no worker of the
+    # stock spent on it, nor the message overflowing the frame's fd count).
+    ctx = skmp.get_context()
+    client = skmp._zygote()
+    stocked = _stocked(client)
+    pairs = [ctx.Pipe() for _ in range(260)]
+    try:
+        p = ctx.Process(target=_nothing, args=([b for a, b in pairs],))
+        with pytest.raises(ValueError, match="too many fds"):
+            p.start()
+        with client.lock:
+            assert [pid for pid, _, _ in client.stock][: len(stocked)] == stocked
+        assert skmp._zygote() is client
+        # The most a process can carry still goes (the sentinel and the tracker's fd too).
+        fds = [b for a, b in pairs][: skmp.MAX_FDS - 2]
+        p = ctx.Process(target=_nothing, args=(fds,))
+        p.start()
+        p.join(10)
+        assert p.exitcode == 0 and p.pid == stocked[0]
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()

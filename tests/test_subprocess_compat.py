@@ -911,3 +911,83 @@ def test_odd_but_accepted_arguments():
     agree(lambda m: m.run(["true"], stdin=-3, cwd="/"))
     agree(lambda m: m.run(["true"], stdin=object()))
     agree(lambda m: m.run(["true"], cwd=3))
+
+
+# ---------------------------------------------------------------- timeouts beyond a lock's
+
+def test_huge_and_infinite_timeouts():
+    # Beyond threading.TIMEOUT_MAX (~292 years): CPython waits; a lock's timeout would
+    # overflow (OverflowError: timestamp out of range for platform time_t).
+    import math
+    for t in (math.inf, 1e10, threading.TIMEOUT_MAX * 2):
+        assert agree(lambda m: m.Popen(["sh", "-c", "exit 3"]).wait(timeout=t)) == ("ok", 3)
+        assert agree(lambda m: m.call(["sh", "-c", "exit 4"], timeout=t)) == ("ok", 4)
+        assert agree(lambda m: m.run(["true"], timeout=t).returncode) == ("ok", 0)
+
+
+def test_nan_timeout_waits_for_the_exit():
+    # CPython's wait loop never finds a NaN timeout up: it waits for the exit.
+    def w(m):
+        t0 = time.monotonic()
+        rc = m.Popen(["sh", "-c", "sleep 0.3; exit 5"]).wait(timeout=float("nan"))
+        return rc, time.monotonic() - t0 >= 0.25
+    assert agree(w) == ("ok", (5, True))
+
+
+# ---------------------------------------------------------------- a spawn server restarted
+
+SERVE_BIN = next((p for p in (pathlib.Path(__file__).resolve().parent.parent / "target" / b
+                              / "spawnkit" for b in ("debug", "release")) if p.exists()), None)
+
+
+def _start_serve(sock):
+    for p in (sock, sock + ".key"):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+    srv = std.Popen([SERVE_BIN, "serve", "--socket", sock], stdout=std.DEVNULL,
+                    stderr=std.DEVNULL)
+    for _ in range(200):
+        if os.path.exists(sock) and os.path.exists(sock + ".key"):
+            return srv
+        time.sleep(0.05)
+    srv.kill()
+    srv.wait()
+    pytest.fail("spawnkit serve did not start")
+
+
+@pytest.mark.skipif(SERVE_BIN is None, reason="target/*/spawnkit is not built (scripts/test "
+                                              "builds it)")
+def test_use_server_connects_again_after_the_server_restarts(tmp_path):
+    sock = str(tmp_path / "sock")
+    srv = _start_serve(sock)
+    sk.use_server(sock)
+    try:
+        assert sk.run(["sh", "-c", "exit 6"], timeout=10).returncode == 6
+        srv.kill()
+        srv.wait()
+        # The spawn that meets the dead connection fails, and is not sent again.
+        with pytest.raises(ConnectionError):
+            sk.run(["true"], timeout=10)
+        # No server at the path: the next spawn tries to connect again, and fails.
+        with pytest.raises(OSError):
+            sk.run(["true"], timeout=10)
+        srv = _start_serve(sock)
+        # A server at the same path again: the next spawn connects to it (its child).
+        r = sk.run(py("import os; print(os.getppid())"), capture_output=True, timeout=10)
+        assert (r.returncode, int(r.stdout)) == (0, srv.pid)
+        # ... and the connection is kept for the spawns after it.
+        assert sk.run(["true"], timeout=10).returncode == 0
+        # Killed while a spawn is not in flight, the server's restart is seen again.
+        srv.kill()
+        srv.wait()
+        srv = _start_serve(sock)
+        with pytest.raises(ConnectionError):
+            sk.run(["true"], timeout=10)
+        r = sk.run(py("import os; print(os.getppid())"), capture_output=True, timeout=10)
+        assert int(r.stdout) == srv.pid
+    finally:
+        sk.use_server(None)
+        srv.kill()
+        srv.wait()

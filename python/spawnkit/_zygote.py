@@ -543,12 +543,19 @@ def main():
         # multiprocessing's spawn imports as __mp_main__ ...), applied once here instead of
         # once per process; each job carries what differs from it.
         base = pickle.loads(bytes.fromhex(prep))
+        # As a child of spawn or forkserver imports the main module: still bootstrapping, so
+        # a script without the `if __name__ == "__main__":` guard that starts a process at
+        # its top level fails here (multiprocessing's "bootstrapping phase" RuntimeError)
+        # instead of running its program inside the zygote.
+        process.current_process()._inheriting = True
         try:
             spawn.prepare(base)
         except Exception:
             # Each worker applies it again, failing (and reporting it) as spawn's child would.
             global base_prep
             base_prep = base
+        finally:
+            del process.current_process()._inheriting
     ctl, ctl_template = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.fork() == 0:
         # The template: before the key is read, without the listener or the alive pipe.

@@ -24,6 +24,7 @@ import collections as _collections
 import subprocess as _std_subprocess
 import threading as _threading
 import time as _time
+import warnings as _warnings
 import weakref as _weakref
 from asyncio import base_subprocess as _base_subprocess
 from asyncio import events as _events
@@ -74,6 +75,25 @@ class _Transport(_base_subprocess.BaseSubprocessTransport):
         self._extra["subprocess"] = proc
         if loop.get_debug():
             _log.logger.debug("process %r created: pid %s", proc.args[0], self._pid)
+
+    def __del__(self, _warn=_warnings.warn):
+        if not self._closed and self._loop.is_closed():
+            # The loop closed with the child still running: its reader on the pidfd, which
+            # held this transport, went with the loop's selector. BaseSubprocessTransport's
+            # __del__ would have the closed loop schedule the pipes' connection_lost
+            # ("Event loop is closed"). As CPython 3.11's loop (whose watcher thread holds
+            # the transport until the child exits) says nothing and leaves the child
+            # running: only the pipes go (their transports' own __del__ closes their fds if
+            # the closed loop cannot).
+            self._closed = True
+            for proto in self._pipes.values():
+                if proto is not None:
+                    try:
+                        proto.pipe.close()
+                    except RuntimeError:
+                        pass
+            return
+        super().__del__(_warn)
 
 
 def _watch(loop, transport):
@@ -279,13 +299,22 @@ def _answers_for(server):
 
 
 def _end_pending(proc):
-    """A start or request whose task was cancelled: take the child and kill and reap it."""
+    """A start or request whose task was cancelled: take the child and kill and reap it,
+    and close this side of its pipes (no transport will own them)."""
     try:
-        proc._sk_finish()
-    except Exception:  # noqa: BLE001,S110 - the spawn failed: nothing to end
-        return
-    proc.kill()
-    proc.wait()
+        try:
+            proc._sk_finish()
+        except Exception:  # noqa: BLE001,S110 - the spawn failed: nothing to end
+            return
+        proc.kill()
+        proc.wait()
+    finally:
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 
 async def _spawn_via(loop, server, args, shell, stdin, stdout, stderr, bufsize, kwargs):

@@ -86,11 +86,24 @@ class Popen(popen_fork.Popen):
             reduction.dump(process_obj, buf)
         finally:
             _context.set_spawning_popen(None)
+        # The parent sentinel and the tracker's fd go with the process's own: one message
+        # carries at most MAX_FDS (the kernel's SCM_MAX_FD). Refused before anything is sent
+        # (as forkserver does), so no worker of the stock is spent on it.
+        if len(self._fds) + 2 > MAX_FDS:
+            raise ValueError("too many fds")
         parent_r, parent_w = os.pipe()
         tracker = _tracker_fd()
         fds = [parent_r, tracker if tracker is not None else parent_r, *self._fds]
         try:
-            self._child = client.start(buf.getvalue(), fds)
+            try:
+                self._child = client.start(buf.getvalue(), fds)
+            except _Stale:
+                # The zygote was gone before the process was sent anywhere: a new one
+                # starts it (as forkserver's ensure_running starts a new server).
+                self._child = _zygote().start(buf.getvalue(), fds)
+        except BaseException:
+            os.close(parent_w)
+            raise
         finally:
             os.close(parent_r)
         self.pid = self._child.pid
@@ -176,6 +189,7 @@ class _Client:
 
         self.lock = threading.Lock()
         self.owner = os.getpid()
+        self.broken = False  # the connection failed: replaced on the next start
         key = os.urandom(32)
         self.key = key
         d = _socket_dir()
@@ -306,35 +320,59 @@ class _Client:
         if kind != 3 or not _native.auth_check_welcome(self.key, ns, nc, welcome):
             raise ConnectionError("the spawnkit zygote did not prove the key")
 
+    def alive(self):
+        """Whether the zygote still serves: its process runs and its connection has not
+        failed."""
+        return not self.broken and self.proc.poll() is None
+
     def start(self, payload, fds):
+        if len(fds) > MAX_FDS:
+            raise ValueError("too many fds")
         with self.lock:
-            if self.wanted:
+            try:
+                return self._start(payload, fds)
+            except ConnectionError:
+                # The connection is gone or out of step: the next start uses a new zygote.
+                self.broken = True
+                raise
+
+    def _start(self, payload, fds):
+        if self.wanted:
+            try:
                 got = self._reply(block=False)  # take in the Workers frames that arrived
-                if got is not None:
-                    for fd in got[4]:
-                        os.close(fd)
-                    raise ConnectionError("an answer from the zygote to no request")
-            while self.stock:
-                pid, pidfd, chan = self.stock.popleft()
-                try:
-                    send_job(chan, payload, fds)
-                except OSError:
-                    os.close(pidfd)  # it died unused: the next one
-                    continue
-                finally:
-                    chan.close()
-                child = _native.remote_child(pid, pidfd)
-                try:
-                    self._top_up()
-                except OSError:
-                    pass  # the process is started; the next dry stock meets the error
-                return child
-            # The stock ran dry: the zygote hands the job to a worker of its own pool.
+            except OSError as e:
+                # The zygote closed the connection before this process was sent anywhere.
+                raise _Stale(str(e)) from e
+            if got is not None:
+                for fd in got[4]:
+                    os.close(fd)
+                raise ConnectionError("an answer from the zygote to no request")
+        while self.stock:
+            pid, pidfd, chan = self.stock.popleft()
+            try:
+                send_job(chan, payload, fds)
+            except OSError:
+                os.close(pidfd)  # it died unused: the next one
+                continue
+            finally:
+                chan.close()
+            child = _native.remote_child(pid, pidfd)
+            try:
+                self._top_up()
+            except OSError:
+                # The process is started; the next start uses a new zygote.
+                self.broken = True
+            return child
+        # The stock ran dry: the zygote hands the job to a worker of its own pool.
+        try:
             self._top_up()
             id = self.next_id
             self.next_id += 1
+            # A send that fails delivered no whole frame: the zygote never had the job.
             send_frame(self.sock, KIND_FORK, payload, fds, id=id)
-            kind, _, rid, body, got = self._reply()
+        except OSError as e:
+            raise _Stale(str(e)) from e
+        kind, _, rid, body, got = self._reply()
         if rid != id:
             for fd in got:
                 os.close(fd)
@@ -346,6 +384,11 @@ class _Client:
         assert kind == KIND_SPAWNED and len(got) == 1
         (pid,) = struct.unpack("<I", body)
         return _native.remote_child(pid, got[0])
+
+
+class _Stale(ConnectionError):
+    """The zygote's connection failed before a process was sent to it or to a worker: the
+    start can be made again through a new zygote."""
 
 
 _ANC_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
@@ -401,9 +444,16 @@ def _shutdown():
 
 
 def _zygote():
+    """This process's zygote: started on first use, and again if the last one died or its
+    connection failed (as forkserver's ensure_running starts a new server)."""
     global _client
     with _client_lock:
-        if _client is None or _client.owner != os.getpid():
+        old = _client
+        if old is None or old.owner != os.getpid():
+            _client = _Client()
+        elif not old.alive():
+            _client = None
+            old.stop()  # its stock (the idle workers exit), connection and socket path
             _client = _Client()
         return _client
 

@@ -163,17 +163,21 @@ class Popen(_std.Popen):
             streams = (None if p2cread == -1 else p2cread,
                        None if c2pwrite == -1 else c2pwrite,
                        None if errwrite == -1 else errwrite)
-            if self._sk_submit_only and via is not None:
-                # spawnkit.spawn_many(via=...): the request goes now, the answer later
-                # (_sk_finish), so that every request is in flight at once.
-                self._sk_pending = (cmd, via, cmd.submit_child(*streams, via=via))
-            elif self._sk_submit_only:
-                # Locally: cloned now, its exec awaited later (_sk_finish).
-                self._sk_pending = (cmd, None, cmd.start_child(*streams))
-            else:
-                self._child = child = cmd.spawn_child(*streams, via=via)
-                self.pid = child.pid
-                self._child_created = True
+            try:
+                if self._sk_submit_only and via is not None:
+                    # spawnkit.spawn_many(via=...): the request goes now, the answer later
+                    # (_sk_finish), so that every request is in flight at once.
+                    self._sk_pending = (cmd, via, cmd.submit_child(*streams, via=via))
+                elif self._sk_submit_only:
+                    # Locally: cloned now, its exec awaited later (_sk_finish).
+                    self._sk_pending = (cmd, None, cmd.start_child(*streams))
+                else:
+                    self._child = child = cmd.spawn_child(*streams, via=via)
+                    self.pid = child.pid
+                    self._child_created = True
+            except ConnectionError:
+                _connection_lost(via)
+                raise
         finally:
             # The child's ends of the pipes and /dev/null, as CPython closes them (nothing to
             # close when no stream was redirected: skip the ExitStack).
@@ -194,7 +198,9 @@ class Popen(_std.Popen):
                 self._child = child = request.finish()  # a local start (start_child)
             else:
                 self._child = child = cmd.receive_child(request, via=via)
-        except BaseException:
+        except BaseException as e:
+            if isinstance(e, ConnectionError):
+                _connection_lost(via)
             for f in (self.stdin, self.stdout, self.stderr):
                 if f is not None:
                     f.close()
@@ -259,8 +265,18 @@ class Popen(_std.Popen):
                 if self.returncode is None:
                     self._reaped(self._child, None)
             return self.returncode
+        if timeout != timeout:
+            # NaN: CPython's loop never finds the time up (`remaining <= 0` is false), so it
+            # waits for the exit.
+            with lock:
+                if self.returncode is None:
+                    self._reaped(self._child, None)
+            return self.returncode
         endtime = _time() + timeout
-        acquired = lock.acquire(True, timeout) if timeout > 0 else lock.acquire(False)
+        # A lock cannot wait longer than TIMEOUT_MAX (~292 years; math.inf or 1e10 would
+        # overflow): the child's own wait below takes any length.
+        acquired = (lock.acquire(True, min(timeout, _threading.TIMEOUT_MAX)) if timeout > 0
+                    else lock.acquire(False))
         if acquired:
             try:
                 if self.returncode is None:
@@ -355,7 +371,9 @@ def _plain(args, stdin, stdout, stderr, via=None, submit_only=False):
             self._child = child = cmd.spawn_child(*codes, via=via)
             self.pid = child.pid
             self._child_created = True
-    except BaseException:
+    except BaseException as e:
+        if isinstance(e, ConnectionError):
+            _connection_lost(via)
         for f in (self.stdin, self.stdout, self.stderr):
             if f is not None:
                 f.close()
@@ -401,6 +419,17 @@ def _process_server():
         server = _native.Server.connect(path, key_file=key_file)
         state[0], state[1] = _os.getpid(), server
     return server
+
+
+def _connection_lost(server):
+    """A spawn through `server` failed on its connection (the server closed it, EPIPE,
+    ECONNRESET, a broken frame): if it is the process-wide server's cached connection to a
+    socket path, forget it, so that the next spawn connects again (a restarted server at the
+    same path serves it). The failed request itself is never sent again: the server may have
+    started its child."""
+    state = _server_state
+    if server is not None and state is not None and state[1] is server and state[2] is not None:
+        state[1] = None
 
 
 if _os.environ.get("SPAWNKIT_SERVER"):
