@@ -226,7 +226,8 @@ impl Bot {
                 let mut wake = Duration::from_secs(5);
                 if let Some(t) = terminating {
                     wake = wake.min(
-                        (t + self.config.drain_timeout).saturating_duration_since(Instant::now()),
+                        t.checked_add(self.config.drain_timeout)
+                            .map_or(wake, |end| end.saturating_duration_since(Instant::now())),
                     );
                 }
                 tokio::select! {

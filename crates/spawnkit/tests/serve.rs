@@ -861,3 +861,29 @@ fn a_client_over_max_clients_is_told_why() {
     stopper.stop();
     t.join().unwrap().unwrap();
 }
+
+/// Waits past any meaning (`Duration::MAX`) are taken as very long ones, not added to a clock
+/// reading until it overflows (a panic in the server's loop before).
+#[test]
+fn huge_timeouts_are_very_long_not_a_panic() {
+    let dir = TempDir::new("serve-huge");
+    let sock = dir.join("s.sock");
+    let opts = ServerOptions {
+        frame_timeout: Some(Duration::MAX),
+        idle_exit: Some(Duration::MAX),
+        exec_timeout: Some(Duration::MAX),
+        ..ServerOptions::default()
+    };
+    let server = Server::bind(Some(&sock), None, opts).unwrap();
+    let stopper = server.stopper();
+    let t = std::thread::spawn(move || server.run());
+    let mut client = Client::connect(&sock).unwrap();
+    // A request left half sent: the loop computes its deadline from frame_timeout.
+    let mut raw = UnixStream::connect(&sock).unwrap();
+    let _ = read_challenge(&mut raw);
+    raw.write_all(&[0u8; 7]).unwrap();
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+    drop((client, raw));
+    stopper.stop();
+    t.join().expect("no panic in the server").unwrap();
+}

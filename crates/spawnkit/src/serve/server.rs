@@ -428,7 +428,16 @@ fn errno_of(e: &std::io::Error) -> i32 {
 
 impl Server {
     /// A server on `listener` (and on nothing else until [`run`](Server::run)).
-    pub fn new(listener: Option<UnixListener>, key: Key, opts: ServerOptions) -> Result<Server> {
+    pub fn new(
+        listener: Option<UnixListener>,
+        key: Key,
+        mut opts: ServerOptions,
+    ) -> Result<Server> {
+        // Waits past any meaning are cut to one that a clock reading can be added to (a
+        // larger one would overflow the Instant it is added to).
+        for t in [&mut opts.idle_exit, &mut opts.frame_timeout, &mut opts.exec_timeout] {
+            *t = t.map(|d| d.min(MAX_WAIT));
+        }
         let (stop_r, stop_w) = parent::pipe().map_err(|e| Error::os("pipe2", "stop", e))?;
         Ok(Server {
             key,
@@ -546,6 +555,9 @@ impl Server {
         // (`self.made` removes the socket and key files as `self` drops here.)
     }
 }
+
+/// The longest wait a server option keeps (about 31 years).
+const MAX_WAIT: Duration = Duration::from_secs(1_000_000_000);
 
 /// Files a server made (its socket, its key), removed when dropped.
 #[derive(Debug, Default)]
