@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::fixtures::{is_root, probe};
-use common::{spawnkit, spawnkit_cmd, Res};
+use common::{closed_pipe, spawnkit, spawnkit_cmd, Res};
 
 /// Every strategy.
 const STRATEGIES: [&str; 3] = ["clone-vfork", "posix-spawn", "fork-exec"];
@@ -1119,19 +1119,6 @@ fn dry_run_reports_invalid_commands() {
 /// /dev/full, opened for writing: every write fails with ENOSPC.
 fn dev_full() -> Stdio {
     Stdio::from(std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full"))
-}
-
-/// The write end of a pipe whose read end is closed: every write fails with EPIPE (spawnkit,
-/// a Rust program, ignores SIGPIPE).
-fn closed_pipe() -> Stdio {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both fds were just created and are owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    drop(read);
-    Stdio::from(write)
 }
 
 /// `spawnkit ARGS` with stdout and stderr as given; (exit code, stderr if captured).

@@ -8,19 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::spawnkit_cmd;
-
-/// The write end of a pipe whose read end is closed: every write fails with EPIPE.
-fn closed_pipe() -> Stdio {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both fds were just created and are owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    drop(read);
-    Stdio::from(write)
-}
+use common::{closed_pipe, spawnkit_cmd};
 
 fn dev_full() -> Stdio {
     Stdio::from(OpenOptions::new().write(true).open("/dev/full").expect("/dev/full"))

@@ -71,11 +71,12 @@ pub(crate) struct ChildCtx<'a> {
 
 /// The kernel's `struct sigaction` (x86_64 and aarch64 share this layout).
 #[repr(C)]
-struct KernelSigaction {
-    handler: usize,
-    flags: u64,
-    restorer: usize,
-    mask: u64,
+#[derive(Default)]
+pub(crate) struct KernelSigaction {
+    pub handler: usize,
+    pub flags: u64,
+    pub restorer: usize,
+    pub mask: u64,
 }
 
 const SIG_DFL: usize = 0;

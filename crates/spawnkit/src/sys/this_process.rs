@@ -37,19 +37,13 @@ pub(crate) fn shares_our_vm(pid: i32) -> Result<bool, i32> {
 /// The signals this process ignores (SIG_IGN), read with rt_sigaction(2) for each (SIGKILL
 /// and SIGSTOP cannot be). An exec keeps them ignored in the new program.
 pub(crate) fn ignored_signals() -> u64 {
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: usize,
-        flags: u64,
-        restorer: usize,
-        mask: u64,
-    }
+    use super::in_child::KernelSigaction;
     let mut bits = 0u64;
     for sig in 1..=64 {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
+        let mut old = KernelSigaction::default();
         // SAFETY: rt_sigaction with no new action only writes the old one into `old` (the
         // kernel's layout, 8-byte mask on x86_64 and aarch64).
         let r = unsafe {
