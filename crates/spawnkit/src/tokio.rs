@@ -259,8 +259,10 @@ pub fn spawn_many<'a>(commands: impl IntoIterator<Item = &'a mut Command>) -> Ve
     out
 }
 
+/// A start that failed for want of fds in this process (not in the child, whose steps, a
+/// `pre_exec` hook among them, must not run twice).
 fn out_of_fds(e: &Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+    !e.is_in_child() && matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 /// At most this many children of a [`spawn_many`] are started and not yet collected.

@@ -627,6 +627,21 @@ fn a_bind_into_the_private_tmp_is_refused_not_hidden() {
     let e = cmd.plan().unwrap_err();
     assert_eq!(e.step(), "mount", "{e}");
     assert!(e.to_string().contains("\"/tmp/usr\": is under /tmp"), "{e}");
+    // Nor through "..", a relative path, or a symlink that leads into /tmp.
+    for dst in ["/var/../tmp/usr", "tmp/usr"] {
+        let mut c = spawnkit::Command::new("true");
+        c.private_tmp(None, TmpOptions::default()).ro_bind("/usr", dst);
+        assert!(c.plan().unwrap_err().to_string().contains("is under /tmp"), "{dst}");
+    }
+    let link =
+        std::path::PathBuf::from(format!("/var/tmp/spawnkit-tmp-link-{}", std::process::id()));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/tmp", &link).unwrap();
+    let mut c = spawnkit::Command::new("true");
+    c.private_tmp(None, TmpOptions::default()).ro_bind("/usr", link.join("usr"));
+    let refused = c.plan().unwrap_err().to_string();
+    std::fs::remove_file(&link).unwrap();
+    assert!(refused.contains("is under /tmp"), "{refused}");
     // Elsewhere, or without the private /tmp, it plans.
     let mut ok = spawnkit::Command::new("true");
     ok.private_tmp(None, TmpOptions::default()).ro_bind("/tmp", "/mnt");

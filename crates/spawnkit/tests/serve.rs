@@ -899,3 +899,47 @@ fn huge_timeouts_are_very_long_not_a_panic() {
     stopper.stop();
     t.join().expect("no panic in the server").unwrap();
 }
+
+/// A server removes only the files it made, while they are still the ones it made: after
+/// another server took the path (here: the socket and key removed and a second server bound
+/// there), dropping the first leaves the second's socket and key alone. A bind that fails
+/// leaves no key and no temporary file.
+#[test]
+fn a_server_removes_only_its_own_files() {
+    let dir = TempDir::new("serve-own");
+    let sock = dir.join("s.sock");
+    let key = spawnkit::serve::key_path_for(&sock);
+    let a = Server::bind(Some(&sock), None, ServerOptions::default()).unwrap();
+    std::fs::remove_file(&sock).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let b = Server::bind(Some(&sock), None, ServerOptions::default()).unwrap();
+    drop(a);
+    assert!(sock.exists() && key.exists(), "the first server removed the second's files");
+    drop(b);
+    assert!(!sock.exists() && !key.exists());
+    let e = Server::bind(Some(&dir.join("nodir/s.sock")), Some(&key), ServerOptions::default())
+        .err()
+        .expect("refused");
+    assert_eq!(e.step(), "bind", "{e}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A fd the caller names that is this client's own connection (the number was closed and
+/// the connection took it) is refused, as a local spawn refuses a closed fd (EBADF): the
+/// child never gets the connection.
+#[test]
+fn a_client_never_passes_its_own_connection() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let conn = client.as_raw_fd();
+    let mut cmd = Command::new("/bin/true");
+    cmd.stdin(Stdio::Fd(conn));
+    let e = client.spawn(&cmd).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+    let mut mapped = Command::new("/bin/true");
+    mapped.fd(5, conn);
+    assert_eq!(client.spawn(&mapped).unwrap_err().raw_os_error(), Some(libc::EBADF));
+    // The connection is still in step.
+    assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
+}

@@ -250,12 +250,12 @@ pub(crate) fn prepare(iso: &Isolation, strategy: Strategy) -> Result<Prepared> {
     }
     // Read-only binds first: their sources may live under /tmp, which is replaced next.
     for (src, dst) in &iso.ro_binds {
-        if iso.private_tmp.is_some() && dst.starts_with("/tmp") {
+        if iso.private_tmp.is_some() && under_tmp(dst) {
             return Err(Error::invalid(
                 "mount",
                 quoted(dst),
-                "is under /tmp: the private /tmp, mounted after the binds (whose sources may \
-                 be under /tmp), would hide it",
+                "is under /tmp (or not an absolute path without '..'): the private /tmp, \
+                 mounted after the binds (whose sources may be under /tmp), would hide it",
             ));
         }
         let (csrc, cdst) = (cpath("mount", src)?, cpath("mount", dst)?);
@@ -501,4 +501,21 @@ pub(crate) fn acquire(fd: RawFd, lock: &Lock) -> Result<()> {
                 .with_reason(format!("still locked after {:.3} s", t.as_secs_f64())))
         }
     }
+}
+
+/// Whether a bind destination would end up under /tmp: as written, or through a symlink in
+/// the part of it that exists now; a relative one, or one with "..", counts too (it cannot
+/// be told apart reliably before the mount).
+fn under_tmp(dst: &Path) -> bool {
+    use std::path::Component;
+    if !dst.is_absolute() || dst.components().any(|c| c == Component::ParentDir) {
+        return true;
+    }
+    if dst.starts_with("/tmp") {
+        return true;
+    }
+    let tmp = std::fs::canonicalize("/tmp").unwrap_or_else(|_| "/tmp".into());
+    dst.ancestors()
+        .find_map(|a| std::fs::canonicalize(a).ok())
+        .is_some_and(|real| real.starts_with(&tmp))
 }

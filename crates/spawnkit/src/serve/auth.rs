@@ -118,6 +118,28 @@ impl Key {
         self.write_file_for(path, None)
     }
 
+    /// Whether a key may be written at `path`: nothing there, or a key file of ours (a
+    /// regular file we own, of mode 0600 and 32 bytes, as an earlier server left it). Any
+    /// other file is someone's, named by mistake, and never replaced.
+    pub fn check_replaceable(path: &Path) -> Result<()> {
+        let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+        if !meta.is_file() || meta.uid() != crate::sys::parent::geteuid() {
+            return Err(Error::invalid(
+                "key file",
+                quoted(path),
+                "exists and is not a regular file of ours",
+            ));
+        }
+        if meta.mode() & 0o7777 != 0o600 || meta.len() != KEY_LEN as u64 {
+            return Err(Error::invalid(
+                "key file",
+                quoted(path),
+                "exists and is not a key file (mode 0600, 32 bytes): remove it or name another",
+            ));
+        }
+        Ok(())
+    }
+
     /// [`write_file`](Key::write_file), the file then given to `owner` through its open fd
     /// (never by path: a path can be swapped for a symlink between the write and a chown)
     /// before the key is written into it.
@@ -125,23 +147,8 @@ impl Key {
         let err = |step, e: std::io::Error| {
             Error::os(step, quoted(path), e.raw_os_error().unwrap_or(libc::EIO))
         };
-        if let Ok(meta) = std::fs::symlink_metadata(path) {
-            if !meta.is_file() || meta.uid() != crate::sys::parent::geteuid() {
-                return Err(Error::invalid(
-                    "key file",
-                    quoted(path),
-                    "exists and is not a regular file of ours",
-                ));
-            }
-            if meta.mode() & 0o7777 != 0o600 || meta.len() != KEY_LEN as u64 {
-                // Someone's file, named by mistake: never deleted to make room for a key.
-                return Err(Error::invalid(
-                    "key file",
-                    quoted(path),
-                    "exists and is not a key file (mode 0600, 32 bytes): remove it or name \
-                     another",
-                ));
-            }
+        if std::fs::symlink_metadata(path).is_ok() {
+            Key::check_replaceable(path)?;
             std::fs::remove_file(path).map_err(|e| err("unlink", e))?;
         }
         let mut f = std::fs::OpenOptions::new()

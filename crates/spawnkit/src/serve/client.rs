@@ -550,7 +550,7 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        let req = encode_request(cmd, &mut Filler::default())?;
+        let req = encode_request(cmd, &mut Filler::default(), self.sock.as_raw_fd())?;
         let id = self.next_id;
         let flags = self.flags();
         let h = Header {
@@ -591,7 +591,7 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err((Vec::new(), e.clone()));
         }
-        let reqs = encode_all(cmds).map_err(|e| (Vec::new(), e))?;
+        let reqs = encode_all(cmds, self.sock.as_raw_fd()).map_err(|e| (Vec::new(), e))?;
         let mut ids = Vec::with_capacity(reqs.len());
         let mut reqs = reqs.into_iter().peekable();
         while reqs.peek().is_some() {
@@ -686,7 +686,7 @@ impl Io {
             return Err(e.clone());
         }
         let take = cmds.len().min(super::frame::MAX_BATCH_REPLY);
-        let reqs = encode_all(&cmds[..take])?;
+        let reqs = encode_all(&cmds[..take], self.sock.as_raw_fd())?;
         let mut reqs = reqs.into_iter().peekable();
         let (frame, fds, batch) = self.next_frame(&mut reqs);
         if !self.send_some(&[&frame], &fds)? {
@@ -927,7 +927,8 @@ struct Filler {
     env: Option<Vec<(OsString, OsString)>>,
 }
 
-fn encode_request(cmd: &Command, filler: &mut Filler) -> Result<Request> {
+/// `conn`: this client's connection, never passed as one of the command's fds.
+fn encode_request(cmd: &Command, filler: &mut Filler, conn: RawFd) -> Result<Request> {
     let mut pipes: [Option<OwnedFd>; 3] = [None, None, None];
     let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
     let mut fill_stdio: [Option<Filled>; 3] = [None, None, None];
@@ -971,6 +972,12 @@ fn encode_request(cmd: &Command, filler: &mut Filler) -> Result<Request> {
         stdio: fill_stdio,
     };
     let (bytes, fds) = cmd.to_wire_filled(&fill)?;
+    if fds.contains(&conn) {
+        // A number the caller named was closed, and the connection took it: the child would
+        // get this client's connection (a local spawn fails on the closed fd, EBADF).
+        return Err(Error::os("sendmsg", format!("fd {conn}"), libc::EBADF)
+            .with_reason("that fd is this client's connection to the server, not one to pass"));
+    }
     if bytes.len() > MAX_BODY || fds.len() > super::frame::MAX_FDS {
         return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
     }
@@ -985,7 +992,7 @@ fn encode_request(cmd: &Command, filler: &mut Filler) -> Result<Request> {
 
 /// Encode `cmds` for one call (the cwd and environment read once); the same command again
 /// (spawn N alike) is encoded once, unless it has pipes, which are made per request.
-fn encode_all(cmds: &[&Command]) -> Result<Vec<Request>> {
+fn encode_all(cmds: &[&Command], conn: RawFd) -> Result<Vec<Request>> {
     let mut fill = Filler::default();
     let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
     for (i, c) in cmds.iter().enumerate() {
@@ -1003,7 +1010,7 @@ fn encode_all(cmds: &[&Command]) -> Result<Vec<Request>> {
                 };
                 reqs.push(copy);
             }
-            _ => reqs.push(encode_request(c, &mut fill)?),
+            _ => reqs.push(encode_request(c, &mut fill, conn)?),
         }
     }
     Ok(reqs)

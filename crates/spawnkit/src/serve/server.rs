@@ -339,14 +339,17 @@ struct ChildRec {
 
 /// A spawn server (see docs/protocol.md). Build it with [`Server::bind`] (the `spawnkit serve`
 /// way: a key file and a socket in a private directory) or [`Server::new`], then
-/// [`run`](Server::run) it on a thread of its own or in a process of its own.
+/// [`run`](Server::run) it on a thread of its own or in a process of its own. The socket and
+/// key files `bind` made are removed when the server stops, or when it is dropped without
+/// running (so a process that binds and then forks must drop it in one of them only).
 pub struct Server {
+    /// The socket and key files this server made, removed when it stops (or is dropped
+    /// without running). Declared before `listener`: fields drop in order, so they go while
+    /// the socket still listens (no other server can have taken the path by then).
+    made: Made,
     key: Key,
     opts: ServerOptions,
     listener: Option<UnixListener>,
-    /// The socket and key files this server made, removed when it stops (or is dropped
-    /// without running).
-    made: Made,
     stop_r: OwnedFd,
     stop_w: Arc<OwnedFd>,
     signals: Option<SignalFd>,
@@ -495,19 +498,28 @@ impl Server {
                 root_only_path(p)?;
             }
         }
+        // What is made is removed again if the rest fails, and, once this returns, when the
+        // server stops or is dropped: each file only while it is still the one made here.
+        let mut made = Made::default();
+        // The key goes to a file of its own first, and takes the key file's name only once
+        // the socket is bound: a server that loses a race for the socket (EADDRINUSE) never
+        // replaced the winner's key.
+        Key::check_replaceable(&key_file)?;
         let key = Key::generate()?;
-        key.write_file_for(&key_file, opts.allow_uid)?;
-        // From here on what was made is removed again if the rest fails (and, once this
-        // returns, when the server is dropped: run() or not).
-        let mut made = Made(vec![key_file]);
+        let fresh = temp_beside(&key_file);
+        key.write_file_for(&fresh, opts.allow_uid)?;
+        made.add(&fresh);
         let listener = UnixListener::bind(&socket)
             .map_err(|e| Error::os("bind", quoted(&socket), errno_of(&e)))?;
-        made.0.insert(0, socket.clone());
+        made.add(&socket);
         if let Some(uid) = opts.allow_uid {
             // lchown: the socket itself, never what a symlink put in its place points to.
             std::os::unix::fs::lchown(&socket, Some(uid), None)
                 .map_err(|e| Error::os("chown", quoted(&socket), errno_of(&e)))?;
         }
+        std::fs::rename(&fresh, &key_file)
+            .map_err(|e| Error::os("rename", quoted(&key_file), errno_of(&e)))?;
+        made.renamed(&fresh, &key_file);
         let mut server = Server::new(Some(listener), key, opts)?;
         server.made = made;
         Ok(server)
@@ -559,16 +571,55 @@ impl Server {
 /// The longest wait a server option keeps (about 31 years).
 const MAX_WAIT: Duration = Duration::from_secs(1_000_000_000);
 
-/// Files a server made (its socket, its key), removed when dropped.
+/// Files a server made (its socket, its key), removed when dropped: each by its absolute
+/// path, and only if that path still names the file made (its device, inode and change
+/// time: a file system may give a freed inode's number to the next file), never one another
+/// server has put there since.
 #[derive(Debug, Default)]
-struct Made(Vec<PathBuf>);
+struct Made(Vec<(PathBuf, FileId)>);
+
+/// What tells one file from another at the same path over time.
+type FileId = (u64, u64, i64, i64);
+
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+impl Made {
+    fn add(&mut self, path: &Path) {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        if let Some(id) = file_id(&path) {
+            self.0.push((path, id));
+        }
+    }
+
+    /// `from` (made here) now has the name `to` (a rename changes its change time).
+    fn renamed(&mut self, from: &Path, to: &Path) {
+        let from = std::path::absolute(from).unwrap_or_else(|_| from.to_path_buf());
+        self.0.retain(|(p, _)| *p != from);
+        self.add(to);
+    }
+}
 
 impl Drop for Made {
     fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
+        for (p, id) in &self.0 {
+            if file_id(p) == Some(*id) {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
+}
+
+/// A new name beside `path` for a file to be renamed to it (this process's, unguessable).
+fn temp_beside(path: &Path) -> PathBuf {
+    let mut r = [0u8; 8];
+    let _ = sock::random(&mut r);
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!(".{}.{}.tmp", std::process::id(), u64::from_le_bytes(r)));
+    path.with_file_name(name)
 }
 
 /// The most bytes a Unix socket's path can have (`sun_path` holds 108 with the NUL).
