@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
+
 use spawnkit_bench::{Method, Row, Size};
 
 /// Options of `spawnkit bench`.
@@ -83,8 +85,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub steps: bool,
     /// Server: children made ahead of time per spawning thread of the private server
-    /// (`spawnkit serve --pool`) [default: the server's, 2; 0: none].
-    #[arg(long, value_name = "N")]
+    /// (`spawnkit serve --pool`, at most 64) [default: the server's, 2; 0: none].
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u32).range(0..=crate::serve::MAX_POOL).map(|n| n as usize)
+    )]
     pub server_pool: Option<usize>,
 }
 

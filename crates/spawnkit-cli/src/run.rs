@@ -606,12 +606,21 @@ fn check_stdio_conflicts(args: &RunArgs) -> Result<(), Failure> {
     ];
     let maps = args.fd.iter().map(|&(c, p)| (c, format!("--fd {c}={p}")));
     let keeps = args.keep_fd.iter().map(|&fd| (fd, format!("--keep-fd {fd}")));
+    let mut seen: std::collections::HashMap<RawFd, String> = std::collections::HashMap::new();
     for (fd, given) in maps.chain(keeps) {
         let stream = usize::try_from(fd).ok().and_then(|i| streams.get(i).copied().flatten());
         if let Some(flag) = stream {
             return Err(Failure::setup(format!(
                 "{given} and {flag} both set the program's fd {fd}: give only one"
             )));
+        }
+        // Two of --fd/--keep-fd for one fd: one would silently lose.
+        if let Some(earlier) = seen.insert(fd, given.clone()) {
+            if earlier != given {
+                return Err(Failure::setup(format!(
+                    "{earlier} and {given} both set the program's fd {fd}: give only one"
+                )));
+            }
         }
     }
     Ok(())

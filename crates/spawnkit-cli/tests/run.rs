@@ -1445,6 +1445,18 @@ fn fd_maps_may_not_override_the_stream_flags() {
     }
     // Different fds do not collide.
     run(["--stdout", o, "--fd", "3=2", "--dry-run", "--", "true"]).code(0);
+    // Nor may two of --fd/--keep-fd set one fd two ways (the same one twice is the same).
+    for (flags, first, second) in [
+        (&["--fd", "5=1", "--keep-fd", "5"][..], "--fd 5=1", "--keep-fd 5"),
+        (&["--fd", "5=1", "--fd", "5=2"][..], "--fd 5=1", "--fd 5=2"),
+    ] {
+        let mut args = flags.to_vec();
+        args.extend(["--dry-run", "--", "true"]);
+        run(&args).code(125).stderr_is(&format!(
+            "spawnkit: {first} and {second} both set the program's fd 5: give only one\n"
+        ));
+    }
+    run(["--fd", "5=1", "--fd", "5=1", "--dry-run", "--", "true"]).code(0);
 }
 
 #[test]

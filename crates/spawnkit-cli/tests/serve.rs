@@ -1303,6 +1303,10 @@ fn pool_is_bounded_and_bad_numbers_are_one_line() {
         serve("--pool", value).bad_value("--pool", value).stderr_has(&format!(
             "error: invalid value '{value}' for '--pool <N>': {value} is not in 0..=64\n"
         ));
+        // The benchmark's private server takes the same bound (refused before it runs).
+        Res::of(&mut spawnkit_cmd(["bench", "server", "--server-pool", value]))
+            .bad_value("--server-pool", value)
+            .stderr_has("is not in 0..=64");
     }
     for (flag, value, why) in [
         ("--idle-exit", "-1", "\"-1\" is negative"),
