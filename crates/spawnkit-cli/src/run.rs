@@ -547,7 +547,16 @@ fn run(args: &RunArgs) -> Result<i32, Failure> {
     let mut cmd = build_command(args)?;
     let opened = open_stdio(args, &mut cmd)?;
     if args.dry_run {
-        let plan = cmd.plan()?;
+        // The plan opens the lock file (creating it, as flock(1) does): a dry run creates
+        // nothing, so a lock file that was not there before goes again.
+        let new_lock = args.lock.as_ref().filter(|p| std::fs::symlink_metadata(p).is_err());
+        let plan = cmd.plan();
+        if let Some(p) = new_lock {
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() && m.len() == 0) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        let plan = plan?;
         let mut text = String::new();
         for line in &opened {
             text += &format!("{line} (in spawnkit; not done in a dry run)\n");

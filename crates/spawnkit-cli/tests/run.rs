@@ -1588,3 +1588,19 @@ fn dry_run_refuses_what_the_strategy_would_refuse() {
     r.code(0);
     assert!(r.stdout.starts_with("strategy posix-spawn\n"), "{}", r.stdout);
 }
+
+/// A dry run creates nothing: not the --stdout file, and not the lock file that the plan
+/// opens to show its fd (one that was there already stays).
+#[test]
+fn a_dry_run_leaves_no_lock_file() {
+    let dir = TempDir::new("dry-lock");
+    let lock = dir.join("new.lock");
+    let l = lock.to_str().unwrap();
+    let shown = run(["--lock", l, "--dry-run", "--", "true"]);
+    shown.code(0);
+    assert!(shown.stdout.contains("flock"), "{}", shown.stdout);
+    assert!(!lock.exists(), "the dry run created the lock file");
+    std::fs::write(&lock, b"").unwrap();
+    run(["--lock", l, "--dry-run", "--", "true"]).code(0);
+    assert!(lock.exists(), "the dry run removed a lock file that was there");
+}
