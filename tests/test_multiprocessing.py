@@ -604,3 +604,33 @@ def test_too_many_fds_is_a_value_error_and_keeps_the_stock():
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_a_killed_owner_leaves_no_socket_behind(tmp_path):
+    # The owner is killed (no finalizer runs): its zygote sees the alive pipe close, exits,
+    # and removes its socket path itself, so killed programs do not fill the socket dir.
+    import subprocess
+    import sys
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import multiprocessing, sys, time\n"
+        "import spawnkit.multiprocessing as skmp\n"
+        "if __name__ == '__main__':\n"
+        "    p = multiprocessing.get_context('spawnkit').Process(target=time.sleep, args=(0,))\n"
+        "    p.start(); p.join()\n"
+        "    print(skmp._client.path, flush=True)\n"
+        "    time.sleep(60)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        path = owner.stdout.readline().strip()
+        assert path and os.path.exists(path), path
+        owner.kill()
+        owner.wait(10)
+        deadline = time.monotonic() + 10
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(path), f"{path} left behind"
+    finally:
+        owner.kill()
+        owner.wait(10)

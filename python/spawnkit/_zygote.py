@@ -575,4 +575,14 @@ def main():
             got += n
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     listener = socket.socket(fileno=3)
-    Zygote(listener, key, 5, ctl, int(config.get("pool_size", 2))).serve()
+    path = listener.getsockname()
+    try:
+        Zygote(listener, key, 5, ctl, int(config.get("pool_size", 2))).serve()
+    finally:
+        # The owner is gone or stopped us: its socket path goes too, also when the owner was
+        # killed and could not remove it (each path is its owner's alone: pid and random).
+        if isinstance(path, str) and path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
