@@ -23,16 +23,11 @@ fn readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
 }
 
 fn no_children_soon(what: &str) {
-    let t = Instant::now();
-    loop {
+    let gone = common::wait_until(Duration::from_secs(10), || {
         spawnkit::reap_orphans();
-        let kids = children_of_self();
-        if kids.is_empty() {
-            return;
-        }
-        assert!(t.elapsed() < Duration::from_secs(10), "{what}: children left: {kids:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        children_of_self().is_empty()
+    });
+    assert!(gone, "{what}: children left: {:?}", children_of_self());
 }
 
 #[test]

@@ -147,9 +147,10 @@ impl Key {
         let err = |step, e: std::io::Error| {
             Error::os(step, quoted(path), e.raw_os_error().unwrap_or(libc::EIO))
         };
-        if std::fs::symlink_metadata(path).is_ok() {
-            Key::check_replaceable(path)?;
-            std::fs::remove_file(path).map_err(|e| err("unlink", e))?;
+        Key::check_replaceable(path)?;
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err("unlink", e)),
+            _ => {}
         }
         let mut f = std::fs::OpenOptions::new()
             .write(true)

@@ -919,12 +919,28 @@ struct Request {
     kill_on_drop: bool,
 }
 
-/// What the caller's process fills in (its cwd and environment), read once per call however
-/// many commands need it.
+/// What the caller's process fills in (its cwd, its environment, what its fds 0-2 give an
+/// inherited stream), read once per call however many commands need it.
 #[derive(Default)]
 struct Filler {
     cwd: Option<PathBuf>,
     env: Option<Vec<(OsString, OsString)>>,
+    inherited: [Option<Filled>; 3],
+}
+
+impl Filler {
+    /// Our own fd `i`, as a local child would inherit it: /dev/null when it is closed or
+    /// close-on-exec here (else the child would get whatever holds that number, such as this
+    /// very connection).
+    fn inherited(&mut self, i: usize) -> Filled {
+        *self.inherited[i].get_or_insert_with(|| {
+            let fd = i as RawFd;
+            match this_process::fd_flags(fd) {
+                Ok(flags) if flags & libc::FD_CLOEXEC == 0 => Filled::Fd(fd),
+                _ => Filled::Null,
+            }
+        })
+    }
 }
 
 /// `conn`: this client's connection, never passed as one of the command's fds.
@@ -934,14 +950,7 @@ fn encode_request(cmd: &Command, filler: &mut Filler, conn: RawFd) -> Result<Req
     let mut fill_stdio: [Option<Filled>; 3] = [None, None, None];
     for i in 0..3 {
         match &cmd.stdio[i] {
-            // Our own fd i, as a local child would inherit it: not when it is closed or
-            // close-on-exec here (else the child would get whatever holds that number, such
-            // as this very connection).
-            None | Some(Stdio::Inherit) => {
-                let inherited = this_process::fd_flags(i as RawFd)
-                    .is_ok_and(|flags| flags & libc::FD_CLOEXEC == 0);
-                fill_stdio[i] = Some(if inherited { Filled::Fd(i as RawFd) } else { Filled::Null });
-            }
+            None | Some(Stdio::Inherit) => fill_stdio[i] = Some(filler.inherited(i)),
             Some(Stdio::Pipe) => {
                 let (r, w) = parent::pipe().map_err(|e| Error::os("pipe2", "", e))?;
                 let (ours, theirs) = if i == 0 { (w, r) } else { (r, w) };
