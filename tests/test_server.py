@@ -117,6 +117,27 @@ def test_use_server_routes_unchanged_subprocess_code(private):
         f"{os.getpid()}\n"
 
 
+def test_each_call_through_a_server_sees_os_environ_as_it_is_then(private):
+    """The environment travels once per connection and then by reference: a change to
+    os.environ between calls, an env= of the call's own, and a removal each reach the next
+    child as they would locally."""
+    sks.use_server(private)
+    show = ["sh", "-c", 'echo "${SK_ENV_TRAVEL-unset}:${SK_ENV_OTHER-unset}"']
+    out = lambda **kw: sks.run(show, capture_output=True, text=True, **kw).stdout
+    try:
+        assert out() == "unset:unset\n"
+        for value in ("one", "two", "two", "three"):
+            os.environ["SK_ENV_TRAVEL"] = value
+            assert out() == f"{value}:unset\n"
+        assert out(env={"SK_ENV_OTHER": "given", "PATH": os.environ["PATH"]}) == "unset:given\n"
+        assert out() == "three:unset\n"
+        del os.environ["SK_ENV_TRAVEL"]
+        assert out() == "unset:unset\n"
+    finally:
+        os.environ.pop("SK_ENV_TRAVEL", None)
+        sks.use_server(None)
+
+
 def test_spawnkit_server_environment_variable(serve):
     path, pid = serve
     code = ("import os, sys, spawnkit.subprocess as s\n"

@@ -377,6 +377,33 @@ fn touch_request(marker: &Path, id: u64, nfds_declared: Option<u8>) -> (Vec<u8>,
     (bytes, fds)
 }
 
+/// An environment's wire form (the body of an Env frame): the format version, then
+/// postcard's sequence of (name, value) byte strings (lengths under 128: one-byte varints).
+fn env_body(vars: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Command::WIRE_VERSION.to_le_bytes().to_vec();
+    b.push(vars.len() as u8);
+    for (k, v) in vars {
+        for part in [k, v] {
+            b.push(part.len() as u8);
+            b.extend_from_slice(part.as_bytes());
+        }
+    }
+    b
+}
+
+/// A Spawn frame flagged FLAG_CONN_ENV for `touch MARKER`, a command with no environment of
+/// its own (it starts from the connection's), with its three stdio fds.
+fn touch_inheriting(marker: &Path, id: u64) -> (Vec<u8>, Vec<RawFd>) {
+    let mut cmd = Command::new("/usr/bin/touch");
+    cmd.arg(marker).current_dir("/");
+    cmd.stdin(spawnkit::Stdio::Fd(0)).stdout(spawnkit::Stdio::Fd(1)).stderr(spawnkit::Stdio::Fd(2));
+    let (body, fds) = cmd.to_wire().unwrap();
+    let mut bytes = header(frame::Kind::Spawn, body.len() as u32, fds.len() as u8, id).to_vec();
+    bytes[6] = frame::FLAG_CONN_ENV;
+    bytes.extend_from_slice(&body);
+    (bytes, fds)
+}
+
 #[test]
 fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     let s = Serve::start(&[]);
@@ -560,6 +587,49 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
             vec![],
         ),
     ];
+    // Env frames (the connection's environment): with fds, malformed, with bytes after the
+    // environment; and a request flagged to use the connection's environment before any.
+    let env_frame = |body: &[u8]| {
+        let mut b = header(frame::Kind::Env, body.len() as u32, 0, 0).to_vec();
+        b.extend_from_slice(body);
+        b
+    };
+    let good_env = env_body(&[("A", "from-env"), ("PATH", "/usr/bin:/bin")]);
+    let (flagged, flagged_fds) = touch_inheriting(&marker, 27);
+    let cases: Vec<(&str, Vec<u8>, Vec<RawFd>)> = cases
+        .into_iter()
+        .chain([
+            ("env: fds beside an Env frame", env_frame(&good_env), vec![0, 1]),
+            (
+                "env: fds declared by an Env frame",
+                {
+                    let mut b = env_frame(&good_env);
+                    b[7] = 2;
+                    b
+                },
+                vec![0, 1],
+            ),
+            ("env: malformed", env_frame(b"\x01\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff"), vec![]),
+            ("env: another format version", env_frame(&[9, 0, 0]), vec![]),
+            (
+                "env: bytes after the environment",
+                env_frame(&[good_env.as_slice(), b"x"].concat()),
+                vec![],
+            ),
+            ("env: a flagged request with no Env before it", flagged.clone(), flagged_fds.clone()),
+            (
+                "env: a flagged SpawnMany with no Env before it",
+                {
+                    let body = &flagged[16..];
+                    let n = flagged_fds.len() as u8;
+                    let mut b = many(&[(body.to_vec(), n)], n, 28);
+                    b[6] = frame::FLAG_CONN_ENV;
+                    b
+                },
+                flagged_fds.clone(),
+            ),
+        ])
+        .collect();
     for (what, bytes, fds) in cases {
         let mut c = authenticated(&s);
         send_fds(&c, &bytes, &fds);
@@ -652,6 +722,38 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    s.settles_at(base);
+    // An Env frame, then a flagged request with no environment of its own: the child has
+    // the Env frame's (and nothing of the server's); the frame itself gets no answer.
+    let mut c = authenticated(&s);
+    send_fds(&c, &env_frame(&good_env), &[]);
+    let (req, fds) = touch_inheriting(&marker, 50);
+    send_fds(&c, &req, &fds);
+    let mut reply = [0u8; 20];
+    c.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[5], frame::Kind::Spawned as u8, "a flagged request after an Env frame");
+    assert_eq!(u64::from_le_bytes(reply[8..16].try_into().unwrap()), 50);
+    let seen = dir.join("env-seen");
+    let mut sh = Command::new("/bin/sh");
+    sh.args(["-c", "echo \"$A:$PATH:${HOME-unset}\" > \"$0\""]).arg(&seen).current_dir("/");
+    sh.stdin(spawnkit::Stdio::Fd(0)).stdout(spawnkit::Stdio::Fd(1)).stderr(spawnkit::Stdio::Fd(2));
+    let (body, fds) = sh.to_wire().unwrap();
+    let mut bytes = header(frame::Kind::Spawn, body.len() as u32, fds.len() as u8, 51).to_vec();
+    bytes[6] = frame::FLAG_CONN_ENV;
+    bytes.extend_from_slice(&body);
+    send_fds(&c, &bytes, &fds);
+    c.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[5], frame::Kind::Spawned as u8);
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(marker.exists() && std::fs::read_to_string(&seen).is_ok_and(|t| t.ends_with('\n')))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(marker.exists(), "the flagged touch ran");
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "from-env:/usr/bin:/bin:unset\n");
     s.settles_at(base);
 }
 

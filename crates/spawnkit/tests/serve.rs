@@ -943,3 +943,80 @@ fn a_client_never_passes_its_own_connection() {
     // The connection is still in step.
     assert!(client.spawn(&Command::new("/bin/true")).unwrap().wait().unwrap().success());
 }
+
+/// The environment travels once per connection (an Env frame) and then by reference: every
+/// change the caller makes between requests still reaches the next child, and a batch that
+/// mixes inherited, cleared and given environments gives each child its own.
+#[test]
+fn the_connections_environment_follows_every_change() {
+    if !common::alone("the_connections_environment_follows_every_change") {
+        return;
+    }
+    let mut server = PrivateServer::start().expect("private server");
+    let client = server.client();
+    let env_of = |client: &mut Client, configure: &dyn Fn(&mut Command)| {
+        probe_state_via(client, |cmd| configure(cmd)).env
+    };
+    let inherit = |_: &mut Command| {};
+    let name = "SPAWNKIT_CONN_ENV_TEST";
+    assert_eq!(env_of(client, &inherit).get(name), None);
+    for value in ["one", "two", "two", "three"] {
+        std::env::set_var(name, value);
+        assert_eq!(env_of(client, &inherit).get(name).map(String::as_str), Some(value));
+    }
+    std::env::set_var("SPAWNKIT_CONN_ENV_NEW", "new");
+    let env = env_of(client, &inherit);
+    assert_eq!(env.get("SPAWNKIT_CONN_ENV_NEW").map(String::as_str), Some("new"));
+    assert_eq!(env.get(name).map(String::as_str), Some("three"));
+    std::env::remove_var(name);
+    let env = env_of(client, &inherit);
+    assert_eq!(env.get(name), None, "a removed variable is gone");
+    assert_eq!(env.get("SPAWNKIT_CONN_ENV_NEW").map(String::as_str), Some("new"));
+    // Changes of the command itself apply on top of the connection's environment.
+    let env = env_of(client, &|c| {
+        c.env("EXTRA", "1").env_remove("SPAWNKIT_CONN_ENV_NEW");
+    });
+    assert_eq!(env.get("EXTRA").map(String::as_str), Some("1"));
+    assert_eq!(env.get("SPAWNKIT_CONN_ENV_NEW"), None);
+    // A command's own base environment, alone and then again: the connection's from then
+    // on, and an inherited one afterwards is this process's again.
+    for _ in 0..2 {
+        let env = env_of(client, &|c| {
+            c.base_env([("ONLY", "base")]);
+        });
+        assert_eq!(env.get("ONLY").map(String::as_str), Some("base"));
+        assert_eq!(env.get("PATH"), None, "nothing but the base: {env:?}");
+    }
+    let env = env_of(client, &inherit);
+    assert_eq!(env.get("ONLY"), None);
+    assert_eq!(env.get("SPAWNKIT_CONN_ENV_NEW").map(String::as_str), Some("new"));
+    // One batch: inherited, cleared, given, inherited again, given the same as inherited.
+    std::env::set_var(name, "batch");
+    let ours: Vec<(String, String)> = std::env::vars().collect();
+    let mut cmds: Vec<Command> = (0..5)
+        .map(|_| {
+            let mut c = Command::new(probe());
+            c.arg("state").stdout(Stdio::Pipe);
+            c
+        })
+        .collect();
+    cmds[1].env_clear().env("X", "1");
+    cmds[2].base_env([("B", "2")]);
+    cmds[4].base_env(ours.iter().map(|(k, v)| (k, v)));
+    let children = client.spawn_many(&cmds, 16).unwrap();
+    let envs: Vec<_> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.unwrap().communicate(None, Some(Duration::from_secs(20))).unwrap();
+            State::parse(&String::from_utf8_lossy(&out.stdout)).env
+        })
+        .collect();
+    for i in [0, 3, 4] {
+        assert_eq!(envs[i].get(name).map(String::as_str), Some("batch"), "child {i}");
+        assert_eq!(envs[i].len(), ours.len(), "child {i}: {:?}", envs[i]);
+    }
+    assert_eq!(envs[1].iter().collect::<Vec<_>>(), [(&"X".to_string(), &"1".to_string())]);
+    assert_eq!(envs[2].iter().collect::<Vec<_>>(), [(&"B".to_string(), &"2".to_string())]);
+    std::env::remove_var(name);
+    std::env::remove_var("SPAWNKIT_CONN_ENV_NEW");
+}

@@ -242,6 +242,9 @@ fn a_closed_fd_that_the_pipes_read_end_took_is_ebadf_too() {
 /// then spawns. With 0 to 5 free, both succeed or both fail alike.
 #[test]
 fn a_start_near_the_fd_limit_does_what_a_spawn_does() {
+    // Serial here too: the test binary run again alone is this process's child, which the
+    // other tests' "no child left" checks would count.
+    let _g = serial();
     if !common::alone("a_start_near_the_fd_limit_does_what_a_spawn_does") {
         return;
     }

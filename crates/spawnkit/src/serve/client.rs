@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
-use super::frame::{self as frames, Expect, Header, Inbox, Kind, FLAG_BATCH_REPLY, MAX_BODY};
+use super::frame::{
+    self as frames, Expect, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV, MAX_BODY,
+};
 use super::reply;
 use super::server::key_path_for;
 use crate::error::{quoted, Error, ErrorKind, Result};
@@ -80,7 +82,12 @@ pub(crate) struct Io {
     out_rest: Vec<u8>,
     /// Requests whose answer nobody will take (an async receive dropped): dropped on arrival.
     abandoned: std::collections::HashSet<u64>,
+    /// The environment the server holds for this connection (the last Env frame sent).
+    env_sent: Option<Env>,
 }
+
+/// An environment: (name, value) pairs in order.
+type Env = Arc<[(OsString, OsString)]>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -162,6 +169,7 @@ impl Client {
             exits: HashMap::new(),
             out_rest: Vec::new(),
             abandoned: std::collections::HashSet::new(),
+            env_sent: None,
         };
         io.handshake(key)?;
         Ok(Client { io: Arc::new(Mutex::new(io)) })
@@ -541,6 +549,34 @@ impl Io {
         }
     }
 
+    /// Before requests that start from the connection's environment: an Env frame with
+    /// the call's, unless the server holds that one already (sent alone, without fds: a fd
+    /// rides on the first byte of its message, and must reach the server with the frame
+    /// that declares it). False when `nonblocking` and the socket is full (nothing sent).
+    fn send_env(&mut self, filler: &Filler, nonblocking: bool) -> Result<bool> {
+        let Some(env) = &filler.conn_env else { return Ok(true) };
+        if self.env_sent.as_ref().is_some_and(|sent| Arc::ptr_eq(sent, env) || sent == env) {
+            return Ok(true);
+        }
+        let body = crate::spawn::wire::env_to_wire(env)?;
+        if body.len() > MAX_BODY {
+            return Err(Error::invalid("encode", "environment", "over the protocol's limits"));
+        }
+        let h = Header { len: body.len() as u32, kind: Kind::Env, flags: 0, nfds: 0, id: 0 };
+        if nonblocking {
+            if !self.send_some(&[&h.encode(), &body], &[])? {
+                return Ok(false);
+            }
+        } else if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &body], &[]) {
+            if out_of_step {
+                self.broken = Some(e.clone());
+            }
+            return Err(e);
+        }
+        self.env_sent = Some(env.clone());
+        Ok(true)
+    }
+
     fn flags(&self) -> u8 {
         let exit = if self.want_exit { super::frame::FLAG_WANT_EXIT } else { 0 };
         exit | FLAG_BATCH_REPLY
@@ -550,9 +586,13 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        let req = encode_request(cmd, &mut Filler::default(), self.sock.as_raw_fd())?;
+        let mut filler = Filler::default();
+        let req = encode_request(cmd, &mut filler, self.sock.as_raw_fd())?;
+        if !self.send_env(&filler, nonblocking)? {
+            return Ok(None);
+        }
         let id = self.next_id;
-        let flags = self.flags();
+        let flags = self.flags() | if req.conn_env { FLAG_CONN_ENV } else { 0 };
         let h = Header {
             len: req.bytes.len() as u32,
             kind: Kind::Spawn,
@@ -591,7 +631,9 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err((Vec::new(), e.clone()));
         }
-        let reqs = encode_all(cmds, self.sock.as_raw_fd()).map_err(|e| (Vec::new(), e))?;
+        let (reqs, filler) =
+            encode_all(cmds, self.sock.as_raw_fd()).map_err(|e| (Vec::new(), e))?;
+        self.send_env(&filler, false).map_err(|e| (Vec::new(), e))?;
         let mut ids = Vec::with_capacity(reqs.len());
         let mut reqs = reqs.into_iter().peekable();
         while reqs.peek().is_some() {
@@ -649,10 +691,11 @@ impl Io {
         } else {
             (Kind::SpawnMany, body)
         };
+        let conn_env = if batch.iter().any(|r| r.conn_env) { FLAG_CONN_ENV } else { 0 };
         let h = Header {
             len: body.len() as u32,
             kind,
-            flags: self.flags(),
+            flags: self.flags() | conn_env,
             nfds: fds.len() as u8,
             id: self.next_id,
         };
@@ -686,7 +729,10 @@ impl Io {
             return Err(e.clone());
         }
         let take = cmds.len().min(super::frame::MAX_BATCH_REPLY);
-        let reqs = encode_all(&cmds[..take], self.sock.as_raw_fd())?;
+        let (reqs, filler) = encode_all(&cmds[..take], self.sock.as_raw_fd())?;
+        if !self.send_env(&filler, true)? {
+            return Ok(None);
+        }
         let mut reqs = reqs.into_iter().peekable();
         let (frame, fds, batch) = self.next_frame(&mut reqs);
         if !self.send_some(&[&frame], &fds)? {
@@ -917,6 +963,8 @@ struct Request {
     /// The child's ends, passed with the request and closed here once it is sent.
     _child_ends: [Option<OwnedFd>; 3],
     kill_on_drop: bool,
+    /// The command starts from the connection's environment (sent without one).
+    conn_env: bool,
 }
 
 /// What the caller's process fills in (its cwd, its environment, what its fds 0-2 give an
@@ -924,8 +972,12 @@ struct Request {
 #[derive(Default)]
 struct Filler {
     cwd: Option<PathBuf>,
-    env: Option<Vec<(OsString, OsString)>>,
+    env: Option<Env>,
     inherited: [Option<Filled>; 3],
+    /// The environment the call's requests take from the connection: the base of the first
+    /// command that has one (its own `base_env`, or this process's); a command whose base
+    /// equals it is sent without one, any other with its own.
+    conn_env: Option<Env>,
 }
 
 impl Filler {
@@ -971,6 +1023,20 @@ fn encode_request(cmd: &Command, filler: &mut Filler, conn: RawFd) -> Result<Req
     if !cmd.env_clear && cmd.base_env.is_none() && filler.env.is_none() {
         filler.env = Some(std::env::vars_os().collect());
     }
+    // The environment this command starts from, if it does not clear it.
+    let base = match (&cmd.base_env, cmd.env_clear) {
+        (_, true) => None,
+        (Some(own), false) => Some(own),
+        (None, false) => filler.env.as_ref(),
+    };
+    let conn_env = match (base, &filler.conn_env) {
+        (None, _) => false,
+        (Some(base), None) => {
+            filler.conn_env = Some(base.clone());
+            true
+        }
+        (Some(base), Some(conn)) => Arc::ptr_eq(base, conn) || base == conn,
+    };
     let fill = Fill {
         cwd: if cmd.cwd.is_none() { filler.cwd.as_deref() } else { joined.as_deref() },
         base_env: if !cmd.env_clear && cmd.base_env.is_none() {
@@ -978,6 +1044,7 @@ fn encode_request(cmd: &Command, filler: &mut Filler, conn: RawFd) -> Result<Req
         } else {
             None
         },
+        conn_env,
         stdio: fill_stdio,
     };
     let (bytes, fds) = cmd.to_wire_filled(&fill)?;
@@ -996,12 +1063,13 @@ fn encode_request(cmd: &Command, filler: &mut Filler, conn: RawFd) -> Result<Req
         pipes,
         _child_ends: child_ends,
         kill_on_drop: cmd.kill_on_drop,
+        conn_env,
     })
 }
 
 /// Encode `cmds` for one call (the cwd and environment read once); the same command again
 /// (spawn N alike) is encoded once, unless it has pipes, which are made per request.
-fn encode_all(cmds: &[&Command], conn: RawFd) -> Result<Vec<Request>> {
+fn encode_all(cmds: &[&Command], conn: RawFd) -> Result<(Vec<Request>, Filler)> {
     let mut fill = Filler::default();
     let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
     for (i, c) in cmds.iter().enumerate() {
@@ -1016,11 +1084,12 @@ fn encode_all(cmds: &[&Command], conn: RawFd) -> Result<Vec<Request>> {
                     pipes: [None, None, None],
                     _child_ends: [None, None, None],
                     kill_on_drop: prev.kill_on_drop,
+                    conn_env: prev.conn_env,
                 };
                 reqs.push(copy);
             }
             _ => reqs.push(encode_request(c, &mut fill, conn)?),
         }
     }
-    Ok(reqs)
+    Ok((reqs, fill))
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 /// The protocol version this build speaks (byte 4 of every header).
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 16;
 /// The largest body a frame may have (4 MiB: room for a command with an environment and
@@ -25,6 +25,11 @@ pub const FLAG_WANT_EXIT: u8 = 1;
 /// together with others of the same connection that finish at about the same time (one
 /// message, one `recvmsg` for the client, however many pidfds).
 pub const FLAG_BATCH_REPLY: u8 = 2;
+
+/// Request flag: each command of the request that neither clears its environment nor
+/// carries a base environment starts from the connection's (the last [`Kind::Env`] frame):
+/// the caller's environment travels once, not in every request.
+pub const FLAG_CONN_ENV: u8 = 4;
 
 /// Bytes per entry of a [`Kind::SpawnedMany`] body: the request id (u64 LE) and the pid
 /// (i32 LE).
@@ -61,6 +66,9 @@ pub enum Kind {
     /// pid), their pidfds beside it in the same order; only to requests flagged
     /// [`FLAG_BATCH_REPLY`].
     SpawnedMany = 21,
+    /// Client → server: the connection's environment from now on (an environment's wire
+    /// form, docs/wire.md), for the requests flagged [`FLAG_CONN_ENV`]; no fds, no reply.
+    Env = 22,
     /// Client → the Python zygote (`spawnkit.multiprocessing`): a pickled process to start
     /// in a pooled worker, its fds beside it. The spawn server refuses it.
     Fork = 32,
@@ -86,6 +94,7 @@ impl Kind {
             19 => Kind::Exit,
             20 => Kind::SpawnMany,
             21 => Kind::SpawnedMany,
+            22 => Kind::Env,
             32 => Kind::Fork,
             33 => Kind::Workers,
             34 => Kind::Want,

@@ -5,6 +5,7 @@
 //! becomes readable, off the reply path.
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
 use super::frame::{
-    self as frames, Expect, FrameError, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_WANT_EXIT,
-    MAX_BATCH_REPLY,
+    self as frames, Expect, FrameError, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV,
+    FLAG_WANT_EXIT, MAX_BATCH_REPLY,
 };
 use super::gate::{gate, Peer};
 use super::reply;
@@ -118,8 +119,11 @@ const KIND_MASK: u64 = 0xF << 60;
 
 const EXPECT_ANSWER: Expect =
     Expect { kinds: &[Kind::Answer], max_body: NONCE_LEN + auth::MAC_LEN, fds: false };
-const EXPECT_REQUEST: Expect =
-    Expect { kinds: &[Kind::Spawn, Kind::SpawnMany], max_body: super::frame::MAX_BODY, fds: true };
+const EXPECT_REQUEST: Expect = Expect {
+    kinds: &[Kind::Spawn, Kind::SpawnMany, Kind::Env],
+    max_body: super::frame::MAX_BODY,
+    fds: true,
+};
 
 enum State {
     /// Sent this nonce; waiting for the answer until the deadline.
@@ -327,7 +331,13 @@ struct Conn {
     /// Since when our replies have waited for the client to read, with no byte of them
     /// taken (restarted whenever the client takes some).
     out_since: Option<Instant>,
+    /// The environment of the last Env frame: the base of the commands of requests flagged
+    /// `FLAG_CONN_ENV` that carry none (one per connection, within the frame limit).
+    env: Option<Env>,
 }
+
+/// An environment: (name, value) pairs in order, shared by the commands that use it.
+type Env = Arc<[(OsString, OsString)]>;
 
 struct ChildRec {
     pidfd: OwnedFd,
@@ -974,6 +984,7 @@ impl<'a> Looper<'a> {
             partial_since: None,
             frames_done: 0,
             out_since: None,
+            env: None,
         });
         self.live += 1;
         self.idle_since = None;
@@ -1135,8 +1146,29 @@ impl<'a> Looper<'a> {
                     };
                     conn.frames_done += 1;
                     let id = frame.header.id;
+                    if frame.header.kind == Kind::Env {
+                        // The connection's environment from now on; nothing is answered
+                        // unless it is malformed (then answered once, and closed).
+                        let decoded = if frame.fds.is_empty() {
+                            crate::spawn::wire::env_from_wire(body)
+                        } else {
+                            Err(Error::invalid("decode", "Env", "an Env frame passes no fds"))
+                        };
+                        match decoded {
+                            Ok(env) => conn.env = Some(env),
+                            Err(e) => {
+                                drop(frame);
+                                self.send_error(conn, id, &e);
+                                let _ = conn.tx.flush();
+                                return false;
+                            }
+                        }
+                        continue;
+                    }
                     let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
                     let batch_reply = frame.header.flags & FLAG_BATCH_REPLY != 0;
+                    let conn_env = (frame.header.flags & FLAG_CONN_ENV != 0)
+                        .then(|| conn.env.clone().ok_or_else(no_conn_env));
                     if frame.header.kind == Kind::SpawnMany {
                         // Split and decode every entry before any is spawned: a frame with one
                         // bad entry is malformed as a whole (answered once, then closed).
@@ -1146,7 +1178,10 @@ impl<'a> Looper<'a> {
                                 .and_then(|entries| {
                                     entries
                                         .into_iter()
-                                        .map(|(b, fds)| Command::from_wire(b, fds))
+                                        .map(|(b, fds)| {
+                                            Command::from_wire(b, fds)
+                                                .and_then(|c| with_conn_env(c, conn_env.as_ref()))
+                                        })
                                         .collect()
                                 });
                         let cmds = match decoded {
@@ -1177,7 +1212,9 @@ impl<'a> Looper<'a> {
                         self.send_error(conn, id, &no_exit_frames());
                         continue;
                     }
-                    match Command::from_wire(body, frame.fds) {
+                    let decoded = Command::from_wire(body, frame.fds)
+                        .and_then(|c| with_conn_env(c, conn_env.as_ref()));
+                    match decoded {
                         Ok(cmd) => self.take_request(conn, idx, id, want_exit, None, cmd),
                         Err(e) => {
                             // Bytes that do not decode: answer once, then close (malformed).
@@ -1428,6 +1465,22 @@ struct Own {
 }
 
 /// Gate and spawn one request: its pid and pidfd.
+/// A command of a request flagged `FLAG_CONN_ENV` (`env`: the connection's environment, or
+/// why there is none): one that neither clears its environment nor carries a base starts
+/// from the connection's.
+fn with_conn_env(mut cmd: Command, env: Option<&Result<Env>>) -> Result<Command> {
+    if let Some(env) = env {
+        if !cmd.env_clear && cmd.base_env.is_none() {
+            cmd.base_env = Some(env.as_ref().map_err(Clone::clone)?.clone());
+        }
+    }
+    Ok(cmd)
+}
+
+fn no_conn_env() -> Error {
+    Error::invalid("decode", "FLAG_CONN_ENV", "no Env frame came before this request")
+}
+
 fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> {
     let euid = own.euid;
     gate(cmd, peer, euid)?;

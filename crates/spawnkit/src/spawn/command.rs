@@ -4,6 +4,7 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::options::{PathSearch, Resource, SigSet, Signal, Stdio, Strategy};
 use super::plan::Plan;
@@ -34,7 +35,7 @@ pub struct Command {
     /// Changes to the environment, in the order they were made (a name appears once).
     pub(crate) env: Vec<(OsString, Option<OsString>)>,
     /// The environment the changes apply to, when not this process's (see `base_env`).
-    pub(crate) base_env: Option<Vec<(OsString, OsString)>>,
+    pub(crate) base_env: Option<Arc<[(OsString, OsString)]>>,
     pub(crate) cwd: Option<PathBuf>,
     pub(crate) stdio: [Option<Stdio>; 3],
     pub(crate) fds: Vec<(RawFd, RawFd)>,
@@ -187,7 +188,7 @@ impl Command {
         V: AsRef<OsStr>,
     {
         let vars = vars.into_iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()));
-        self.base_env = Some(vars.collect());
+        self.base_env = Some(vars.collect::<Vec<_>>().into());
         self
     }
 

@@ -24,6 +24,7 @@ use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer, Visitor};
@@ -162,6 +163,10 @@ struct WireCommand<'a> {
 pub(crate) struct Fill<'f> {
     pub cwd: Option<&'f Path>,
     pub base_env: Option<&'f [(OsString, OsString)]>,
+    /// The base environment (the command's or `base_env` above) is the one the connection
+    /// holds already (an Env frame sent before): written as none, the request flagged
+    /// `FLAG_CONN_ENV`.
+    pub conn_env: bool,
     pub stdio: [Option<Filled>; 3],
 }
 
@@ -179,6 +184,48 @@ pub(crate) enum Filled {
 
 fn decode_error(subject: impl Into<String>, why: &str) -> Error {
     Error::invalid("decode", subject, why)
+}
+
+/// The bytes after the format version, if it is this build's.
+fn versioned(bytes: &[u8]) -> Result<&[u8]> {
+    let (version, body) = match bytes {
+        [a, b, body @ ..] => (u16::from_le_bytes([*a, *b]), body),
+        _ => return Err(decode_error("", "too short for the format version")),
+    };
+    if version != Command::WIRE_VERSION {
+        // Unsupported, not InvalidInput: a peer of another version, not damaged bytes.
+        return Err(decode_error(
+            format!("version {version}"),
+            &format!("unknown wire format version (this build reads {})", Command::WIRE_VERSION),
+        )
+        .with_kind(ErrorKind::Unsupported));
+    }
+    Ok(body)
+}
+
+/// An environment on the wire (the body of the spawn server's Env frame, docs/protocol.md):
+/// the format version, then the (name, value) pairs as a `base_env` is written in a
+/// command, in order.
+pub(crate) fn env_to_wire(vars: &[(OsString, OsString)]) -> Result<Vec<u8>> {
+    let wire: Vec<(Bytes<'_>, Bytes<'_>)> =
+        vars.iter().map(|(k, v)| (Bytes::of(k), Bytes::of(v))).collect();
+    postcard::to_extend(&wire, Command::WIRE_VERSION.to_le_bytes().to_vec())
+        .map_err(|e| Error::invalid("encode", "environment", &e.to_string()))
+}
+
+/// An environment from [`env_to_wire`]'s bytes. As hostile as a command's: nothing here
+/// panics, nothing is allocated beyond what the bytes pay for; too short, another version,
+/// bytes that do not decode and trailing bytes are errors (step `"decode"`). What a
+/// `base_env` may hold is checked where it is used, as for a command's (a NUL fails the
+/// spawn).
+pub(crate) fn env_from_wire(bytes: &[u8]) -> Result<Arc<[(OsString, OsString)]>> {
+    let body = versioned(bytes)?;
+    let (wire, rest) = postcard::take_from_bytes::<Vec<(Bytes<'static>, Bytes<'static>)>>(body)
+        .map_err(|e| decode_error("environment", &format!("malformed: {e}")))?;
+    if !rest.is_empty() {
+        return Err(decode_error("environment", &format!("{} trailing bytes", rest.len())));
+    }
+    Ok(wire.into_iter().map(|(k, v)| (k.os(), v.os())).collect())
 }
 
 /// The fds passed beside the bytes, each taken at most once and every one taken.
@@ -315,10 +362,14 @@ impl Command {
             arg0: arg0.as_deref().map(Bytes::of),
             env_clear: *env_clear,
             env: env.iter().map(|(k, v)| (Bytes::of(k), v.as_deref().map(Bytes::of))).collect(),
-            base_env: base_env
-                .as_deref()
-                .or(fill.and_then(|f| if *env_clear { None } else { f.base_env }))
-                .map(|b| b.iter().map(|(k, v)| (Bytes::of(k), Bytes::of(v))).collect()),
+            base_env: if fill.is_some_and(|f| f.conn_env) {
+                None
+            } else {
+                base_env
+                    .as_deref()
+                    .or(fill.and_then(|f| if *env_clear { None } else { f.base_env }))
+                    .map(|b| b.iter().map(|(k, v)| (Bytes::of(k), Bytes::of(v))).collect())
+            },
             // The fill's cwd replaces the command's (a relative one, resolved by the client).
             cwd: fill.and_then(|f| f.cwd).or(cwd.as_deref()).map(Bytes::path),
             stdio: wire_stdio,
@@ -360,21 +411,7 @@ impl Command {
     /// of range, used twice or never used, a child fd mapped twice. On error every fd passed
     /// is closed.
     pub fn from_wire(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Command> {
-        let (version, body) = match bytes {
-            [a, b, body @ ..] => (u16::from_le_bytes([*a, *b]), body),
-            _ => return Err(decode_error("", "too short for the format version")),
-        };
-        if version != Command::WIRE_VERSION {
-            // Unsupported, not InvalidInput: a peer of another version, not damaged bytes.
-            return Err(decode_error(
-                format!("version {version}"),
-                &format!(
-                    "unknown wire format version (this build reads {})",
-                    Command::WIRE_VERSION
-                ),
-            )
-            .with_kind(ErrorKind::Unsupported));
-        }
+        let body = versioned(bytes)?;
         let (wire, rest) = postcard::take_from_bytes::<WireCommand<'static>>(body)
             .map_err(|e| decode_error("", &format!("malformed command: {e}")))?;
         if !rest.is_empty() {
@@ -552,5 +589,58 @@ fn isolation_from_wire(w: WireIsolation<'static>) -> Isolation {
         }),
         cgroup: cgroup.map(Bytes::into_path),
         keep_caps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn os(b: &[u8]) -> OsString {
+        OsString::from_vec(b.to_vec())
+    }
+
+    #[test]
+    fn an_environment_round_trips_and_damage_is_refused() {
+        let env = [(os(b"A"), os(b"1")), (os(b"=odd"), os(b"")), (os(b"\xff"), os(b"a=b"))];
+        let bytes = env_to_wire(&env).unwrap();
+        assert_eq!(&*env_from_wire(&bytes).unwrap(), &env);
+        let short = env_from_wire(&bytes[..1]).unwrap_err();
+        assert_eq!(short.step(), "decode", "{short}");
+        let other = env_from_wire(&[9, 0, 0]).unwrap_err();
+        assert_eq!(other.kind(), ErrorKind::Unsupported, "{other}");
+        let trailing = env_from_wire(&[bytes.as_slice(), b"x"].concat()).unwrap_err();
+        assert!(trailing.to_string().contains("trailing"), "{trailing}");
+        // A count far past the bytes: an error, not an allocation.
+        let huge = env_from_wire(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
+        assert_eq!(huge.step(), "decode", "{huge}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Arbitrary bytes (after a valid version, or not): the decoder never panics.
+        #[test]
+        fn arbitrary_bytes_to_the_environment_decoder(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            versioned in any::<bool>(),
+        ) {
+            let mut input = if versioned { Command::WIRE_VERSION.to_le_bytes().to_vec() } else { vec![] };
+            input.extend_from_slice(&bytes);
+            let _ = env_from_wire(&input);
+        }
+
+        /// Any environment round trips, in order.
+        #[test]
+        fn any_environment_round_trips(
+            vars in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..20),
+                 proptest::collection::vec(any::<u8>(), 0..40)),
+                0..20),
+        ) {
+            let env: Vec<(OsString, OsString)> = vars.iter().map(|(k, v)| (os(k), os(v))).collect();
+            let back = env_from_wire(&env_to_wire(&env).unwrap()).unwrap();
+            prop_assert_eq!(&*back, env.as_slice());
+        }
     }
 }
