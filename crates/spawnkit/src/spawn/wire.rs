@@ -91,6 +91,8 @@ enum WireStdio {
     /// `Stdio::File`, `Stdio::Owned` and `Stdio::Fd`: the fd at this index (decoded as
     /// `Stdio::Owned`: the command owns what it received).
     Fd(u32),
+    /// `Stdio::Closed` (last: a variant added at the end leaves every earlier form as it was).
+    Closed,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -211,8 +213,8 @@ impl Command {
     /// `Stdio::Fd`, and the parent side of each [`fd`](Command::fd) map, is one entry of the
     /// list (a fd used twice is listed twice); the numbers are this process's and stay
     /// borrowed from the command (or, for `Stdio::Fd` and maps, from the caller): keep them
-    /// open until they are sent. `Stdio::Pipe`, `Null`, `Inherit` and `Stdout` are sent as
-    /// themselves.
+    /// open until they are sent. `Stdio::Pipe`, `Null`, `Inherit`, `Stdout` and `Closed` are
+    /// sent as themselves.
     ///
     /// Errors (kind [`InvalidInput`](ErrorKind::InvalidInput) or, for a hook,
     /// [`Unsupported`](ErrorKind::Unsupported), step `"encode"`): a [`pre_exec`] hook (code
@@ -296,6 +298,7 @@ impl Command {
                 Some(Stdio::Null) => Some(WireStdio::Null),
                 Some(Stdio::Pipe) => Some(WireStdio::Pipe),
                 Some(Stdio::Stdout) => Some(WireStdio::Stdout),
+                Some(Stdio::Closed) => Some(WireStdio::Closed),
                 Some(Stdio::File(f)) => {
                     Some(WireStdio::Fd(pass(f.as_raw_fd(), format!("fd {i}"))?))
                 }
@@ -428,6 +431,7 @@ impl Command {
                 Some(WireStdio::Null) => Some(Stdio::Null),
                 Some(WireStdio::Pipe) => Some(Stdio::Pipe),
                 Some(WireStdio::Stdout) => Some(Stdio::Stdout),
+                Some(WireStdio::Closed) => Some(Stdio::Closed),
                 Some(WireStdio::Fd(index)) => Some(Stdio::Owned(passed.take(index)?)),
             };
         }
