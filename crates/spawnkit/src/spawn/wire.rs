@@ -173,10 +173,10 @@ pub(crate) enum Filled {
     /// A fd of the client's to pass: its own 0-2 for `Inherit`, the child's end of a pipe it
     /// made for `Pipe`.
     Fd(RawFd),
-    /// /dev/null, for an inherited stream that the client has closed or marked close-on-exec:
-    /// a local child would find nothing there, and whatever else the server's child found at
-    /// that number would be the server's.
-    Null,
+    /// Closed in the child, for an inherited stream that the client has closed or marked
+    /// close-on-exec: what a local child finds there (nothing), never whatever holds that
+    /// number in the server.
+    Closed,
 }
 
 fn decode_error(subject: impl Into<String>, why: &str) -> Error {
@@ -286,8 +286,8 @@ impl Command {
                     *slot = Some(WireStdio::Fd(pass(fd, format!("fd {fd} -> {i}"))?));
                     continue;
                 }
-                Some(Filled::Null) => {
-                    *slot = Some(WireStdio::Null);
+                Some(Filled::Closed) => {
+                    *slot = Some(WireStdio::Closed);
                     continue;
                 }
                 None => {}
