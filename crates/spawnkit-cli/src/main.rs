@@ -6,6 +6,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod closed;
 mod mem;
 mod out;
 mod ps;

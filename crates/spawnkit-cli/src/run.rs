@@ -10,7 +10,9 @@
 //! 1. check that the fds named by `--keep-fd`/`--fd` are open here (before spawnkit opens
 //!    any fd of its own, which could otherwise take their number);
 //! 2. resolve user and group names (getpwnam_r/getgrnam_r) and build the [`Command`];
-//! 3. open the `--stdin`/`--stdout`/`--stderr` files (not in a dry run);
+//! 3. open the `--stdin`/`--stdout`/`--stderr` files (not in a dry run); a standard fd that
+//!    was closed when spawnkit started and that no flag sets is closed in the program
+//!    ([`closed`](crate::closed): read before Rust's runtime put /dev/null there);
 //! 4. block the forwarded signals in spawnkit and open a signalfd for them (the library
 //!    installs the child's own mask, empty by default, just before execve);
 //! 5. spawn, then poll(2) the signalfd and the child's pidfd until the child exits.
@@ -46,6 +48,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use crate::closed;
 use crate::out::{self, note};
 use clap::builder::{OsStringValueParser, PossibleValuesParser, TypedValueParser};
 use spawnkit::{
@@ -81,6 +84,14 @@ Exit status:
   option, a file it could not open, a setup step such as chdir or setrlimit). With --lock:
   the --conflict-exit-code (1) when the lock is held elsewhere and --lock-nonblock or
   --lock-timeout says not to wait.
+
+Closed standard streams:
+  The program gets spawnkit's fds 0, 1 and 2 unless a flag sets them, and one that was
+  closed when spawnkit started is closed in the program too (with --via as well):
+  `spawnkit run -- echo hi >&-` fails as `echo hi >&-` does, instead of writing into
+  /dev/null unseen (spawnkit itself keeps the /dev/null Rust's runtime opens there).
+  --stdin, --stdout, --stderr and --fd CHILD=PARENT set a stream ('-' leaves it closed);
+  --stderr-to-stdout follows a closed stdout; --keep-fd or --fd of a closed fd is refused.
 
 Signals:
   Every signal that would end spawnkit and can be caught is forwarded to the program, and
@@ -679,6 +690,13 @@ fn check_parent_fds(args: &RunArgs) -> Result<(), Failure> {
     let keep = args.keep_fd.iter().map(|&fd| ("--keep-fd", fd.to_string(), fd));
     let maps = args.fd.iter().map(|&(c, p)| ("--fd", format!("{c}={p}"), p));
     for (flag, value, fd) in keep.chain(maps) {
+        // (Rust's runtime put /dev/null on a standard fd that was closed.)
+        if closed::at_start(fd) {
+            return Err(Failure::setup(format!(
+                "{flag} {value}: fd {fd} is not open in spawnkit (it was closed when spawnkit \
+                 started)"
+            )));
+        }
         if let Err(e) = spawnkit::process::fd_flags(fd) {
             return Err(Failure::setup(format!(
                 "{flag} {value}: fd {fd} is not open in spawnkit ({e})"
@@ -893,7 +911,20 @@ impl OpenMode {
 /// Open the stdio files and hand them to `cmd`; returns one line per file opened, as the dry
 /// run prints them. In a dry run nothing is opened (no file is created or truncated):
 /// /dev/null stands in so the plan shows the dup2 steps.
+///
+/// A standard fd that was closed when spawnkit started (Rust's runtime has put /dev/null
+/// there since) is closed in the program unless a flag here sets it: the program inherits
+/// what spawnkit was given, as under env(1). `--stderr-to-stdout` follows a closed stdout.
 fn open_stdio(args: &RunArgs, cmd: &mut Command) -> Result<Vec<String>, Failure> {
+    if closed::at_start(0) {
+        cmd.stdin(Stdio::Closed);
+    }
+    if closed::at_start(1) {
+        cmd.stdout(Stdio::Closed);
+    }
+    if closed::at_start(2) {
+        cmd.stderr(Stdio::Closed);
+    }
     let pick = |trunc: &Option<PathBuf>, append: &Option<PathBuf>, trunc_flag, append_flag| match (
         trunc, append,
     ) {

@@ -33,7 +33,7 @@ What a child started here differs in:
   Its parent is the server (getppid, --pdeathsig and --setsid are relative to the server);
   its limits, cgroup and nice are the server's unless the command sets them. Its cwd (a
   relative one resolved against the client's), environment and standard streams are the
-  client's; a stream the client has closed arrives as /dev/null. Every signal starts at
+  client's (one the client has closed is closed in the child too). Every signal starts at
   its default action: neither the server's ignored signals (a server started with & from
   a script ignores SIGINT and SIGQUIT) nor the client's reach it.
 

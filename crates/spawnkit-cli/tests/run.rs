@@ -290,6 +290,7 @@ fn run_help_describes_every_flag() {
         "Examples:",
         "Exit status:",
         "clone-vfork, posix-spawn, fork-exec",
+        "closed when spawnkit started is closed in the program too",
     ] {
         assert!(r.stdout.contains(flag), "missing {flag:?} in:\n{}", r.stdout);
     }
@@ -1603,4 +1604,88 @@ fn a_dry_run_leaves_no_lock_file() {
     std::fs::write(&lock, b"").unwrap();
     run(["--lock", l, "--dry-run", "--", "true"]).code(0);
     assert!(lock.exists(), "the dry run removed a lock file that was there");
+}
+
+/// `spawnkit run ARGS...` started with its fd `fd` closed (`>&-`), run to completion.
+fn run_with_fd_closed(fd: i32, args: &[&str]) -> Res {
+    let mut cmd = spawnkit_cmd(["run"]);
+    cmd.args(args);
+    common::close_fd_at_exec(&mut cmd, fd);
+    Res::of(&mut cmd)
+}
+
+/// "open"/"closed" for each of fds 0-2, in a string like the script's.
+fn open_closed(closed: &[i32]) -> String {
+    let words: Vec<&str> =
+        (0..3).map(|n| if closed.contains(&n) { "closed" } else { "open" }).collect();
+    words.join(" ")
+}
+
+#[test]
+fn a_stream_closed_when_spawnkit_starts_is_closed_in_the_program() {
+    let dir = TempDir::new("closed-at-start");
+    let report = dir.join("report");
+    let r = report.to_str().unwrap();
+    let script = common::OPEN_OR_CLOSED;
+    for strategy in STRATEGIES {
+        for fd in 0..3 {
+            let what = format!("{strategy}, fd {fd} closed");
+            let _ = std::fs::remove_file(&report);
+            run_with_fd_closed(fd, &["--strategy", strategy, "--", "sh", "-c", script, r]).code(0);
+            let seen = std::fs::read_to_string(&report).unwrap();
+            assert_eq!(seen.trim_end(), open_closed(&[fd]), "{what}");
+        }
+        // What a program that writes there gets: EBADF, exit 1, as `/bin/echo hi >&-`.
+        let r = run_with_fd_closed(1, &["--strategy", strategy, "--", "/bin/echo", "hi"]);
+        r.code(1).stderr_has("Bad file descriptor");
+    }
+    // spawnkit itself keeps the /dev/null Rust's runtime put there (no file of its own may
+    // take the number); the program, its child, reports its parent's fd 1.
+    let parents = "readlink /proc/$PPID/fd/1 > \"$0\"";
+    run_with_fd_closed(1, &["--", "sh", "-c", parents, r]).code(0);
+    assert_eq!(std::fs::read_to_string(&report).unwrap(), "/dev/null\n");
+}
+
+#[test]
+fn a_stream_flag_sets_a_stream_closed_when_spawnkit_starts() {
+    let dir = TempDir::new("closed-at-start-flags");
+    let report = dir.join("report");
+    let r = report.to_str().unwrap();
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let script = common::OPEN_OR_CLOSED;
+    // (fd closed at start, flags, the fds the program finds closed)
+    let cases: &[(i32, &[&str], &[i32])] = &[
+        (1, &["--stdout", o], &[]),
+        (1, &["--stdout-append", o], &[]),
+        (1, &["--stdout", "-"], &[1]),
+        (1, &["--fd", "1=2"], &[]),
+        (1, &["--stderr-to-stdout"], &[1, 2]),
+        (2, &["--stderr-to-stdout"], &[]),
+        (2, &["--stderr", o], &[]),
+        (0, &["--stdin", "/dev/null"], &[]),
+        (0, &["--stdin", "-"], &[0]),
+    ];
+    for &(fd, flags, closed) in cases {
+        let _ = std::fs::remove_file(&report);
+        let mut args = flags.to_vec();
+        args.extend(["--", "sh", "-c", script, r]);
+        run_with_fd_closed(fd, &args).code(0);
+        let seen = std::fs::read_to_string(&report).unwrap();
+        assert_eq!(seen.trim_end(), open_closed(closed), "fd {fd} closed, {flags:?}");
+    }
+    // A closed fd cannot be kept or mapped: the same error as for any fd that is not open.
+    for (fd, flags) in [(1, ["--keep-fd", "1"]), (0, ["--fd", "5=0"])] {
+        let mut args = flags.to_vec();
+        args.extend(["--", "true"]);
+        let given = flags.join(" ");
+        run_with_fd_closed(fd, &args).code(125).stderr_is(&format!(
+            "spawnkit: {given}: fd {fd} is not open in spawnkit (it was closed when spawnkit \
+             started)\n"
+        ));
+    }
+    // The dry run shows the step.
+    let r = run_with_fd_closed(0, &["--dry-run", "--", "true"]);
+    r.code(0);
+    assert!(r.stdout.contains("\nclose_range fds 0..=0\n"), "{r:#?}");
 }

@@ -1421,3 +1421,32 @@ fn pool_is_bounded_and_bad_numbers_are_one_line() {
     }
     assert!(!socket.exists());
 }
+
+/// A stream closed when `spawnkit run --via` starts is closed in the program the server
+/// spawns, as in a local run (not the /dev/null of spawnkit's own runtime, nor the server's).
+#[test]
+fn run_via_keeps_a_stream_closed_when_spawnkit_started_closed() {
+    let s = Serve::start(&[]);
+    let report = s.dir.join("report");
+    let r = report.to_str().unwrap();
+    let sock = s.socket.to_str().unwrap();
+    let with_fd_closed = |fd: i32, args: &[&str]| -> Res {
+        let mut cmd = spawnkit_cmd(["run", "--via", sock]);
+        cmd.args(args);
+        common::close_fd_at_exec(&mut cmd, fd);
+        Res::of(&mut cmd)
+    };
+    for fd in 0..3 {
+        let _ = std::fs::remove_file(&report);
+        with_fd_closed(fd, &["--", "sh", "-c", common::OPEN_OR_CLOSED, r]).code(0);
+        let seen = std::fs::read_to_string(&report).unwrap();
+        let want: Vec<&str> = (0..3).map(|n| if n == fd { "closed" } else { "open" }).collect();
+        assert_eq!(seen.trim_end(), want.join(" "), "fd {fd} closed");
+    }
+    with_fd_closed(1, &["--", "/bin/echo", "hi"]).code(1).stderr_has("Bad file descriptor");
+    // A flag still sets it.
+    let _ = std::fs::remove_file(&report);
+    with_fd_closed(1, &["--stdout", "/dev/null", "--", "sh", "-c", common::OPEN_OR_CLOSED, r])
+        .code(0);
+    assert_eq!(std::fs::read_to_string(&report).unwrap(), "open open open\n");
+}

@@ -233,6 +233,65 @@ fn stderr_to_stdout_follows_where_fd_1_really_goes() {
     }
 }
 
+/// Which of fds 0, 1, 2 and 4 a child finds open (`open`/`closed`), told by a shell's built-in
+/// test on /proc/$$/fd (no fork, no pipe that could take a closed number) on a pipe mapped as
+/// fd 3.
+fn open_or_closed(s: Strategy, configure: impl FnOnce(&mut Command)) -> String {
+    let (mut r, w) = pipe();
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        "r=''; for n in 0 1 2 4; do if [ -e /proc/$$/fd/$n ]; then r=\"$r open\"; \
+         else r=\"$r closed\"; fi; done; echo $r >&3",
+    ])
+    .fd(3, w.as_raw_fd())
+    .strategy(s);
+    configure(&mut cmd);
+    let status = cmd.status().unwrap();
+    assert!(status.success(), "{s}: {status}");
+    drop(cmd);
+    drop(w);
+    let mut out = String::new();
+    r.read_to_string(&mut out).unwrap();
+    out.trim_end().to_string()
+}
+
+#[test]
+fn closed_is_closed_in_the_child() {
+    for n in 0..3 {
+        assert!(fd_is_open(n), "the test process has no fd {n}");
+    }
+    for s in Strategy::ALL {
+        assert_eq!(open_or_closed(s, |_| {}), "open open open closed", "{s}");
+        let t = open_or_closed(s, |c| {
+            c.stdout(Stdio::Closed);
+        });
+        assert_eq!(t, "open closed open closed", "{s}");
+        let t = open_or_closed(s, |c| {
+            c.stdin(Stdio::closed()).stderr(Stdio::Closed);
+        });
+        assert_eq!(t, "closed open closed closed", "{s}");
+        // 2>&1 of a closed stdout: nothing.
+        let t = open_or_closed(s, |c| {
+            c.stdout(Stdio::Closed).stderr(Stdio::Stdout);
+        });
+        assert_eq!(t, "open closed closed closed", "{s}");
+        // A map onto the number wins, as over any stream; one from the parent's fd 1 reads
+        // the parent's, not the child's closed one.
+        let t = open_or_closed(s, |c| {
+            c.stdin(Stdio::Closed).fd(0, 1).stdout(Stdio::Closed).fd(4, 1);
+        });
+        assert_eq!(t, "open closed open open", "{s}");
+    }
+    // A program writing to it fails (EBADF), as under `>&-`.
+    for s in Strategy::ALL {
+        let mut echo = Command::new("/bin/echo");
+        echo.arg("hi").stdout(Stdio::Closed).stderr(Stdio::Null).strategy(s);
+        let status = echo.status().unwrap();
+        assert_eq!(status.code(), Some(1), "{s}");
+    }
+}
+
 #[test]
 fn stdout_marker_is_only_for_stderr() {
     for s in Strategy::ALL {

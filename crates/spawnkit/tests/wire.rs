@@ -194,6 +194,7 @@ enum StdioSpec {
     Null,
     Pipe,
     Stdout,
+    Closed,
     File,
     Owned,
     Fd,
@@ -201,7 +202,7 @@ enum StdioSpec {
 
 fn stdio_spec(with_fds: bool) -> BoxedStrategy<StdioSpec> {
     use StdioSpec::*;
-    let plain = vec![Unset, Inherit, Null, Pipe, Stdout];
+    let plain = vec![Unset, Inherit, Null, Pipe, Stdout, Closed];
     let mut all = plain.clone();
     all.extend([File, Owned, Fd]);
     prop::sample::select(if with_fds { all } else { plain }).boxed()
@@ -261,7 +262,7 @@ fn spec(with_fds: bool, valid: bool) -> impl Strategy<Value = Spec> {
         if !valid {
             return stdio_spec(with_fds);
         }
-        let mut ok = vec![Unset, Inherit, Null, Pipe];
+        let mut ok = vec![Unset, Inherit, Null, Pipe, Closed];
         if stream == 2 {
             ok.push(Stdout);
         }
@@ -470,6 +471,7 @@ fn build(spec: &Spec, pool: &mut Vec<(RawFd, OwnedFd)>) -> Command {
             StdioSpec::Null => Stdio::Null,
             StdioSpec::Pipe => Stdio::Pipe,
             StdioSpec::Stdout => Stdio::Stdout,
+            StdioSpec::Closed => Stdio::Closed,
             StdioSpec::File | StdioSpec::Owned => {
                 // The command owns this one; the pool keeps a copy to "send".
                 let fd = pipe_fd();
@@ -929,6 +931,23 @@ fn the_version_1_layout_is_pinned() {
 }
 
 const PINNED_V1: &str = "01000470726f67020161016201047a65726f0002014b01017601520001010142013101022f770101010201030000800400020101000107408001010601020001010701080101090112011e01020101808088800401020100e807010100e807010101022f7401010001022f73022f640101016801022f7201022f6c01010180cab5ee0101022f6301";
+
+/// `Stdio::Closed` came after version 1's layout was pinned: it is the last variant of a
+/// stream, so every earlier encoding stays as it was, and it travels as itself (no fd).
+#[test]
+fn closed_streams_travel_as_themselves() {
+    let mut c = Command::new("prog");
+    c.stdin(Stdio::Closed).stdout(Stdio::Closed).stderr(Stdio::Stdout);
+    let (bytes, fds) = c.to_wire().expect("encode");
+    assert!(fds.is_empty());
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    // ... cwd None, the streams Some(5) Some(5) Some(3) (Closed, Closed, Stdout), no maps.
+    assert!(hex.contains("0001050105010300"), "{hex}");
+    let decoded = Command::from_wire(&bytes, Vec::new()).expect("decode");
+    assert_eq!(decoded.to_wire().expect("encode again").0, bytes);
+    assert_eq!(plan_text(&decoded), plan_text(&c));
+    assert!(plan_text(&decoded).contains("close_range fds 0..=0\n"), "{}", plan_text(&c));
+}
 
 /// A pipe's write end to pass, and whether its read end sees EOF (every copy of the write
 /// end closed) — without blocking.

@@ -115,3 +115,24 @@ pub fn closed_pipe() -> std::process::Stdio {
     drop(read);
     std::process::Stdio::from(write)
 }
+
+/// Start `cmd`'s process with its fd `fd` closed, as `>&-` (or `<&-`) leaves it: closed in
+/// the forked child after std has set up its streams, just before exec. (A Rust program
+/// finds /dev/null there once its runtime has started.)
+pub fn close_fd_at_exec(cmd: &mut Command, fd: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child before exec and only calls close(2), which is
+    // async-signal-safe and touches nothing but an fd number.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::close(fd);
+            Ok(())
+        });
+    }
+}
+
+/// A shell script that writes to the file named by its `$0` which of its fds 0, 1 and 2 are
+/// open: "open closed open". Only built-ins, no fork, no pipe or file opened before the
+/// answer is known (either could take a closed number).
+pub const OPEN_OR_CLOSED: &str = "r=''; for n in 0 1 2; do if [ -e /proc/$$/fd/$n ]; then \
+     r=\"$r open\"; else r=\"$r closed\"; fi; done; echo $r > \"$0\"";

@@ -981,15 +981,15 @@ struct Filler {
 }
 
 impl Filler {
-    /// Our own fd `i`, as a local child would inherit it: /dev/null when it is closed or
-    /// close-on-exec here (else the child would get whatever holds that number, such as this
-    /// very connection).
+    /// Our own fd `i`, as a local child would inherit it: closed when it is closed or
+    /// close-on-exec here (passing that number would hand over whatever holds it, such as
+    /// this very connection).
     fn inherited(&mut self, i: usize) -> Filled {
         *self.inherited[i].get_or_insert_with(|| {
             let fd = i as RawFd;
             match this_process::fd_flags(fd) {
                 Ok(flags) if flags & libc::FD_CLOEXEC == 0 => Filled::Fd(fd),
-                _ => Filled::Null,
+                _ => Filled::Closed,
             }
         })
     }

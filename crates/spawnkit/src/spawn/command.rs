@@ -482,6 +482,7 @@ impl Command {
                 Some(Stdio::Null) => Some(Stdio::Null),
                 Some(Stdio::Pipe) => Some(Stdio::Pipe),
                 Some(Stdio::Stdout) => Some(Stdio::Stdout),
+                Some(Stdio::Closed) => Some(Stdio::Closed),
                 Some(Stdio::Fd(fd)) => Some(Stdio::Fd(*fd)),
                 Some(Stdio::File(f)) => Some(Stdio::File(f.try_clone().map_err(os_err)?)),
                 Some(Stdio::Owned(fd)) => Some(Stdio::Owned(dup(fd)?)),

@@ -297,8 +297,14 @@ pub enum Stdio {
     Owned(OwnedFd),
     /// A raw fd of the parent's, borrowed: it must stay open until `spawn` returns.
     Fd(RawFd),
-    /// The same as the child's stdout (for stderr: `2>&1`).
+    /// The same as the child's stdout (for stderr: `2>&1`; closed when stdout is
+    /// [`Closed`](Stdio::Closed)).
     Stdout,
+    /// Closed in the child, as `>&-` in a shell: the program starts without this fd, and a
+    /// write to it fails with EBADF (a later open in the program may take the number). An fd
+    /// map or [`keep_fd`](crate::Command::keep_fd) onto the same number wins, as over any
+    /// other stream.
+    Closed,
 }
 
 impl Stdio {
@@ -310,6 +316,9 @@ impl Stdio {
     }
     pub fn piped() -> Stdio {
         Stdio::Pipe
+    }
+    pub fn closed() -> Stdio {
+        Stdio::Closed
     }
 }
 

@@ -416,10 +416,17 @@ impl Plan {
         let mut maps: Vec<(RawFd, RawFd)> = Vec::new();
         let mut null: Option<RawFd> = None;
         let mut stderr_to_stdout = false;
+        // Streams closed in the child (Stdio::Closed): closed after every dup, which may
+        // read the parent's fd of that number.
+        let mut closed: Vec<RawFd> = Vec::new();
         for (target, spec) in cmd.stdio.iter().enumerate() {
             let target = target as RawFd;
             let src = match spec {
                 None | Some(Stdio::Inherit) => continue,
+                Some(Stdio::Closed) => {
+                    closed.push(target);
+                    continue;
+                }
                 Some(Stdio::Null) => match null {
                     Some(fd) => fd,
                     None => {
@@ -468,6 +475,7 @@ impl Plan {
         }
         for &fd in keep {
             maps.retain(|(t, _)| *t != fd);
+            closed.retain(|&t| t != fd);
             maps.push((fd, fd));
         }
         for &(target, src) in &cmd.fds {
@@ -485,12 +493,18 @@ impl Plan {
                 ));
             }
             maps.retain(|(t, _)| *t != target);
+            closed.retain(|&t| t != target);
             maps.push((target, src));
         }
         if stderr_to_stdout && !cmd.fds.iter().any(|(t, _)| *t == 2) {
-            // 2>&1: whatever the child's fd 1 will be (the parent's fd 1 if inherited).
-            let src = maps.iter().find(|(t, _)| *t == 1).map_or(1, |(_, s)| *s);
-            maps.push((2, src));
+            // 2>&1: whatever the child's fd 1 will be (the parent's fd 1 if inherited,
+            // nothing if closed).
+            if closed.contains(&1) {
+                closed.push(2);
+            } else {
+                let src = maps.iter().find(|(t, _)| *t == 1).map_or(1, |(_, s)| *s);
+                maps.push((2, src));
+            }
         }
         // A handful of fds: a vector beats hashing.
         let targets: Vec<RawFd> = maps.iter().map(|(t, _)| *t).collect();
@@ -518,6 +532,9 @@ impl Plan {
             } else {
                 self.steps.push(Step::Dup2 { from, to: target });
             }
+        }
+        for fd in closed {
+            self.steps.push(Step::CloseRange { first: fd as u32, last: fd as u32 });
         }
         if cmd.close_other_fds {
             let mut keep: Vec<u32> =

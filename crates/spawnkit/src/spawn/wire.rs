@@ -92,6 +92,8 @@ enum WireStdio {
     /// `Stdio::File`, `Stdio::Owned` and `Stdio::Fd`: the fd at this index (decoded as
     /// `Stdio::Owned`: the command owns what it received).
     Fd(u32),
+    /// `Stdio::Closed` (last: a variant added at the end leaves every earlier form as it was).
+    Closed,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -176,10 +178,10 @@ pub(crate) enum Filled {
     /// A fd of the client's to pass: its own 0-2 for `Inherit`, the child's end of a pipe it
     /// made for `Pipe`.
     Fd(RawFd),
-    /// /dev/null, for an inherited stream that the client has closed or marked close-on-exec:
-    /// a local child would find nothing there, and whatever else the server's child found at
-    /// that number would be the server's.
-    Null,
+    /// Closed in the child, for an inherited stream that the client has closed or marked
+    /// close-on-exec: what a local child finds there (nothing), never whatever holds that
+    /// number in the server.
+    Closed,
 }
 
 fn decode_error(subject: impl Into<String>, why: &str) -> Error {
@@ -258,8 +260,8 @@ impl Command {
     /// `Stdio::Fd`, and the parent side of each [`fd`](Command::fd) map, is one entry of the
     /// list (a fd used twice is listed twice); the numbers are this process's and stay
     /// borrowed from the command (or, for `Stdio::Fd` and maps, from the caller): keep them
-    /// open until they are sent. `Stdio::Pipe`, `Null`, `Inherit` and `Stdout` are sent as
-    /// themselves.
+    /// open until they are sent. `Stdio::Pipe`, `Null`, `Inherit`, `Stdout` and `Closed` are
+    /// sent as themselves.
     ///
     /// Errors (kind [`InvalidInput`](ErrorKind::InvalidInput) or, for a hook,
     /// [`Unsupported`](ErrorKind::Unsupported), step `"encode"`): a [`pre_exec`] hook (code
@@ -331,8 +333,8 @@ impl Command {
                     *slot = Some(WireStdio::Fd(pass(fd, format!("fd {fd} -> {i}"))?));
                     continue;
                 }
-                Some(Filled::Null) => {
-                    *slot = Some(WireStdio::Null);
+                Some(Filled::Closed) => {
+                    *slot = Some(WireStdio::Closed);
                     continue;
                 }
                 None => {}
@@ -343,6 +345,7 @@ impl Command {
                 Some(Stdio::Null) => Some(WireStdio::Null),
                 Some(Stdio::Pipe) => Some(WireStdio::Pipe),
                 Some(Stdio::Stdout) => Some(WireStdio::Stdout),
+                Some(Stdio::Closed) => Some(WireStdio::Closed),
                 Some(Stdio::File(f)) => {
                     Some(WireStdio::Fd(pass(f.as_raw_fd(), format!("fd {i}"))?))
                 }
@@ -465,6 +468,7 @@ impl Command {
                 Some(WireStdio::Null) => Some(Stdio::Null),
                 Some(WireStdio::Pipe) => Some(Stdio::Pipe),
                 Some(WireStdio::Stdout) => Some(Stdio::Stdout),
+                Some(WireStdio::Closed) => Some(Stdio::Closed),
                 Some(WireStdio::Fd(index)) => Some(Stdio::Owned(passed.take(index)?)),
             };
         }
