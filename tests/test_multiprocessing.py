@@ -468,7 +468,7 @@ def test_a_worker_carries_neither_spawnkit_subprocess_nor_observe():
     assert "spawnkit.subprocess" not in got and "spawnkit.observe" not in got, got
 
 
-def _run_script(tmp_path, code, *args, timeout=120):
+def _run_script(tmp_path, code, *args, timeout=120, env=None):
     """Run `code` as a script of its own (a process with its own zygote); (rc, out, err)."""
     import subprocess
     import sys
@@ -477,7 +477,7 @@ def _run_script(tmp_path, code, *args, timeout=120):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(code))
     r = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
-                       timeout=timeout, cwd=str(tmp_path))
+                       timeout=timeout, cwd=str(tmp_path), env=env)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -574,6 +574,21 @@ def test_a_script_without_the_main_guard_fails_as_with_forkserver(tmp_path, meth
     assert rc == 0, err
     assert out == "parent done, exitcode 1\n", (out, err)
     assert "current process has finished its bootstrapping phase" in err, err
+
+
+def test_a_process_that_cannot_start_a_zygote_leaves_no_socket_path(tmp_path):
+    # The script without the main guard is imported again as __mp_main__ by its zygote and
+    # by the worker given the process: start() there raises the bootstrapping RuntimeError.
+    # Nothing of a zygote of their own may be left: no socket path in the directory (each
+    # of the two left one, bound before the error and never removed).
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir)}
+    rc, out, err = _run_script(tmp_path, NO_GUARD, "spawnkit", env=env)
+    assert rc == 0, err
+    assert out == "parent done, exitcode 1\n", (out, err)
+    assert "current process has finished its bootstrapping phase" in err, err
+    assert os.listdir(run_dir / "spawnkit") == []
 
 
 def _nothing(conns):

@@ -674,6 +674,31 @@ def test_preexec_fn_exception():
     agree(lambda m: m.run(["true"], preexec_fn=lambda: os.close(12345)))
 
 
+def test_preexec_fn_that_exits_gives_a_popen(tmp_path):
+    # CPython's parent reads EOF on its error pipe from a child that ends in preexec_fn
+    # without reporting an exception: no error, a Popen whose child ran the hook and whose
+    # wait() gives that end (the program never ran).
+    def exits(m, end):
+        marker = tmp_path / f"pid-{m.__name__}"
+
+        def hook():
+            marker.write_text(str(os.getpid()))
+            end()
+        p = m.Popen(py("print('ran')"), stdout=m.PIPE, preexec_fn=hook)
+        with p:
+            out, _ = p.communicate()
+        return p.returncode, out, int(marker.read_text()) == p.pid
+
+    assert agree(lambda m: exits(m, lambda: os._exit(7))) == ("ok", (7, b"", True))
+    killed = agree(lambda m: exits(m, lambda: os.kill(os.getpid(), signal.SIGKILL)))
+    assert killed == ("ok", (-signal.SIGKILL, b"", True))
+    assert agree(lambda m: m.run(["true"], preexec_fn=lambda: os._exit(3)).returncode) == (
+        "ok", 3)
+    # SystemExit is an exception like any other: reported, not an exit.
+    kind, e = agree(lambda m: m.run(["true"], preexec_fn=lambda: sys.exit(3)))
+    assert e["str"] == "Exception occurred in preexec_fn."
+
+
 def test_preexec_fn_not_callable():
     agree(lambda m: m.run(["true"], preexec_fn=42))
 

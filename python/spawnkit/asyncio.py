@@ -235,7 +235,8 @@ class _Answers:
     """One spawn server's requests awaited by event loops: a future per request, resolved
     when the server's socket is readable and ``Server.answered`` lists it (each loop that
     waits watches the socket; answers read by one loop for another's request are handed
-    over with ``call_soon_threadsafe``)."""
+    over with ``call_soon_threadsafe``). It lives in `_answers` only while a request through
+    its server is awaited: a connection given up (its server restarted) is not kept open."""
 
     def __init__(self, server):
         self.server = server
@@ -245,6 +246,7 @@ class _Answers:
         self.loops = {}  # loop -> requests it awaits
 
     def wait(self, loop, request):
+        """Called with `_answers_lock` held."""
         f = loop.create_future()
         with self.lock:
             self.futures[request] = f
@@ -256,13 +258,17 @@ class _Answers:
 
     def done(self, loop, request):
         """`request` is no longer awaited on `loop` (answered, or its task was cancelled)."""
-        with self.lock:
-            self.futures.pop(request, None)
-            n = self.loops[loop] - 1
-            if n:
-                self.loops[loop] = n
-            else:
-                del self.loops[loop]
+        with _answers_lock:
+            with self.lock:
+                self.futures.pop(request, None)
+                n = self.loops[loop] - 1
+                if n:
+                    self.loops[loop] = n
+                else:
+                    del self.loops[loop]
+                idle = not self.loops
+            if idle and _answers.get(id(self.server)) is self:
+                del _answers[id(self.server)]
         if not n and not loop.is_closed():
             loop.remove_reader(self.fd)
 
@@ -288,14 +294,20 @@ def _set_result(f):
         f.set_result(None)
 
 
-_answers = {}  # id(server) -> (_Answers, server)
+# id(server) -> its _Answers, while a request through it is awaited (the entry holds the
+# server, so the id is not reused meanwhile).
+_answers = {}
+_answers_lock = _threading.Lock()
 
 
-def _answers_for(server):
-    got = _answers.get(id(server))
-    if got is None or got[1] is not server:
-        got = _answers[id(server)] = (_Answers(server), server)
-    return got[0]
+def _await_answer(loop, server, request):
+    """The future resolved when the answer to `request` has arrived at `server`, and the
+    `_Answers` to tell when it is no longer awaited (`done`)."""
+    with _answers_lock:
+        answers = _answers.get(id(server))
+        if answers is None:
+            answers = _answers[id(server)] = _Answers(server)
+        return answers, answers.wait(loop, request)
 
 
 def _end_pending(proc):
@@ -321,8 +333,7 @@ async def _spawn_via(loop, server, args, shell, stdin, stdout, stderr, bufsize, 
     """Send the request to `server` and await its answer: the loop's thread never clones."""
     proc = _popen(args, shell, stdin, stdout, stderr, bufsize, kwargs, server, True)
     request = proc._sk_pending[2]
-    answers = _answers_for(server)
-    f = answers.wait(loop, request)
+    answers, f = _await_answer(loop, server, request)
     try:
         await f
     except BaseException:

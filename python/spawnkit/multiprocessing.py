@@ -185,73 +185,102 @@ class _Client:
     """This process's zygote: started on first use, connected over an authenticated socket."""
 
     def __init__(self):
-        from . import Command
-
         self.lock = threading.Lock()
         self.owner = os.getpid()
         self.broken = False  # the connection failed: replaced on the next start
-        key = os.urandom(32)
-        self.key = key
-        d = _socket_dir()
-        self.path = os.path.join(d, f"zygote-{os.getpid()}-{os.urandom(6).hex()}.sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.path)
-        listener.listen(64)
-        conf_r, conf_w = os.pipe()
-        key_r, key_w = os.pipe()
-        self.alive_r, self.alive_w = os.pipe()
+        # Before anything is made: a process still importing its main module (a script
+        # without the main guard, imported again by a zygote or a worker) gets
+        # multiprocessing's bootstrapping RuntimeError here.
         prep = spawn.get_preparation_data("zygote")
         prep.pop("authkey", None)  # each process gets its own in its job
         # The zygote applies it once; each job carries what differs.
         self.base_prep = prep
         self.stock_size = _pool_size or _default_pool_size()
-        config = {"preload": _preload, "pool_size": self.stock_size,
-                  "sys_path": [p for p in sys.path if p], "prep": pickle.dumps(prep).hex()}
-        try:
-            cmd = (Command(sys.executable)
-                   .args(["-c", "from spawnkit._zygote import main; main()"])
-                   .fd(3, listener.fileno()).fd(4, conf_r).fd(5, self.alive_r).fd(6, key_r))
-            self.proc = cmd.spawn()
-        finally:
-            listener.close()
-            os.close(conf_r)
-            os.close(key_r)
-            os.close(self.alive_r)
-        with os.fdopen(conf_w, "wb") as f:
-            f.write(json.dumps(config).encode())
-        with os.fdopen(key_w, "wb") as f:
-            f.write(key)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self.path)
+        self.key = os.urandom(32)
+        self.proc = None
+        self.sock = None
+        self.alive_w = -1
         self.frames = _native.Frames()
         self.next_id = 1
         # Idle workers handed over by the zygote: (pid, pidfd, channel socket), oldest first.
         self.stock = collections.deque()
         self.wanted = 0  # workers asked for (Want) and not arrived yet
-        self._handshake()
+        d = _socket_dir()
+        self.path = os.path.join(d, f"zygote-{os.getpid()}-{os.urandom(6).hex()}.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.path)
+            try:
+                listener.listen(64)
+                self._start_zygote(listener, prep)
+            finally:
+                listener.close()
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(self.path)
+            self._handshake()
+        except BaseException:
+            # Nothing of a zygote half made outlives the error: its process, the pipe that
+            # keeps it alive, the connection, the socket path.
+            _Client._stop(self.sock, self.alive_w, self.proc, self.path, self.stock)
+            raise
         self.stop = util.Finalize(self, _Client._stop,
                                   (self.sock, self.alive_w, self.proc, self.path, self.stock),
                                   exitpriority=-100)
         self._top_up()
+
+    def _start_zygote(self, listener, prep):
+        """Start the zygote on `listener` (bound and listening), write its configuration and
+        key to it, keep the write end of its alive pipe (`alive_w`)."""
+        from . import Command
+
+        config = {"preload": _preload, "pool_size": self.stock_size,
+                  "sys_path": [p for p in sys.path if p], "prep": pickle.dumps(prep).hex()}
+        fds = []  # every pipe end this opened and not yet closed
+        try:
+            for _ in range(3):
+                fds.extend(os.pipe())
+            conf_r, conf_w, key_r, key_w, alive_r, alive_w = fds
+            cmd = (Command(sys.executable)
+                   .args(["-c", "from spawnkit._zygote import main; main()"])
+                   .fd(3, listener.fileno()).fd(4, conf_r).fd(5, alive_r).fd(6, key_r))
+            self.proc = cmd.spawn()
+            fds.remove(alive_w)
+            self.alive_w = alive_w  # closed by _stop from now on
+            for fd in (conf_r, key_r, alive_r):
+                fds.remove(fd)
+                os.close(fd)
+            # The zygote reads its configuration to EOF, then the key.
+            for fd, data in ((conf_w, json.dumps(config).encode()), (key_w, self.key)):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                fds.remove(fd)
+                os.close(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     @staticmethod
     def _stop(sock, alive_w, proc, path, stock):
         """Close the connection, the stock and the alive pipe: the zygote exits (its workers
         follow when their channels close); running processes keep running."""
         _close_stock(stock)
-        sock.close()
-        try:
-            os.close(alive_w)
-        except OSError:
-            pass
-        try:
-            proc.wait(5)
-        except Exception:
+        if sock is not None:
+            sock.close()
+        if alive_w >= 0:
             try:
-                proc.kill()
+                os.close(alive_w)
+            except OSError:
+                pass
+        if proc is not None:
+            try:
                 proc.wait(5)
             except Exception:
-                pass
+                try:
+                    proc.kill()
+                    proc.wait(5)
+                except Exception:
+                    pass
         try:
             os.unlink(path)
         except OSError:

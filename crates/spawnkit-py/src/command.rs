@@ -245,7 +245,8 @@ type Slf<'py> = PyRefMut<'py, Command>;
 #[pymethods]
 impl Command {
     /// `Command(program)`: run `program`, found along the child's PATH if it has no `/`.
-    /// `subprocess_rules=True` gives CPython's `subprocess` PATH search and exceptions.
+    /// `subprocess_rules=True` gives CPython's `subprocess` PATH search and exceptions (and
+    /// its reading of a `pre_exec` hook that exits: a child, not an error).
     #[new]
     #[pyo3(signature = (program, *, subprocess_rules = false))]
     fn new(program: &Bound<'_, PyAny>, subprocess_rules: bool) -> PyResult<Command> {
@@ -1059,6 +1060,11 @@ impl Command {
             // SAFETY: taken the same way as CPython: the GIL is held across the fork and
             // PyOS_AfterFork_Child runs before any Python code.
             unsafe { cmd.pre_exec(move || hook.run()) };
+            if self.subprocess_rules {
+                // CPython's parent reads EOF on its error pipe from a preexec_fn that calls
+                // os._exit (or is killed): no error, a Popen whose wait() gives that status.
+                cmd.pre_exec_may_exit(true);
+            }
             // pre_exec picked fork-exec: an explicit other strategy is refused by the engine.
             if let Some(s) = self.strategy {
                 cmd.strategy(s);

@@ -643,6 +643,38 @@ fn child_killed_before_exec() {
     assert_no_children("killed before exec");
 }
 
+/// A hook that exits, or kills the child, without returning an error.
+fn hook_ends(exit_code: Option<i32>) -> io::Result<()> {
+    match exit_code {
+        // SAFETY: _exit is async-signal-safe.
+        Some(code) => unsafe { libc::_exit(code) },
+        // SAFETY: getpid and kill are async-signal-safe.
+        None => unsafe { libc::kill(libc::getpid(), libc::SIGKILL) },
+    };
+    Ok(())
+}
+
+#[test]
+fn pre_exec_may_exit_hands_out_the_child() {
+    let _g = serial();
+    let killed = spawnkit::ExitStatus::Signaled { signal: libc::SIGKILL, core_dumped: false };
+    for (code, want) in [(Some(7), spawnkit::ExitStatus::Exited(7)), (None, killed)] {
+        let mut cmd = probe_cmd(Strategy::ForkExec, ["exit", "0"]);
+        // SAFETY: the hook only makes async-signal-safe calls.
+        unsafe { cmd.pre_exec(move || hook_ends(code)) };
+        let mut child = cmd.pre_exec_may_exit(true).stdout(Stdio::Pipe).spawn().unwrap();
+        assert_eq!(child.wait().unwrap(), want);
+        assert_no_children("ended in pre_exec, waited");
+    }
+    // A hook's error is still an error.
+    let mut cmd = probe_cmd(Strategy::ForkExec, ["exit", "0"]);
+    // SAFETY: the hook makes no call at all.
+    unsafe { cmd.pre_exec(|| Err(io::Error::from_raw_os_error(libc::EPERM))) };
+    let err = cmd.pre_exec_may_exit(true).spawn().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+    assert_no_children("pre_exec error");
+}
+
 #[test]
 fn unsupported_maps_to_io_unsupported() {
     let err = probe_cmd(Strategy::PosixSpawn, ["exit", "0"]).umask(0o22).spawn().unwrap_err();

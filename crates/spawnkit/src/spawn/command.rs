@@ -60,6 +60,8 @@ pub struct Command {
     pub(crate) no_new_privs: bool,
     pub(crate) strategy: Strategy,
     pub(crate) pre_exec: Vec<Hook>,
+    /// A child that ends inside a `pre_exec` hook is handed out (see `pre_exec_may_exit`).
+    pub(crate) pre_exec_may_exit: bool,
     pub(crate) kill_on_drop: bool,
     pub(crate) isolation: Isolation,
     pub(crate) path_search: PathSearch,
@@ -107,6 +109,7 @@ impl Command {
             no_new_privs: false,
             strategy: Strategy::default(),
             pre_exec: Vec::new(),
+            pre_exec_may_exit: false,
             kill_on_drop: false,
             isolation: Isolation::default(),
             path_search: PathSearch::default(),
@@ -374,6 +377,17 @@ impl Command {
         self
     }
 
+    /// What a child that ends inside a [`pre_exec`](Command::pre_exec) hook (the hook called
+    /// `_exit`, or a signal killed it there) without the hook returning an error is: by
+    /// default an error ([`ErrorKind::ChildDied`](crate::ErrorKind::ChildDied), the child
+    /// reaped), since it never ran the program; with `true` a [`Child`](crate::Child) whose
+    /// wait gives that exit status, as CPython's `subprocess` (and Rust's `std::process`)
+    /// treat a child that ends before exec without reporting a failure.
+    pub fn pre_exec_may_exit(&mut self, on: bool) -> &mut Command {
+        self.pre_exec_may_exit = on;
+        self
+    }
+
     /// How the child walks the PATH candidates ([`PathSearch::Execvp`] by default;
     /// [`PathSearch::TryAll`] is CPython's subprocess behaviour). The posix-spawn strategy
     /// always follows glibc's.
@@ -517,6 +531,7 @@ impl Command {
             no_new_privs: self.no_new_privs,
             strategy: self.strategy,
             pre_exec: Vec::new(),
+            pre_exec_may_exit: self.pre_exec_may_exit,
             kill_on_drop: self.kill_on_drop,
             isolation: self.isolation.clone(),
             path_search: self.path_search,

@@ -44,7 +44,10 @@ fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
                     }
                 }
             };
-            if out.report.step != STEP_EXEC || out.report.errno != 0 {
+            let ended_in_hook = out.report.step == STEP_PRE_EXEC && out.report.errno == 0;
+            if (out.report.step != STEP_EXEC || out.report.errno != 0)
+                && !(ended_in_hook && cmd.pre_exec_may_exit)
+            {
                 // The child failed before execve and exited (or died): reap it here.
                 let ended = pidfd::wait(std::os::fd::AsFd::as_fd(&out.pidfd), false).ok().flatten();
                 return Err(child_error(&plan, out.report, ended));

@@ -308,6 +308,7 @@ impl Command {
             no_new_privs,
             strategy,
             pre_exec,
+            pre_exec_may_exit: _, // about a pre_exec hook, which is never serialized
             kill_on_drop,
             isolation,
             path_search,
@@ -523,6 +524,7 @@ impl Command {
             no_new_privs,
             strategy,
             pre_exec: Vec::new(),
+            pre_exec_may_exit: false,
             kill_on_drop,
             isolation: isolation_from_wire(isolation),
             path_search,
