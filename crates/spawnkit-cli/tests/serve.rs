@@ -391,6 +391,27 @@ fn env_body(vars: &[(&str, &str)]) -> Vec<u8> {
     b
 }
 
+/// `env_body` for values of any length (two-byte varints up to 16 KiB, three beyond).
+fn env_body_long(vars: &[(&str, &str)]) -> Vec<u8> {
+    let varint = |b: &mut Vec<u8>, mut n: usize| loop {
+        if n < 0x80 {
+            b.push(n as u8);
+            break;
+        }
+        b.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    };
+    let mut b = Command::WIRE_VERSION.to_le_bytes().to_vec();
+    varint(&mut b, vars.len());
+    for (k, v) in vars {
+        for part in [k, v] {
+            varint(&mut b, part.len());
+            b.extend_from_slice(part.as_bytes());
+        }
+    }
+    b
+}
+
 /// A Spawn frame flagged FLAG_CONN_ENV for `touch MARKER`, a command with no environment of
 /// its own (it starts from the connection's), with its three stdio fds.
 fn touch_inheriting(marker: &Path, id: u64) -> (Vec<u8>, Vec<RawFd>) {
@@ -616,6 +637,16 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
                 env_frame(&[good_env.as_slice(), b"x"].concat()),
                 vec![],
             ),
+            (
+                "env: 200,000 empty pairs (a 400 kB frame, 9.6 MB once decoded)",
+                env_frame(&{
+                    let mut b = Command::WIRE_VERSION.to_le_bytes().to_vec();
+                    b.extend_from_slice(&[0xc0, 0x9a, 0x0c]); // varint 200,000
+                    b.resize(b.len() + 400_000, 0);
+                    b
+                }),
+                vec![],
+            ),
             ("env: a flagged request with no Env before it", flagged.clone(), flagged_fds.clone()),
             (
                 "env: a flagged SpawnMany with no Env before it",
@@ -636,6 +667,48 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
         closed(&mut c);
         check(what);
     }
+    // The connection's environment counts toward a SpawnMany's budget once per entry that
+    // takes it, as if each carried it: 64 entries taking 100 kB are 6.4 MB asked of a 1 kB
+    // frame (refused, nothing spawned); 30 are 3 MB (spawned).
+    let big = "x".repeat(100_000);
+    let taking = |entries: usize, id: u64| {
+        let mut cmd = Command::new("/usr/bin/touch");
+        cmd.arg(&marker).current_dir("/");
+        cmd.stdin(spawnkit::Stdio::Null).stdout(spawnkit::Stdio::Null);
+        cmd.stderr(spawnkit::Stdio::Null);
+        let (body, fds) = cmd.to_wire().unwrap();
+        assert!(fds.is_empty());
+        let mut m = many(&[(body, 0)], 0, id);
+        for _ in 1..entries {
+            m.extend_from_slice(&frame::REPEAT_ENTRY.to_le_bytes());
+            m.push(0);
+        }
+        let body_len = (m.len() - 16) as u32;
+        m[..4].copy_from_slice(&body_len.to_le_bytes());
+        m[6] = frame::FLAG_CONN_ENV;
+        m
+    };
+    let mut c = authenticated(&s);
+    send_fds(&c, &env_frame(&env_body_long(&[("BIG", &big)])), &[]);
+    send_fds(&c, &taking(64, 60), &[]);
+    closed(&mut c);
+    check("env: 64 entries taking a 100 kB environment");
+    let mut c = authenticated(&s);
+    send_fds(&c, &env_frame(&env_body_long(&[("BIG", &big)])), &[]);
+    send_fds(&c, &taking(30, 70), &[]);
+    for _ in 0..30 {
+        let mut reply = [0u8; 20];
+        c.read_exact(&mut reply).unwrap();
+        assert_eq!(reply[5], frame::Kind::Spawned as u8, "30 entries taking 100 kB: 3 MB");
+    }
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(marker.exists(), "the 30 entries ran");
+    std::fs::remove_file(&marker).unwrap();
+    s.settles_at(base);
     // A well-formed SpawnMany of two: both spawn; the answers come as Spawned frames or one
     // SpawnedMany (this raw client did not ask for batched answers: two Spawned).
     let marker2 = dir.join("spawned-2");

@@ -1031,6 +1031,52 @@ fn the_connections_environment_follows_every_change() {
     }
     assert_eq!(envs[1].iter().collect::<Vec<_>>(), [(&"X".to_string(), &"1".to_string())]);
     assert_eq!(envs[2].iter().collect::<Vec<_>>(), [(&"B".to_string(), &"2".to_string())]);
+    // A batch whose first command has a base of its own: it is the connection's for that
+    // call, and the inherited ones after it go with theirs inline.
+    let mut cmds: Vec<Command> = (0..3)
+        .map(|_| {
+            let mut c = Command::new(probe());
+            c.arg("state").stdout(Stdio::Pipe);
+            c
+        })
+        .collect();
+    cmds[0].base_env([("FIRST", "own")]);
+    let envs: Vec<_> = client
+        .spawn_many(&cmds, 16)
+        .unwrap()
+        .into_iter()
+        .map(|c| {
+            let out = c.unwrap().communicate(None, Some(Duration::from_secs(20))).unwrap();
+            State::parse(&String::from_utf8_lossy(&out.stdout)).env
+        })
+        .collect();
+    assert_eq!(envs[0].iter().collect::<Vec<_>>(), [(&"FIRST".to_string(), &"own".to_string())]);
+    for env in &envs[1..] {
+        assert_eq!(env.get(name).map(String::as_str), Some("batch"));
+        assert_eq!(env.get("FIRST"), None);
+    }
     std::env::remove_var(name);
     std::env::remove_var("SPAWNKIT_CONN_ENV_NEW");
+    // A large environment: each entry of a batch that takes it counts it toward the frame's
+    // budget, so 30 children of a 200 kB environment (6 MB) go in more than one frame.
+    let big = "b".repeat(100_000);
+    std::env::set_var("SPAWNKIT_CONN_ENV_BIG1", &big);
+    std::env::set_var("SPAWNKIT_CONN_ENV_BIG2", &big);
+    let mut sh = Command::new("/bin/sh");
+    sh.args(["-c", "echo ${#SPAWNKIT_CONN_ENV_BIG1}.${#SPAWNKIT_CONN_ENV_BIG2}"]);
+    sh.stdout(Stdio::Pipe);
+    let many: Vec<&Command> = std::iter::repeat_n(&sh, 30).collect();
+    for child in client.spawn_many(many, 64).unwrap() {
+        let out = child.unwrap().communicate(None, Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(out.stdout, b"100000.100000\n");
+    }
+    std::env::remove_var("SPAWNKIT_CONN_ENV_BIG1");
+    std::env::remove_var("SPAWNKIT_CONN_ENV_BIG2");
+    // An environment the server will not hold (300,000 variables, 2.4 MB: ~24 MB decoded,
+    // and no exec could take it): the error names it, and the connection is then closed.
+    let mut huge = Command::new("/bin/true");
+    huge.base_env((0..300_000).map(|i| (format!("V{i}"), String::new())));
+    let err = client.spawn(&huge).unwrap_err();
+    assert!(err.to_string().contains("environment over the protocol's limits"), "{err}");
+    assert!(client.spawn(&Command::new("/bin/true")).is_err(), "the connection is closed");
 }

@@ -539,3 +539,46 @@ async fn spawn_many_near_the_fd_limit_starts_what_one_by_one_would() {
         assert_eq!(c.unwrap().wait().await.unwrap(), ExitStatus::Exited(0));
     }
 }
+
+/// An Env frame larger than the socket's buffer goes out in part under a spawn that is then
+/// cancelled (its tail waits in the client), and another task's request, with another base
+/// environment, follows: each child sees its own base, and the connection stays in step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_spawn_with_a_half_sent_environment_leaves_the_next_one_its_own() {
+    let dir = common::TempDir::new("tokio-env");
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let pid = server.pid() as libc::pid_t;
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let path = std::env::var("PATH").unwrap();
+    let (fa, fb) = (dir.join("a"), dir.join("b"));
+    // 900 kB of environment in nine variables (each under the kernel's 128 kB per string).
+    let chunk = "p".repeat(100 * 1024);
+    let mut a_env: Vec<(String, String)> =
+        (0..9).map(|i| (format!("PAD{i}"), chunk.clone())).collect();
+    a_env.push(("MARK".into(), "a".into()));
+    a_env.push(("PATH".into(), path.clone()));
+    let mut a = sh("echo \"$MARK:${#PAD8}\" > \"$0\"");
+    a.arg(&fa).base_env(a_env);
+    let mut b = sh("echo \"$MARK:${PAD0-none}\" > \"$0\"");
+    b.arg(&fb).base_env([("MARK", "b"), ("PATH", path.as_str())]);
+    let mut warm = client.spawn(&sh("true")).await.unwrap();
+    assert!(warm.wait().await.unwrap().success());
+    // SAFETY: kill(2) of our own child, the private server.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let cut = tokio::time::timeout(Duration::from_millis(200), client.spawn(&a)).await;
+    assert!(cut.is_err(), "a stopped server cannot have answered");
+    let (c2, b2) = (client.clone(), b.try_clone().unwrap());
+    let other = tokio::spawn(async move { c2.spawn(&b2).await?.wait().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let st = tokio::time::timeout(Duration::from_secs(20), other).await.expect("answered");
+    assert!(st.unwrap().unwrap().success());
+    assert_eq!(std::fs::read_to_string(&fb).unwrap(), "b:none\n");
+    for _ in 0..2 {
+        assert!(client.spawn(&a).await.unwrap().wait().await.unwrap().success());
+        assert_eq!(std::fs::read_to_string(&fa).unwrap(), format!("a:{}\n", 100 * 1024));
+        assert!(client.spawn(&b).await.unwrap().wait().await.unwrap().success());
+        assert_eq!(std::fs::read_to_string(&fb).unwrap(), "b:none\n");
+    }
+}

@@ -82,8 +82,10 @@ pub(crate) struct Io {
     out_rest: Vec<u8>,
     /// Requests whose answer nobody will take (an async receive dropped): dropped on arrival.
     abandoned: std::collections::HashSet<u64>,
-    /// The environment the server holds for this connection (the last Env frame sent).
-    env_sent: Option<Env>,
+    /// The environment the server holds for this connection (the last Env frame sent), and
+    /// the size of that frame's body (what each batch entry that takes it counts toward the
+    /// frame's budget, as the server counts it).
+    env_sent: Option<(Env, usize)>,
 }
 
 /// An environment: (name, value) pairs in order.
@@ -555,7 +557,7 @@ impl Io {
     /// that declares it). False when `nonblocking` and the socket is full (nothing sent).
     fn send_env(&mut self, filler: &Filler, nonblocking: bool) -> Result<bool> {
         let Some(env) = &filler.conn_env else { return Ok(true) };
-        if self.env_sent.as_ref().is_some_and(|sent| Arc::ptr_eq(sent, env) || sent == env) {
+        if self.env_sent.as_ref().is_some_and(|(sent, _)| Arc::ptr_eq(sent, env) || sent == env) {
             return Ok(true);
         }
         let body = crate::spawn::wire::env_to_wire(env)?;
@@ -573,7 +575,7 @@ impl Io {
             }
             return Err(e);
         }
-        self.env_sent = Some(env.clone());
+        self.env_sent = Some((env.clone(), body.len()));
         Ok(true)
     }
 
@@ -659,16 +661,19 @@ impl Io {
         let mut body = Vec::new();
         let mut fds: Vec<RawFd> = Vec::new();
         let mut batch: Vec<Request> = Vec::new();
-        // What the server will decode: repeats count again (it refuses more than MAX_BODY).
+        // What the server will decode: repeats count again, and so does the connection's
+        // environment for each entry that takes it (it refuses more than MAX_BODY).
         let mut decoded = 0usize;
+        let env_len = self.env_sent.as_ref().map_or(0, |(_, len)| *len);
         while let Some(r) = reqs.peek() {
             // The same command as the entry before: a repeat entry, no bytes.
             let repeat = batch.last().is_some_and(|p: &Request| Arc::ptr_eq(&p.bytes, &r.bytes));
             let adds = if repeat { 0 } else { r.bytes.len() };
+            let costs = r.bytes.len() + if r.conn_env { env_len } else { 0 };
             let fits = batch.len() < super::frame::MAX_BATCH_REPLY
                 && fds.len() + r.fds.len() <= super::frame::MAX_FDS
                 && body.len() + 5 + adds <= MAX_BODY
-                && decoded + r.bytes.len() <= MAX_BODY;
+                && decoded + costs <= MAX_BODY;
             if !fits && !batch.is_empty() {
                 break;
             }
@@ -682,11 +687,13 @@ impl Io {
             if !repeat {
                 body.extend_from_slice(&r.bytes);
             }
-            decoded += r.bytes.len();
+            decoded += costs;
             fds.extend_from_slice(&r.fds);
             batch.push(r);
         }
-        let (kind, body) = if batch.len() == 1 && body.len() > MAX_BODY {
+        // A lone request too large for an entry's header, or over the budget with the
+        // environment it takes: a plain Spawn (one spawn's worth, whatever its size).
+        let (kind, body) = if batch.len() == 1 && (body.len() > MAX_BODY || decoded > MAX_BODY) {
             (Kind::Spawn, body.split_off(5))
         } else {
             (Kind::SpawnMany, body)
@@ -929,6 +936,9 @@ impl Io {
                     self.exits.insert(pid, status);
                     continue;
                 }
+                // Id 0 is no request's: the server refused this connection's environment
+                // (an Env frame); it closes the connection.
+                Kind::Error if id == 0 => return Err(reply::decode_error(body)?),
                 Kind::Error => Err(reply::decode_error(body)?),
                 _ => {
                     let pid = reply::decode_pid(body)?;

@@ -333,11 +333,34 @@ struct Conn {
     out_since: Option<Instant>,
     /// The environment of the last Env frame: the base of the commands of requests flagged
     /// `FLAG_CONN_ENV` that carry none (one per connection, within the frame limit).
-    env: Option<Env>,
+    env: Option<ConnEnv>,
 }
 
 /// An environment: (name, value) pairs in order, shared by the commands that use it.
 type Env = Arc<[(OsString, OsString)]>;
+
+/// A connection's environment (its last Env frame), and the size of that frame's body: what
+/// each entry of a SpawnMany that takes it counts toward the frame's budget, as if it had
+/// carried the environment itself.
+#[derive(Clone)]
+struct ConnEnv {
+    vars: Env,
+    wire_len: usize,
+}
+
+/// The most memory one connection's environment may hold once decoded (each pair's 48
+/// bytes and its strings' heap blocks): twice a frame. An environment that can be exec'd
+/// stays far below it (the kernel takes at most ~2 MiB of strings, 8 bytes per pointer
+/// beside them); without the bound, an Env frame of 2 million empty pairs would keep ~100 MB
+/// for the connection's life.
+const MAX_ENV_FOOTPRINT: usize = 2 * super::frame::MAX_BODY;
+
+/// What `vars` holds in memory, by the allocator's measure (a heap block is at least 32
+/// bytes).
+fn env_footprint(vars: &[(OsString, OsString)]) -> usize {
+    let block = |s: &OsString| if s.is_empty() { 0 } else { s.len().max(32) };
+    vars.iter().map(|(k, v)| 48 + block(k) + block(v)).sum()
+}
 
 struct ChildRec {
     pidfd: OwnedFd,
@@ -1150,7 +1173,16 @@ impl<'a> Looper<'a> {
                         // The connection's environment from now on; nothing is answered
                         // unless it is malformed (then answered once, and closed).
                         let decoded = if frame.fds.is_empty() {
-                            crate::spawn::wire::env_from_wire(body)
+                            crate::spawn::wire::env_from_wire(body).and_then(|vars| {
+                                if env_footprint(&vars) > MAX_ENV_FOOTPRINT {
+                                    return Err(Error::invalid(
+                                        "decode",
+                                        "Env",
+                                        "an environment over the protocol's limits",
+                                    ));
+                                }
+                                Ok(ConnEnv { vars, wire_len: body.len() })
+                            })
                         } else {
                             Err(Error::invalid("decode", "Env", "an Env frame passes no fds"))
                         };
@@ -1171,18 +1203,35 @@ impl<'a> Looper<'a> {
                         .then(|| conn.env.clone().ok_or_else(no_conn_env));
                     if frame.header.kind == Kind::SpawnMany {
                         // Split and decode every entry before any is spawned: a frame with one
-                        // bad entry is malformed as a whole (answered once, then closed).
+                        // bad entry is malformed as a whole (answered once, then closed). The
+                        // entries, repeats counted again, and the connection's environment
+                        // once per entry that takes it, add up to at most a frame's worth.
                         let decoded: Result<Vec<Command>> =
                             frames::split_many(body, frame.fds, MAX_BATCH_REPLY)
                                 .map_err(|why| Error::invalid("decode", "SpawnMany", why))
                                 .and_then(|entries| {
-                                    entries
+                                    let mut budget: usize =
+                                        entries.iter().map(|(b, _)| b.len()).sum();
+                                    let cmds = entries
                                         .into_iter()
                                         .map(|(b, fds)| {
-                                            Command::from_wire(b, fds)
-                                                .and_then(|c| with_conn_env(c, conn_env.as_ref()))
+                                            let (c, took) = with_conn_env(
+                                                Command::from_wire(b, fds)?,
+                                                conn_env.as_ref(),
+                                            )?;
+                                            budget += took;
+                                            Ok(c)
                                         })
-                                        .collect()
+                                        .collect::<Result<Vec<Command>>>()?;
+                                    if budget > super::frame::MAX_BODY {
+                                        return Err(Error::invalid(
+                                            "decode",
+                                            "SpawnMany",
+                                            "entries and the connection's environment they take \
+                                             add up to more than a frame may carry",
+                                        ));
+                                    }
+                                    Ok(cmds)
                                 });
                         let cmds = match decoded {
                             Ok(cmds) => cmds,
@@ -1213,7 +1262,8 @@ impl<'a> Looper<'a> {
                         continue;
                     }
                     let decoded = Command::from_wire(body, frame.fds)
-                        .and_then(|c| with_conn_env(c, conn_env.as_ref()));
+                        .and_then(|c| with_conn_env(c, conn_env.as_ref()))
+                        .map(|(c, _)| c);
                     match decoded {
                         Ok(cmd) => self.take_request(conn, idx, id, want_exit, None, cmd),
                         Err(e) => {
@@ -1464,23 +1514,26 @@ struct Own {
     ignored: SigSet,
 }
 
-/// Gate and spawn one request: its pid and pidfd.
 /// A command of a request flagged `FLAG_CONN_ENV` (`env`: the connection's environment, or
 /// why there is none): one that neither clears its environment nor carries a base starts
-/// from the connection's.
-fn with_conn_env(mut cmd: Command, env: Option<&Result<Env>>) -> Result<Command> {
+/// from the connection's (shared, not copied). With the size of the environment's wire form
+/// when it took it, else 0.
+fn with_conn_env(mut cmd: Command, env: Option<&Result<ConnEnv>>) -> Result<(Command, usize)> {
     if let Some(env) = env {
         if !cmd.env_clear && cmd.base_env.is_none() {
-            cmd.base_env = Some(env.as_ref().map_err(Clone::clone)?.clone());
+            let env = env.as_ref().map_err(Clone::clone)?;
+            cmd.base_env = Some(env.vars.clone());
+            return Ok((cmd, env.wire_len));
         }
     }
-    Ok(cmd)
+    Ok((cmd, 0))
 }
 
 fn no_conn_env() -> Error {
     Error::invalid("decode", "FLAG_CONN_ENV", "no Env frame came before this request")
 }
 
+/// Gate and spawn one request: its pid and pidfd.
 fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> {
     let euid = own.euid;
     gate(cmd, peer, euid)?;

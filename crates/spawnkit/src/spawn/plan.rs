@@ -628,7 +628,7 @@ fn candidates(path: &[u8], prog: &[u8]) -> std::result::Result<Arc<CStrArray>, (
 
 fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
     if !cmd.env_clear && cmd.env.is_empty() {
-        return inherited_env(cmd.base_env.as_deref());
+        return inherited_env(cmd.base_env.as_ref());
     }
     let inherited: Vec<(OsString, OsString)>;
     let base: &[(OsString, OsString)] = match (&cmd.base_env, cmd.env_clear) {
@@ -670,8 +670,10 @@ fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
     Ok((Arc::new(envp.finish()), path))
 }
 
-/// The last inherited environment of this thread, as packed for execve, and its PATH.
-type EnvCache = Option<(Arc<CStrArray>, Option<OsString>)>;
+/// The last inherited environment of this thread, as packed for execve, its PATH, and the
+/// base environment it was packed from when one was given (the same `Arc` again, as a spawn
+/// server's connection environment is, is a hit without comparing a string).
+type EnvCache = Option<(Arc<CStrArray>, Option<OsString>, Option<Arc<[(OsString, OsString)]>>)>;
 
 thread_local! {
     static LAST_ENV: RefCell<EnvCache> = const { RefCell::new(None) };
@@ -680,10 +682,12 @@ thread_local! {
 /// The parent's environment, unchanged: `base` when the command has one, else a fresh copy
 /// taken with `std::env::vars_os` (never the live `environ`, which another thread's setenv
 /// may free while the child is in execve). When it equals, string for string, the one this
-/// thread packed last time, the packed array is reused instead of built again.
+/// thread packed last time, or is the very base (`Arc`) packed last time, the packed array is
+/// reused instead of built again.
 fn inherited_env(
-    base: Option<&[(OsString, OsString)]>,
+    base_arc: Option<&Arc<[(OsString, OsString)]>>,
 ) -> Result<(Arc<CStrArray>, Option<OsString>)> {
+    let base = base_arc.map(|b| &**b);
     let copied: Vec<(OsString, OsString)>;
     let vars: &[(OsString, OsString)] = match base {
         Some(base) => base,
@@ -704,7 +708,10 @@ fn inherited_env(
     };
     let hit = LAST_ENV
         .try_with(|c| match &*c.borrow() {
-            Some((packed, path)) if same(packed) => Some((Arc::clone(packed), path.clone())),
+            Some((packed, path, from)) => {
+                let again = matches!((from, base_arc), (Some(a), Some(b)) if Arc::ptr_eq(a, b));
+                (again || same(packed)).then(|| (Arc::clone(packed), path.clone()))
+            }
             _ => None,
         })
         .ok()
@@ -729,7 +736,8 @@ fn inherited_env(
         }
     }
     let envp = Arc::new(envp.finish());
-    let _ = LAST_ENV.try_with(|c| *c.borrow_mut() = Some((Arc::clone(&envp), path.clone())));
+    let from = base_arc.cloned();
+    let _ = LAST_ENV.try_with(|c| *c.borrow_mut() = Some((Arc::clone(&envp), path.clone(), from)));
     Ok((envp, path))
 }
 
@@ -777,6 +785,25 @@ mod tests {
         assert!(!has(&envp, b"SPAWNKIT_PLAN_CACHE_TEST=one"));
         std::env::remove_var(key);
         assert!(!envp_of(&cmd).iter().any(|e| e.starts_with(key.as_bytes())));
+    }
+
+    /// A base environment given again (the same `Arc`, as a spawn server's connection
+    /// environment is) is packed once; another one, even of equal strings, is compared,
+    /// and one that differs is packed anew.
+    #[test]
+    fn a_base_environment_given_again_is_packed_once() {
+        let mut cmd = Command::new("true");
+        cmd.base_env([("A", "1"), ("PATH", "/bin")]);
+        let again = cmd.try_clone().unwrap(); // shares the base's Arc
+        let first = cmd.plan().unwrap().exec.envp;
+        assert!(Arc::ptr_eq(&first, &again.plan().unwrap().exec.envp), "the same base: reused");
+        let mut equal = Command::new("true");
+        equal.base_env([("A", "1"), ("PATH", "/bin")]);
+        assert!(Arc::ptr_eq(&first, &equal.plan().unwrap().exec.envp), "equal strings: reused");
+        let mut other = Command::new("true");
+        other.base_env([("A", "2"), ("PATH", "/bin")]);
+        assert_eq!(envp_of(&other), [b"A=2".to_vec(), b"PATH=/bin".to_vec()]);
+        assert_eq!(envp_of(&cmd), [b"A=1".to_vec(), b"PATH=/bin".to_vec()]);
     }
 
     /// The per-thread cache of the last PATH search is keyed on PATH and the program.

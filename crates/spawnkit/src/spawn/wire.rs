@@ -216,7 +216,8 @@ pub(crate) fn env_to_wire(vars: &[(OsString, OsString)]) -> Result<Vec<u8>> {
 }
 
 /// An environment from [`env_to_wire`]'s bytes. As hostile as a command's: nothing here
-/// panics, nothing is allocated beyond what the bytes pay for; too short, another version,
+/// panics, and no length prefix allocates past the bytes left (though a pair decoded takes
+/// more memory than its few bytes on the wire: a server bounds what it keeps); too short, another version,
 /// bytes that do not decode and trailing bytes are errors (step `"decode"`). What a
 /// `base_env` may hold is checked where it is used, as for a command's (a NUL fails the
 /// spawn).
