@@ -647,6 +647,16 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
                 }),
                 vec![],
             ),
+            (
+                "wake: with a body",
+                {
+                    let mut b = header(frame::Kind::Wake, 4, 0, 0).to_vec();
+                    b.extend_from_slice(b"wake");
+                    b
+                },
+                vec![],
+            ),
+            ("wake: with fds", header(frame::Kind::Wake, 0, 2, 0).to_vec(), vec![0, 1]),
             ("env: a flagged request with no Env before it", flagged.clone(), flagged_fds.clone()),
             (
                 "env: a flagged SpawnMany with no Env before it",
@@ -789,6 +799,42 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     let mut reply = [0u8; 20];
     c.read_exact(&mut reply).unwrap();
     assert_eq!(reply[5], frame::Kind::Spawned as u8);
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    s.settles_at(base);
+    // Wake frames (a request follows): no answer of their own; the request after them is
+    // answered as ever, and so is one after a Wake that nothing followed for a while.
+    let mut c = authenticated(&s);
+    send_fds(&c, &header(frame::Kind::Wake, 0, 0, 0), &[]);
+    std::thread::sleep(Duration::from_millis(5));
+    send_fds(&c, &header(frame::Kind::Wake, 0, 0, 0), &[]);
+    let (req, fds) = touch_request(&marker, 45, None);
+    send_fds(&c, &req, &fds);
+    let mut reply = [0u8; 20];
+    c.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[5], frame::Kind::Spawned as u8, "the request after Wake frames");
+    assert_eq!(u64::from_le_bytes(reply[8..16].try_into().unwrap()), 45, "no answer to a Wake");
+    // A Wake that nothing follows keeps the server polling for 100 us, not for good: its
+    // threads' CPU over the next 300 ms stays far below 300 ms.
+    let cpu_ns = || -> u64 {
+        let dir = format!("/proc/{}/task", s.proc.id());
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+            .filter_map(|l| l.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()))
+            .sum()
+    };
+    let before = cpu_ns();
+    send_fds(&c, &header(frame::Kind::Wake, 0, 0, 0), &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let spent = cpu_ns() - before;
+    assert!(spent < 50_000_000, "the server spent {spent} ns after a lone Wake");
     drop(c);
     let deadline = Instant::now() + Duration::from_secs(5);
     while !marker.exists() && Instant::now() < deadline {

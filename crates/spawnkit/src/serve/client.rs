@@ -588,6 +588,18 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
+        if !nonblocking {
+            // A lone request: tell the server it comes before encoding it, so the server's
+            // CPU wakes while this one fills the request in (waking an idle CPU is the
+            // slowest part of a lone request in a VM: BENCHMARKS.md §6).
+            let h = Header { len: 0, kind: Kind::Wake, flags: 0, nfds: 0, id: 0 };
+            if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode()], &[]) {
+                if out_of_step {
+                    self.broken = Some(e.clone());
+                }
+                return Err(e);
+            }
+        }
         let mut filler = Filler::default();
         let req = encode_request(cmd, &mut filler, self.sock.as_raw_fd())?;
         if !self.send_env(&filler, nonblocking)? {

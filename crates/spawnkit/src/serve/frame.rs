@@ -69,6 +69,9 @@ pub enum Kind {
     /// Client → server: the connection's environment from now on (an environment's wire
     /// form, docs/wire.md), for the requests flagged [`FLAG_CONN_ENV`]; no fds, no reply.
     Env = 22,
+    /// Client → server: a request follows at once; stay awake for it (no body, no fds, no
+    /// reply).
+    Wake = 23,
     /// Client → the Python zygote (`spawnkit.multiprocessing`): a pickled process to start
     /// in a pooled worker, its fds beside it. The spawn server refuses it.
     Fork = 32,
@@ -95,6 +98,7 @@ impl Kind {
             20 => Kind::SpawnMany,
             21 => Kind::SpawnedMany,
             22 => Kind::Env,
+            23 => Kind::Wake,
             32 => Kind::Fork,
             33 => Kind::Workers,
             34 => Kind::Want,

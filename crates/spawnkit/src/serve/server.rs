@@ -117,10 +117,13 @@ const T_CONN: u64 = 1 << 60;
 const T_CHILD: u64 = 2 << 60;
 const KIND_MASK: u64 = 0xF << 60;
 
+/// How long a Wake frame keeps the loop polling for the request it announces.
+const WAKE_WINDOW: Duration = Duration::from_micros(100);
+
 const EXPECT_ANSWER: Expect =
     Expect { kinds: &[Kind::Answer], max_body: NONCE_LEN + auth::MAC_LEN, fds: false };
 const EXPECT_REQUEST: Expect = Expect {
-    kinds: &[Kind::Spawn, Kind::SpawnMany, Kind::Env],
+    kinds: &[Kind::Spawn, Kind::SpawnMany, Kind::Env, Kind::Wake],
     max_body: super::frame::MAX_BODY,
     fds: true,
 };
@@ -708,6 +711,8 @@ struct Looper<'a> {
     recv_fds: Vec<OwnedFd>,
     scratch: Vec<u8>,
     idle_since: Option<Instant>,
+    /// A client said a request follows (a Wake frame): poll without sleeping until then.
+    awake_until: Option<Instant>,
     /// Children are reaped by the kernel (see [`ServerOptions::kernel_reaps`]).
     kernel_reaps: bool,
     /// Requests for the spawner threads, and the pipe they wake the loop through (a token
@@ -761,6 +766,7 @@ impl<'a> Looper<'a> {
             recv_fds: Vec::with_capacity(8),
             scratch: Vec::with_capacity(512),
             idle_since: Some(Instant::now()),
+            awake_until: None,
             kernel_reaps: server.opts.kernel_reaps && kernel_has_pidfd_exit_info(),
             jobs: Arc::new(Jobs::default()),
             spawners: Vec::new(),
@@ -844,7 +850,12 @@ impl<'a> Looper<'a> {
             // The loop's own pool (no spawner threads): one child made per turn, and no
             // sleep while it wants more.
             let refill = crate::sys::pool::refill();
-            let n = self.epoll.wait(&mut events, if refill { 0 } else { self.timeout_ms() });
+            let awake = self.awake_until.is_some_and(|t| Instant::now() < t);
+            if !awake {
+                self.awake_until = None;
+            }
+            let n =
+                self.epoll.wait(&mut events, if refill || awake { 0 } else { self.timeout_ms() });
             for ev in &events[..n] {
                 let token = ev.u64;
                 let flags = ev.events;
@@ -1169,6 +1180,16 @@ impl<'a> Looper<'a> {
                     };
                     conn.frames_done += 1;
                     let id = frame.header.id;
+                    if frame.header.kind == Kind::Wake {
+                        // A request follows at once: poll for it a little rather than let
+                        // this thread's CPU go idle (waking an idle CPU is the slowest part
+                        // of a lone request in a VM). Nothing else: no body, no fds.
+                        if frame.header.len != 0 || !frame.fds.is_empty() {
+                            return false;
+                        }
+                        self.awake_until = Some(Instant::now() + WAKE_WINDOW);
+                        continue;
+                    }
                     if frame.header.kind == Kind::Env {
                         // The connection's environment from now on; nothing is answered
                         // unless it is malformed (then answered once, and closed).
@@ -1197,6 +1218,8 @@ impl<'a> Looper<'a> {
                         }
                         continue;
                     }
+                    // The request a Wake frame announced (or another): sleep again after it.
+                    self.awake_until = None;
                     let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
                     let batch_reply = frame.header.flags & FLAG_BATCH_REPLY != 0;
                     let conn_env = (frame.header.flags & FLAG_CONN_ENV != 0)
