@@ -377,6 +377,15 @@ fn touch_request(marker: &Path, id: u64, nfds_declared: Option<u8>) -> (Vec<u8>,
     (bytes, fds)
 }
 
+/// Whether `path` exists within 5 s (a child's work seen from outside).
+fn appears(path: &Path) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !path.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    path.exists()
+}
+
 /// An environment's wire form (the body of an Env frame): the format version, then
 /// postcard's sequence of (name, value) byte strings (lengths under 128: one-byte varints).
 fn env_body(vars: &[(&str, &str)]) -> Vec<u8> {
@@ -712,11 +721,7 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
         assert_eq!(reply[5], frame::Kind::Spawned as u8, "30 entries taking 100 kB: 3 MB");
     }
     drop(c);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !marker.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(marker.exists(), "the 30 entries ran");
+    assert!(appears(&marker), "the 30 entries ran");
     std::fs::remove_file(&marker).unwrap();
     s.settles_at(base);
     // A well-formed SpawnMany of two: both spawn; the answers come as Spawned frames or one
@@ -800,11 +805,7 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     c.read_exact(&mut reply).unwrap();
     assert_eq!(reply[5], frame::Kind::Spawned as u8);
     drop(c);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !marker.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(marker.exists());
+    assert!(appears(&marker));
     std::fs::remove_file(&marker).unwrap();
     s.settles_at(base);
     // Wake frames (a request follows): no answer of their own; the request after them is
@@ -836,11 +837,7 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     let spent = cpu_ns() - before;
     assert!(spent < 50_000_000, "the server spent {spent} ns after a lone Wake");
     drop(c);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !marker.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(marker.exists());
+    assert!(appears(&marker));
     std::fs::remove_file(&marker).unwrap();
     s.settles_at(base);
     // An Env frame, then a flagged request with no environment of its own: the child has

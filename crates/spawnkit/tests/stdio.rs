@@ -29,9 +29,15 @@ const SHOW_STDIO: &str = "a=$(readlink /proc/$$/fd/0); b=$(readlink /proc/$$/fd/
      c=$(readlink /proc/$$/fd/2); printf '%s\\n' \"$a\" \"$b\" \"$c\" >&3";
 
 fn inherited_targets(s: Strategy, configure: impl FnOnce(&mut Command)) -> Vec<String> {
+    shell_report(SHOW_STDIO, s, configure).lines().map(str::to_string).collect()
+}
+
+/// What `script`, run by `sh -c` with `configure`d options and strategy `s`, writes to the
+/// pipe mapped as its fd 3 (it must exit 0).
+fn shell_report(script: &str, s: Strategy, configure: impl FnOnce(&mut Command)) -> String {
     let (mut r, w) = pipe();
     let mut cmd = Command::new("sh");
-    cmd.args(["-c", SHOW_STDIO]).fd(3, w.as_raw_fd()).strategy(s);
+    cmd.args(["-c", script]).fd(3, w.as_raw_fd()).strategy(s);
     configure(&mut cmd);
     let status = cmd.status().unwrap();
     assert!(status.success(), "{s}: {status}");
@@ -39,7 +45,7 @@ fn inherited_targets(s: Strategy, configure: impl FnOnce(&mut Command)) -> Vec<S
     drop(w);
     let mut out = String::new();
     r.read_to_string(&mut out).unwrap();
-    out.lines().map(str::to_string).collect()
+    out
 }
 
 #[test]
@@ -237,23 +243,9 @@ fn stderr_to_stdout_follows_where_fd_1_really_goes() {
 /// test on /proc/$$/fd (no fork, no pipe that could take a closed number) on a pipe mapped as
 /// fd 3.
 fn open_or_closed(s: Strategy, configure: impl FnOnce(&mut Command)) -> String {
-    let (mut r, w) = pipe();
-    let mut cmd = Command::new("sh");
-    cmd.args([
-        "-c",
-        "r=''; for n in 0 1 2 4; do if [ -e /proc/$$/fd/$n ]; then r=\"$r open\"; \
-         else r=\"$r closed\"; fi; done; echo $r >&3",
-    ])
-    .fd(3, w.as_raw_fd())
-    .strategy(s);
-    configure(&mut cmd);
-    let status = cmd.status().unwrap();
-    assert!(status.success(), "{s}: {status}");
-    drop(cmd);
-    drop(w);
-    let mut out = String::new();
-    r.read_to_string(&mut out).unwrap();
-    out.trim_end().to_string()
+    let script = "r=''; for n in 0 1 2 4; do if [ -e /proc/$$/fd/$n ]; then r=\"$r open\"; \
+                  else r=\"$r closed\"; fi; done; echo $r >&3";
+    shell_report(script, s, configure).trim_end().to_string()
 }
 
 #[test]
