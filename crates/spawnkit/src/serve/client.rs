@@ -588,10 +588,12 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        if !nonblocking {
-            // A lone request: tell the server it comes before encoding it, so the server's
-            // CPU wakes while this one fills the request in (waking an idle CPU is the
-            // slowest part of a lone request in a VM: BENCHMARKS.md §6).
+        if !nonblocking && self.pending.is_empty() {
+            // A lone request (nothing else in flight: the server is likely asleep): tell the
+            // server it comes before encoding it, so the server's CPU wakes while this one
+            // fills the request in (waking an idle CPU is the slowest part of a lone request
+            // in a VM: BENCHMARKS.md §6). With requests in flight the server is busy with
+            // them, and a Wake would only cost a system call.
             let h = Header { len: 0, kind: Kind::Wake, flags: 0, nfds: 0, id: 0 };
             if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode()], &[]) {
                 if out_of_step {
