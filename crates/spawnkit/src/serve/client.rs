@@ -593,7 +593,8 @@ impl Io {
             // server it comes before encoding it, so the server's CPU wakes while this one
             // fills the request in (waking an idle CPU is the slowest part of a lone request
             // in a VM: BENCHMARKS.md §6). With requests in flight the server is busy with
-            // them, and a Wake would only cost a system call.
+            // them, and a Wake would only cost a system call. If the encoding below fails,
+            // the server's polling window just runs out (100 us, within its budget).
             let h = Header { len: 0, kind: Kind::Wake, flags: 0, nfds: 0, id: 0 };
             if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode()], &[]) {
                 if out_of_step {

@@ -119,6 +119,67 @@ const KIND_MASK: u64 = 0xF << 60;
 
 /// How long a Wake frame keeps the loop polling for the request it announces.
 const WAKE_WINDOW: Duration = Duration::from_micros(100);
+/// The most the loop polls for Wake frames in each [`WAKE_EPOCH`]: a fifth of a CPU, however
+/// many Wake frames come (a lone request ends its window in a few µs, so a client spawning
+/// one child after another stays far inside it).
+const WAKE_BUDGET: Duration = Duration::from_millis(2);
+const WAKE_EPOCH: Duration = Duration::from_millis(10);
+
+/// The loop's polling after Wake frames: a window of [`WAKE_WINDOW`] from the last Wake,
+/// ended early by a request of the connection that sent it, and all windows together at most
+/// [`WAKE_BUDGET`] per [`WAKE_EPOCH`] (a Wake beyond it is ignored: the request comes to a
+/// sleeping loop, as without the Wake).
+#[derive(Default)]
+struct Awake {
+    /// Poll until then, for this connection (index, generation).
+    until: Option<(Instant, (usize, u32))>,
+    /// When the current stretch of polling began (accounted when it ends or is extended).
+    since: Option<Instant>,
+    epoch: Option<Instant>,
+    spent: Duration,
+}
+
+impl Awake {
+    fn account(&mut self, now: Instant) {
+        if let Some(since) = self.since.take() {
+            self.spent += now.saturating_duration_since(since);
+        }
+    }
+
+    fn wake(&mut self, now: Instant, conn: (usize, u32)) {
+        if self.epoch.is_none_or(|e| now.saturating_duration_since(e) >= WAKE_EPOCH) {
+            self.epoch = Some(now);
+            self.spent = Duration::ZERO;
+        }
+        self.account(now);
+        if self.spent >= WAKE_BUDGET {
+            return;
+        }
+        self.since = Some(now);
+        self.until = Some((now + WAKE_WINDOW, conn));
+    }
+
+    /// A request of `conn` was read: its Wake's window, if any, ends.
+    fn request_from(&mut self, now: Instant, conn: (usize, u32)) {
+        if self.until.is_some_and(|(_, c)| c == conn) {
+            self.account(now);
+            self.until = None;
+        }
+    }
+
+    /// Whether the loop polls now (an expired window ends here).
+    fn polling(&mut self, now: Instant) -> bool {
+        match self.until {
+            Some((t, _)) if now < t => true,
+            Some(_) => {
+                self.account(now);
+                self.until = None;
+                false
+            }
+            None => false,
+        }
+    }
+}
 
 const EXPECT_ANSWER: Expect =
     Expect { kinds: &[Kind::Answer], max_body: NONCE_LEN + auth::MAC_LEN, fds: false };
@@ -711,8 +772,9 @@ struct Looper<'a> {
     recv_fds: Vec<OwnedFd>,
     scratch: Vec<u8>,
     idle_since: Option<Instant>,
-    /// A client said a request follows (a Wake frame): poll without sleeping until then.
-    awake_until: Option<Instant>,
+    /// A client said a request follows (a Wake frame): poll without sleeping until then,
+    /// within a budget.
+    awake: Awake,
     /// Children are reaped by the kernel (see [`ServerOptions::kernel_reaps`]).
     kernel_reaps: bool,
     /// Requests for the spawner threads, and the pipe they wake the loop through (a token
@@ -766,7 +828,7 @@ impl<'a> Looper<'a> {
             recv_fds: Vec::with_capacity(8),
             scratch: Vec::with_capacity(512),
             idle_since: Some(Instant::now()),
-            awake_until: None,
+            awake: Awake::default(),
             kernel_reaps: server.opts.kernel_reaps && kernel_has_pidfd_exit_info(),
             jobs: Arc::new(Jobs::default()),
             spawners: Vec::new(),
@@ -850,9 +912,11 @@ impl<'a> Looper<'a> {
             // The loop's own pool (no spawner threads): one child made per turn, and no
             // sleep while it wants more.
             let refill = crate::sys::pool::refill();
-            let awake = self.awake_until.is_some_and(|t| Instant::now() < t);
-            if !awake {
-                self.awake_until = None;
+            let awake = self.awake.polling(Instant::now());
+            if awake {
+                // Polling for a request the client is still filling in: if the scheduler put
+                // this thread beside the client on one CPU, the client goes first.
+                std::thread::yield_now();
             }
             let n =
                 self.epoll.wait(&mut events, if refill || awake { 0 } else { self.timeout_ms() });
@@ -1184,10 +1248,11 @@ impl<'a> Looper<'a> {
                         // A request follows at once: poll for it a little rather than let
                         // this thread's CPU go idle (waking an idle CPU is the slowest part
                         // of a lone request in a VM). Nothing else: no body, no fds.
-                        if frame.header.len != 0 || !frame.fds.is_empty() {
+                        let h = frame.header;
+                        if h.len != 0 || h.nfds != 0 || h.flags != 0 || h.id != 0 {
                             return false;
                         }
-                        self.awake_until = Some(Instant::now() + WAKE_WINDOW);
+                        self.awake.wake(Instant::now(), (idx, conn.generation));
                         continue;
                     }
                     if frame.header.kind == Kind::Env {
@@ -1218,8 +1283,9 @@ impl<'a> Looper<'a> {
                         }
                         continue;
                     }
-                    // The request a Wake frame announced (or another): sleep again after it.
-                    self.awake_until = None;
+                    // The request a Wake frame of this connection announced: sleep again
+                    // after it.
+                    self.awake.request_from(Instant::now(), (idx, conn.generation));
                     let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
                     let batch_reply = frame.header.flags & FLAG_BATCH_REPLY != 0;
                     let conn_env = (frame.header.flags & FLAG_CONN_ENV != 0)
