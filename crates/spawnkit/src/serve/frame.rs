@@ -429,6 +429,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Every kind (a kind missing here fails `any_names_every_kind`).
     const ANY: Expect = Expect {
         kinds: &[
             Kind::Challenge,
@@ -439,6 +440,13 @@ mod tests {
             Kind::Spawned,
             Kind::Error,
             Kind::Exit,
+            Kind::SpawnMany,
+            Kind::SpawnedMany,
+            Kind::Env,
+            Kind::Wake,
+            Kind::Fork,
+            Kind::Workers,
+            Kind::Want,
         ],
         max_body: MAX_BODY,
         fds: true,
@@ -531,6 +539,13 @@ mod tests {
         inbox.push(&hdr(Kind::Spawn, 0, 0, 1), []);
         let only_answer = Expect { kinds: &[Kind::Answer], max_body: 64, fds: false };
         assert_eq!(inbox.next(only_answer).unwrap_err(), FrameError::Kind(16));
+    }
+
+    #[test]
+    fn any_names_every_kind() {
+        let every: Vec<Kind> = (0..=255u8).filter_map(Kind::from_u8).collect();
+        assert_eq!(every.len(), ANY.kinds.len());
+        assert!(every.iter().all(|k| ANY.kinds.contains(k)));
     }
 
     proptest! {
