@@ -487,6 +487,7 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
             h[5] = 200;
             h
         },
+        header(frame::Kind::Wake, 0, 0, 0), // before the handshake
     ] {
         let (mut c, _) = connect(&s);
         c.write_all(&bad).unwrap();
