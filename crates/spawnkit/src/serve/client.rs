@@ -478,8 +478,25 @@ impl Io {
     /// Send every byte; the fds go with the first. While the socket is full, replies are
     /// read (so a server waiting for us to read is never waited for in turn). On error, says
     /// whether any byte went out (then the stream is out of step and the connection broken).
+    /// Send all of `parts`, waiting while the socket is full; a failure after some of it went
+    /// out leaves the connection out of step: broken for every later call.
     fn send_all(&mut self, parts: &[&[u8]], fds: &[RawFd]) -> Result<()> {
-        self.send_all_counted(parts, fds).map_err(|(e, _)| e)
+        self.send_all_counted(parts, fds).map_err(|(e, out_of_step)| {
+            if out_of_step {
+                self.broken = Some(e.clone());
+            }
+            e
+        })
+    }
+
+    /// A whole frame: [`send_all`](Io::send_all), or without waiting when `nonblocking`
+    /// ([`send_some`](Io::send_some): false when the socket is full and nothing went out).
+    fn send(&mut self, parts: &[&[u8]], fds: &[RawFd], nonblocking: bool) -> Result<bool> {
+        if nonblocking {
+            self.send_some(parts, fds)
+        } else {
+            self.send_all(parts, fds).map(|()| true)
+        }
     }
 
     fn send_all_counted(
@@ -565,15 +582,8 @@ impl Io {
             return Err(Error::invalid("encode", "environment", "over the protocol's limits"));
         }
         let h = Header { len: body.len() as u32, kind: Kind::Env, flags: 0, nfds: 0, id: 0 };
-        if nonblocking {
-            if !self.send_some(&[&h.encode(), &body], &[])? {
-                return Ok(false);
-            }
-        } else if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode(), &body], &[]) {
-            if out_of_step {
-                self.broken = Some(e.clone());
-            }
-            return Err(e);
+        if !self.send(&[&h.encode(), &body], &[], nonblocking)? {
+            return Ok(false);
         }
         self.env_sent = Some((env.clone(), body.len()));
         Ok(true)
@@ -596,12 +606,7 @@ impl Io {
             // them, and a Wake would only cost a system call. If the encoding below fails,
             // the server's polling window just runs out (100 us, within its budget).
             let h = Header { len: 0, kind: Kind::Wake, flags: 0, nfds: 0, id: 0 };
-            if let Err((e, out_of_step)) = self.send_all_counted(&[&h.encode()], &[]) {
-                if out_of_step {
-                    self.broken = Some(e.clone());
-                }
-                return Err(e);
-            }
+            self.send_all(&[&h.encode()], &[])?;
         }
         let mut filler = Filler::default();
         let req = encode_request(cmd, &mut filler, self.sock.as_raw_fd())?;
@@ -617,19 +622,8 @@ impl Io {
             nfds: req.fds.len() as u8,
             id,
         };
-        if nonblocking {
-            match self.send_some(&[&h.encode(), &req.bytes], &req.fds) {
-                Ok(true) => {}
-                Ok(false) => return Ok(None),
-                Err(e) => return Err(e),
-            }
-        } else if let Err((e, out_of_step)) =
-            self.send_all_counted(&[&h.encode(), &req.bytes], &req.fds)
-        {
-            if out_of_step {
-                self.broken = Some(e.clone());
-            }
-            return Err(e);
+        if !self.send(&[&h.encode(), &req.bytes], &req.fds, nonblocking)? {
+            return Ok(None);
         }
         self.next_id += 1;
         self.pending.insert(id, Pending { pipes: req.pipes, kill_on_drop: req.kill_on_drop });
@@ -655,10 +649,7 @@ impl Io {
         let mut reqs = reqs.into_iter().peekable();
         while reqs.peek().is_some() {
             let (frame, fds, batch) = self.next_frame(&mut reqs);
-            if let Err((e, out_of_step)) = self.send_all_counted(&[&frame], &fds) {
-                if out_of_step {
-                    self.broken = Some(e.clone());
-                }
+            if let Err(e) = self.send_all(&[&frame], &fds) {
                 return Err((ids, e));
             }
             ids.extend(self.sent(batch));

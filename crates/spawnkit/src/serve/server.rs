@@ -419,11 +419,31 @@ struct ConnEnv {
 /// for the connection's life.
 const MAX_ENV_FOOTPRINT: usize = 2 * super::frame::MAX_BODY;
 
+impl ConnEnv {
+    /// An Env frame's environment (`no_fds`: none was passed with it), within
+    /// [`MAX_ENV_FOOTPRINT`].
+    fn decode(body: &[u8], no_fds: bool) -> Result<ConnEnv> {
+        if !no_fds {
+            return Err(Error::invalid("decode", "Env", "an Env frame passes no fds"));
+        }
+        let vars = crate::spawn::wire::env_from_wire(body)?;
+        if env_footprint(&vars) > MAX_ENV_FOOTPRINT {
+            return Err(Error::invalid(
+                "decode",
+                "Env",
+                "an environment over the protocol's limits",
+            ));
+        }
+        Ok(ConnEnv { vars, wire_len: body.len() })
+    }
+}
+
 /// What `vars` holds in memory, by the allocator's measure (a heap block is at least 32
 /// bytes).
 fn env_footprint(vars: &[(OsString, OsString)]) -> usize {
+    let pair = std::mem::size_of::<(OsString, OsString)>();
     let block = |s: &OsString| if s.is_empty() { 0 } else { s.len().max(32) };
-    vars.iter().map(|(k, v)| 48 + block(k) + block(v)).sum()
+    vars.iter().map(|(k, v)| pair + block(k) + block(v)).sum()
 }
 
 struct ChildRec {
@@ -1258,28 +1278,9 @@ impl<'a> Looper<'a> {
                     if frame.header.kind == Kind::Env {
                         // The connection's environment from now on; nothing is answered
                         // unless it is malformed (then answered once, and closed).
-                        let decoded = if frame.fds.is_empty() {
-                            crate::spawn::wire::env_from_wire(body).and_then(|vars| {
-                                if env_footprint(&vars) > MAX_ENV_FOOTPRINT {
-                                    return Err(Error::invalid(
-                                        "decode",
-                                        "Env",
-                                        "an environment over the protocol's limits",
-                                    ));
-                                }
-                                Ok(ConnEnv { vars, wire_len: body.len() })
-                            })
-                        } else {
-                            Err(Error::invalid("decode", "Env", "an Env frame passes no fds"))
-                        };
-                        match decoded {
+                        match ConnEnv::decode(body, frame.fds.is_empty()) {
                             Ok(env) => conn.env = Some(env),
-                            Err(e) => {
-                                drop(frame);
-                                self.send_error(conn, id, &e);
-                                let _ = conn.tx.flush();
-                                return false;
-                            }
+                            Err(e) => return self.refuse(conn, id, &e),
                         }
                         continue;
                     }
@@ -1324,11 +1325,7 @@ impl<'a> Looper<'a> {
                                 });
                         let cmds = match decoded {
                             Ok(cmds) => cmds,
-                            Err(e) => {
-                                self.send_error(conn, id, &e);
-                                let _ = conn.tx.flush();
-                                return false;
-                            }
+                            Err(e) => return self.refuse(conn, id, &e),
                         };
                         if want_exit && self.kernel_reaps {
                             // Every request of the frame gets its answer (the same refusal).
@@ -1355,16 +1352,20 @@ impl<'a> Looper<'a> {
                         .map(|(c, _)| c);
                     match decoded {
                         Ok(cmd) => self.take_request(conn, idx, id, want_exit, None, cmd),
-                        Err(e) => {
-                            // Bytes that do not decode: answer once, then close (malformed).
-                            self.send_error(conn, id, &e);
-                            let _ = conn.tx.flush();
-                            return false;
-                        }
+                        // Bytes that do not decode: answer once, then close (malformed).
+                        Err(e) => return self.refuse(conn, id, &e),
                     }
                 }
             }
         }
+    }
+
+    /// A malformed frame: answered once with `e` (to `id`), then false (the connection
+    /// closes).
+    fn refuse(&mut self, conn: &mut Conn, id: u64, e: &Error) -> bool {
+        self.send_error(conn, id, e);
+        let _ = conn.tx.flush();
+        false
     }
 
     /// A decoded request: to a spawner thread, or spawned here when there is none.
