@@ -89,12 +89,23 @@ pub fn default_spawn_threads() -> usize {
 }
 
 /// Whether this kernel records a reaped process's exit status for its pidfds
-/// (`PIDFD_INFO_EXIT`, Linux 6.15), from /proc/sys/kernel/osrelease.
+/// (`PIDFD_INFO_EXIT`, Linux 6.15), from /proc/sys/kernel/osrelease: read once per process
+/// (every connection asks; the file costs three system calls). An atomic, not a `OnceLock`:
+/// a private server forked while another thread filled a lock in would wait on it for good.
 pub fn kernel_has_pidfd_exit_info() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static HAS: AtomicU8 = AtomicU8::new(0); // 0: not read yet, 1: no, 2: yes
+    match HAS.load(Ordering::Relaxed) {
+        1 => return false,
+        2 => return true,
+        _ => {}
+    }
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut nums =
         release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-    matches!((nums.next(), nums.next()), (Some(major), Some(minor)) if (major, minor) >= (6, 15))
+    let has = matches!((nums.next(), nums.next()), (Some(major), Some(minor)) if (major, minor) >= (6, 15));
+    HAS.store(if has { 2 } else { 1 }, Ordering::Relaxed);
+    has
 }
 
 /// Ends a running [`Server::run`] from another thread (or a signal handler's thread).
