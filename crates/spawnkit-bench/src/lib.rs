@@ -590,7 +590,8 @@ fn measure(args: &Options, config: Config) -> Result<Results, String> {
             c.server_tp_spawns,
             &prog,
             null.as_raw_fd(),
-            (!args.no_python).then_some((py.as_path(), dir.path(), TINY_NAME)),
+            dir.path(),
+            (!args.no_python).then_some((py.as_path(), TINY_NAME)),
             c.forkserver_runs,
             &progress,
         )?;

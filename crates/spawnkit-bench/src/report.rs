@@ -392,6 +392,16 @@ pub fn render(res: &Results) -> String {
                 fmt_ratio(sv.ratio(key, Size::Touched)),
             );
         }
+        if let Some(c) = &sv.connection {
+            writeln!(
+                o,
+                "  {:<43} {:>5.1} µs median, {:.1} min (target: ≤ {:.0} µs)",
+                "authentication per connection",
+                c.auth.median_us,
+                c.auth.min_us,
+                server::AUTH_TARGET_US
+            );
+        }
     }
     if let Some(a) = &res.asyncs {
         writeln!(o, "async ratios, processes per second (tiny child; /bin/true):");
@@ -716,6 +726,21 @@ fn server_json(sv: &ServerResults) -> Value {
         "floor_socket_round_trip": {"measures": "a 512-byte write and a 64-byte reply over a \
                                      Unix socketpair to a thread answering at once (no fds, \
                                      no spawn)", "sizes": floor},
+        "connection": sv.connection.as_ref().map(|c| {
+            let row = |st: &latency::Stats, caller: f64, server: Option<f64>| {
+                json!({"min_us": st.min_us, "median_us": st.median_us, "mean_us": st.mean_us,
+                       "runs": st.runs, "caller_cpu_us": caller, "server_cpu_us": server})
+            };
+            json!({
+                "measures": "a connection's cost before its first request, against a server \
+                             made by Server::bind (a socket and a key file, as spawnkit serve) \
+                             on a thread of the benchmark; rows take turns in blocks of 10",
+                "connect": row(&c.connect, c.caller_cpu_us.0, c.server_cpu_us.map(|s| s.0)),
+                "auth": row(&c.auth, c.caller_cpu_us.1, c.server_cpu_us.map(|s| s.1)),
+                "auth_target_us": server::AUTH_TARGET_US,
+                "auth_within_target": c.auth.median_us <= server::AUTH_TARGET_US,
+            })
+        }),
         "forkserver": sv.forkserver.as_ref().map(|r| json!({"id": r.id, "name": r.name,
             "measures": "multiprocessing forkserver: Process(target=noop).start() + join(), µs",
             "sizes": stats_json(r), "skipped": r.skipped})),
@@ -927,6 +952,38 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
         writeln!(o);
     }
     writeln!(o);
+    if let Some(c) = &sv.connection {
+        writeln!(
+            o,
+            "== Spawn server: a connection before its first request (a Server::bind socket, served on a thread), µs"
+        );
+        writeln!(
+            o,
+            "{:<w$} | {:>9} {:>9} | {:>10} | {:>10}",
+            "row", "min", "median", "caller CPU", "server CPU"
+        );
+        let server_cpu = |i: usize| {
+            c.server_cpu_us.map_or("-".into(), |s| format!("{:.1}", if i == 0 { s.0 } else { s.1 }))
+        };
+        for (i, (name, st, cpu)) in [
+            ("connect(2) alone", &c.connect, c.caller_cpu_us.0),
+            ("connect + uid check + mutual HMAC", &c.auth, c.caller_cpu_us.1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            writeln!(
+                o,
+                "{:<w$} | {:>9.1} {:>9.1} | {:>10.1} | {:>10}",
+                name,
+                st.min_us,
+                st.median_us,
+                cpu,
+                server_cpu(i)
+            );
+        }
+        writeln!(o);
+    }
 }
 
 fn print_async(o: &mut Text, a: &AsyncResults) {

@@ -26,7 +26,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Instant;
 
-use spawnkit::{Client, Command, PrivateServer, Stdio};
+use spawnkit::serve::{key_path_for, Key};
+use spawnkit::{Client, Command, PrivateServer, Server, ServerOptions, Stdio};
 
 use super::latency::{LatencyRow, Size, Stats};
 use super::sys::{self, Ballast, Baseline};
@@ -104,6 +105,8 @@ pub struct ServerResults {
     pub tp_spawns: usize,
     /// The socket round trip alone: latency stats and the caller's CPU per round trip.
     pub floor: BTreeMap<Size, (Stats, f64)>,
+    /// What a connection costs before its first request (`None`: not measured, with a note).
+    pub connection: Option<Connection>,
     /// multiprocessing's forkserver: Process(no-op).start() + join(), µs.
     pub forkserver: Option<LatencyRow>,
     pub python_version: Option<String>,
@@ -163,6 +166,91 @@ impl ServerResults {
     }
 }
 
+/// What a connection costs before its first request: issue 13's "authentication ≤ 200 µs
+/// per connection and nothing per request" (a request never authenticates again: the rows
+/// above send many on one connection). Measured against a server made as `spawnkit serve`
+/// makes one ([`Server::bind`]: a socket and a key file in a private directory), run on a
+/// thread of this process, whose CPU clock gives the server's side.
+pub struct Connection {
+    /// connect(2) alone, closed at once (the server still accepts it, sends its challenge
+    /// and closes it): the floor under `auth`.
+    pub connect: Stats,
+    /// [`Client::connect_with_key`]: connect(2), the server's uid checked (SO_PEERCRED), the
+    /// mutual HMAC-SHA256 challenge-response over fresh nonces, until the client holds a
+    /// proven connection (the key already read).
+    pub auth: Stats,
+    /// The calling thread's CPU per connection (getrusage RUSAGE_THREAD), µs: `connect`'s
+    /// and `auth`'s.
+    pub caller_cpu_us: (f64, f64),
+    /// The server's loop thread's CPU per connection (its CPU clock), µs: accepting, the
+    /// peer check, the nonce, the HMACs, closing; `connect`'s and `auth`'s.
+    pub server_cpu_us: Option<(f64, f64)>,
+}
+
+/// The target of a connection's authentication (the median of `auth`), µs.
+pub const AUTH_TARGET_US: f64 = 200.0;
+
+/// Measure [`Connection`]: the two rows take turns in blocks of [`BLOCK`] connections,
+/// `runs` each; after a block the loop is given a moment to close the last one, so its CPU
+/// is the block's.
+fn connection_cost(dir: &Path, runs: usize) -> Result<Connection, String> {
+    let sock = dir.join("auth.sock");
+    let server = Server::bind(Some(&sock), None, ServerOptions::default())
+        .map_err(|e| format!("a server at {}: {e}", sock.display()))?;
+    let key = Key::read_file(&key_path_for(&sock)).map_err(|e| e.to_string())?;
+    let stopper = server.stopper();
+    let thread = std::thread::Builder::new()
+        .name("auth-server".into())
+        .spawn(move || server.run())
+        .map_err(|e| format!("a thread for the server: {e}"))?;
+    let clock = sys::thread_cpu_clock(&thread);
+    let measured = (|| {
+        let mut ns = [Vec::with_capacity(runs), Vec::with_capacity(runs)];
+        let mut caller = [0.0; 2];
+        let mut served = [0.0; 2];
+        for round in 0..runs.div_ceil(BLOCK) {
+            for k in 0..2 {
+                let i = (round + k) % 2;
+                let s0 = clock.map(sys::clock_us);
+                let c0 = sys::thread_cpu_us();
+                for _ in 0..BLOCK.min(runs - ns[i].len()) {
+                    let t0 = sys::mono_ns();
+                    if i == 0 {
+                        let c = UnixStream::connect(&sock).map_err(|e| format!("connect: {e}"))?;
+                        ns[i].push(sys::mono_ns() - t0);
+                        drop(c);
+                    } else {
+                        let c = Client::connect_with_key(&sock, &key).map_err(|e| e.to_string())?;
+                        ns[i].push(sys::mono_ns() - t0);
+                        drop(c);
+                    }
+                }
+                caller[i] += sys::thread_cpu_us() - c0;
+                // The last connection's close reaches the loop after the client moved on.
+                std::thread::sleep(std::time::Duration::from_micros(500));
+                if let (Some(s0), Some(c)) = (s0, clock) {
+                    served[i] += sys::clock_us(c) - s0;
+                }
+            }
+        }
+        let n = |i: usize| ns[i].len().max(1) as f64;
+        let (nc, na) = (n(0), n(1));
+        let [connect, auth] = ns;
+        Ok::<_, String>(Connection {
+            connect: Stats::of(connect).ok_or("no connection measured")?,
+            auth: Stats::of(auth).ok_or("no connection measured")?,
+            caller_cpu_us: (caller[0] / nc, caller[1] / na),
+            server_cpu_us: clock.map(|_| (served[0] / nc, served[1] / na)),
+        })
+    })();
+    stopper.stop();
+    match thread.join() {
+        Ok(Ok(())) => measured,
+        Ok(Err(e)) => Err(format!("the server: {e}")),
+        Err(_) => Err("the server's thread panicked".into()),
+    }
+}
+
 /// The ratios of the JSON file, with their targets (`<=` unless `at_least`).
 pub struct Target {
     pub key: &'static str,
@@ -195,7 +283,7 @@ const PY_ROWS: usize = 4;
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
     let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs + runs;
-    SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 })
+    SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 }) + 2 * runs
 }
 
 /// The private server, started by [`start`] before anything else of the run.
@@ -391,7 +479,8 @@ pub fn run(
     tp_spawns: usize,
     prog: &CStr,
     null_fd: RawFd,
-    python: Option<(&Path, &Path, &str)>,
+    dir: &Path,
+    python: Option<(&Path, &str)>,
     forkserver_runs: usize,
     progress: &Progress,
 ) -> Result<ServerResults, String> {
@@ -521,14 +610,21 @@ pub fn run(
             .collect(),
         tp_spawns,
         floor,
+        connection: None,
         forkserver: None,
         python_version: None,
         notes: Vec::new(),
     };
     drop(server);
+    progress.phase("server, connections");
+    match connection_cost(dir, runs) {
+        Ok(c) => res.connection = Some(c),
+        Err(e) => res.notes.push(format!("server: the connection rows skipped: {e}")),
+    }
+    progress.inc(2 * runs as u64);
     match python {
         None => res.notes.push("server: Python rows skipped (--no-python)".into()),
-        Some((py, dir, tiny_name)) => {
+        Some((py, tiny_name)) => {
             progress.phase("server, Python rows");
             match run_python(py, dir, tiny_name, runs, forkserver_runs, &mut res) {
                 Ok(()) => progress.inc((SIZES.len() * PY_ROWS * runs) as u64),

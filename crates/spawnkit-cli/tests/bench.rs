@@ -634,6 +634,25 @@ fn server_method_rows_and_ratios() {
         }
     }
     assert!(stdout.contains("spawnkit private server"), "{stdout}");
+    // A connection's cost: connect(2) alone and with the authentication, each measured as
+    // often as a latency row, the caller's and the server thread's CPU beside them, and the
+    // authentication held against its target.
+    let conn = &sv["connection"];
+    for row in ["connect", "auth"] {
+        let r = &conn[row];
+        assert_eq!(r["runs"].as_u64(), Some(6), "{conn}");
+        let (min, median) = (r["min_us"].as_f64().unwrap(), r["median_us"].as_f64().unwrap());
+        assert!(min > 0.0 && min <= median, "{row}: {r}");
+        assert!(r["caller_cpu_us"].as_f64().unwrap() >= 0.0, "{row}: {r}");
+        assert!(r["server_cpu_us"].as_f64().unwrap() > 0.0, "{row}: {r}");
+    }
+    assert_eq!(conn["auth_target_us"].as_f64(), Some(200.0), "{conn}");
+    assert_eq!(
+        conn["auth_within_target"].as_bool(),
+        Some(conn["auth"]["median_us"].as_f64().unwrap() <= 200.0),
+        "{conn}"
+    );
+    assert!(stdout.contains("authentication per connection"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -416,3 +416,22 @@ pub fn thread_cpu_us() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
+
+/// A thread's CPU clock (pthread_getcpuclockid(3)): read it with [`clock_us`].
+pub fn thread_cpu_clock(thread: &std::thread::JoinHandle<impl Sized>) -> Option<libc::clockid_t> {
+    use std::os::unix::thread::JoinHandleExt;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: the pthread_t is of a thread not yet joined (the handle is borrowed), and
+    // pthread_getcpuclockid writes one clockid_t.
+    let rc = unsafe { libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) };
+    (rc == 0).then_some(clock)
+}
+
+/// A clock's time in µs (clock_gettime(2)): for a thread's CPU clock, its CPU time so far,
+/// to the nanosecond.
+pub fn clock_us(clock: libc::clockid_t) -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
+}
