@@ -14,7 +14,8 @@ small and has one thread; then, at each parent size ("0": as started, "1GiB-touc
 
 Each spawn is timed as the Rust rows are (Triplett's method: the parent reads CLOCK_MONOTONIC,
 the tiny child writes its own CLOCK_MONOTONIC to the pipe given as its stdout; the difference
-is the latency), and the calling thread's own CPU time (``getrusage(RUSAGE_THREAD)``) is read
+is the latency), and the calling thread's own CPU time (its CPU clock, ``time.thread_time``:
+the time ``getrusage(RUSAGE_THREAD)`` reports, but up to the instant of the call) is read
 around each block: ``Popen`` plus ``wait``, per spawn. Then ``multiprocessing``'s forkserver
 start method, for scale: a ``Process`` running a no-op, ``start()`` + ``join()`` (the
 forkserver itself started before, outside the time).
@@ -39,7 +40,6 @@ if __name__ == "__main__":  # not in the forkserver's children, which import thi
 
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
-import resource  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
@@ -50,8 +50,9 @@ BLOCK = 10
 
 
 def thread_cpu_us():
-    ru = resource.getrusage(resource.RUSAGE_THREAD)
-    return (ru.ru_utime + ru.ru_stime) * 1e6
+    # CLOCK_THREAD_CPUTIME_ID: getrusage(RUSAGE_THREAD) stops at the scheduler's last
+    # update of the thread (its last sleep), which shifts work between blocks.
+    return time.thread_time_ns() / 1e3
 
 
 def stats(ns, cpu_us, spawns):

@@ -642,9 +642,9 @@ pub fn json(res: &Results) -> Value {
         "ratios_doc": {
             "server/vfork": "minimum latency (request -> the child's first instruction), the \
                              private server's over vfork+exec's, at each parent size",
-            "server_caller_cpu/vfork_cpu": "the calling thread's CPU per spawn+wait \
-                (getrusage RUSAGE_THREAD, mean): the server with 16 requests in flight over \
-                vfork+exec",
+            "server_caller_cpu/vfork_cpu": "the calling thread's CPU per spawn+wait (its \
+                CPU clock, CLOCK_THREAD_CPUTIME_ID, mean): the server with 16 requests in \
+                flight over vfork+exec",
             "server_throughput_1thread/vfork_throughput": "spawns per second from one thread \
                 (median of samples): the server with up to 16 in flight over a vfork+exec \
                 spawn-and-wait loop",
@@ -680,6 +680,12 @@ fn per_size_json(values: &std::collections::BTreeMap<Size, f64>) -> Value {
     Value::Object(values.iter().map(|(s, v)| (s.key().to_string(), json!(v))).collect())
 }
 
+/// The pinned floor rows of the server tables: (name, across two CPUs).
+const PINNED_FLOORS: [(&str, bool); 2] = [
+    ("floor: the round trip, both on one CPU", false),
+    ("floor: the round trip across two CPUs", true),
+];
+
 fn server_json(sv: &ServerResults) -> Value {
     let lat = |rows: &[LatencyRow]| -> Vec<Value> {
         rows.iter()
@@ -714,7 +720,7 @@ fn server_json(sv: &ServerResults) -> Value {
         "latency": {"unit": "µs", "measures": "request -> the tiny child's own CLOCK_MONOTONIC \
                     (Triplett's method); rows take turns in blocks of 10",
                     "rows": lat(&sv.latency)},
-        "caller_cpu": {"unit": "µs per spawn", "measures": "getrusage(RUSAGE_THREAD) of the \
+        "caller_cpu": {"unit": "µs per spawn", "measures": "CLOCK_THREAD_CPUTIME_ID of the \
                        calling thread around spawn + wait: the server 16 submitted, then \
                        received, then waited; the others one at a time; Python: Popen + wait",
                        "rows": values(&sv.cpu)},
@@ -726,6 +732,18 @@ fn server_json(sv: &ServerResults) -> Value {
         "floor_socket_round_trip": {"measures": "a 512-byte write and a 64-byte reply over a \
                                      Unix socketpair to a thread answering at once (no fds, \
                                      no spawn)", "sizes": floor},
+        "floor_socket_round_trip_pinned": {
+            "measures": "the same round trip with both threads held to one CPU (same_cpu) and \
+                         to two (across_cpus): a wake-up on the waker's CPU and one that \
+                         crosses to another",
+            "cpus": sv.floor_pinned.values().next().map(|p| [p.cpus.0, p.cpus.1]),
+            "sizes": sv.floor_pinned.iter().map(|(s, p)| {
+                let one = |(st, cpu): &(latency::Stats, f64)| json!({"min_us": st.min_us,
+                    "median_us": st.median_us, "caller_cpu_us": cpu, "runs": st.runs});
+                (s.key().to_string(), json!({"same_cpu": one(&p.same),
+                                             "across_cpus": one(&p.across)}))
+            }).collect::<Map<String, Value>>(),
+        },
         "connection": sv.connection.as_ref().map(|c| {
             let row = |st: &latency::Stats, caller: f64, server: Option<f64>| {
                 json!({"min_us": st.min_us, "median_us": st.median_us, "mean_us": st.mean_us,
@@ -904,12 +922,21 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
         }
     }
     writeln!(o);
+    for (name, across) in PINNED_FLOORS {
+        write!(o, "{:<w$}", name);
+        for s in sizes {
+            match sv.floor_pinned.get(&s).map(|p| if across { &p.across } else { &p.same }) {
+                Some((st, _)) => {
+                    write!(o, " | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us))
+                }
+                None => write!(o, " | {:>9} {:>9}", "-", "-"),
+            }
+        }
+        writeln!(o);
+    }
     writeln!(o, "   (min, median; the forkserver row: Process(no-op).start() + join())");
     writeln!(o);
-    writeln!(
-        o,
-        "== Spawn server: the calling thread's CPU per spawn + wait (getrusage RUSAGE_THREAD), µs"
-    );
+    writeln!(o, "== Spawn server: the calling thread's CPU per spawn + wait (its CPU clock), µs");
     writeln!(
         o,
         "   the server: {} (or {}) requests submitted in one message, then received, then waited for; the others one at a time",
@@ -933,6 +960,14 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
         write!(o, " | {:>19}", sv.floor.get(&s).map_or("-".into(), |f| format!("{:.1}", f.1)));
     }
     writeln!(o);
+    for (name, across) in PINNED_FLOORS {
+        write!(o, "{:<w$}", name);
+        for s in sizes {
+            let cpu = sv.floor_pinned.get(&s).map(|p| if across { p.across.1 } else { p.same.1 });
+            write!(o, " | {:>19}", cpu.map_or("-".into(), |c| format!("{c:.1}")));
+        }
+        writeln!(o);
+    }
     writeln!(o);
     writeln!(
         o,

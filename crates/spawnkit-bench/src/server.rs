@@ -3,8 +3,9 @@
 //! and spawnkit's local spawn, from a small parent and a parent holding 1 GiB touched:
 //!
 //! * latency, request → the tiny child's first instruction (Triplett's method, as `latency`);
-//! * the calling thread's own CPU per spawn (getrusage(RUSAGE_THREAD)), the child waited for:
-//!   for the server, 16 requests submitted in one message (`submit_many`; a second row with
+//! * the calling thread's own CPU per spawn (its CPU clock: the time
+//!   getrusage(RUSAGE_THREAD) reports, read up to the instant), the child waited for: for
+//!   the server, 16 requests submitted in one message (`submit_many`; a second row with
 //!   64, the most one message carries: "batched where the API allows"), then their 16
 //!   answers received, then the 16 children waited for; for the others, spawn and wait,
 //!   one at a time;
@@ -105,6 +106,8 @@ pub struct ServerResults {
     pub tp_spawns: usize,
     /// The socket round trip alone: latency stats and the caller's CPU per round trip.
     pub floor: BTreeMap<Size, (Stats, f64)>,
+    /// The same with both threads on one CPU and on two (none with one CPU).
+    pub floor_pinned: BTreeMap<Size, Pinned>,
     /// What a connection costs before its first request (`None`: not measured, with a note).
     pub connection: Option<Connection>,
     /// multiprocessing's forkserver: Process(no-op).start() + join(), µs.
@@ -161,9 +164,34 @@ impl ServerResults {
                     all,
                 )
             }
+            "floor: (cross-CPU round trip + vfork)/vfork" => {
+                let rtt = self.floor_pinned.get(&size).map(|p| p.across.0.min_us);
+                div(rtt.zip(lat("vfork_exec")).map(|(a, b)| a + b), lat("vfork_exec"))
+            }
+            "floor: cross-CPU round trip cpu/vfork_cpu" => {
+                div(self.floor_pinned.get(&size).map(|p| p.across.1), cpu("vfork_exec"))
+            }
+            // As the floor above, with the round trip of a server on another CPU: what a
+            // spawn through a server that works on the other core cannot go below here.
+            "floor: (py_local_cpu - its spawn call + cross-CPU round trip cpu)/py_local_cpu" => {
+                let rt = self.floor_pinned.get(&size).map(|p| p.across.1);
+                let all = cpu("py_local");
+                div(
+                    all.zip(cpu("py_spawn_call")).zip(rt).map(|((all, call), rt)| all - call + rt),
+                    all,
+                )
+            }
             _ => None,
         }
     }
+}
+
+/// The socket round trip with both threads held to one CPU (`same`) and to two (`across`):
+/// latency stats and the caller's CPU per round trip (µs); the CPUs used.
+pub struct Pinned {
+    pub same: (Stats, f64),
+    pub across: (Stats, f64),
+    pub cpus: (usize, usize),
 }
 
 /// What a connection costs before its first request: issue 13's "authentication ≤ 200 µs
@@ -179,7 +207,7 @@ pub struct Connection {
     /// mutual HMAC-SHA256 challenge-response over fresh nonces, until the client holds a
     /// proven connection (the key already read).
     pub auth: Stats,
-    /// The calling thread's CPU per connection (getrusage RUSAGE_THREAD), µs: `connect`'s
+    /// The calling thread's CPU per connection (its CPU clock), µs: `connect`'s
     /// and `auth`'s.
     pub caller_cpu_us: (f64, f64),
     /// The server's loop thread's CPU per connection (its CPU clock), µs: accepting, the
@@ -269,12 +297,16 @@ pub const RATIOS: [Target; 5] = [
 /// In `other_ratios`: the caller's CPU with as many requests per message as the API allows
 /// (the target's "batched where the API allows"; the main ratio keeps 16 per message), and
 /// the floors under the first two ratios and the Python CPU ratio, all measured in the same
-/// run.
-pub const FLOORS: [&str; 4] = [
+/// run: with the round trip as it falls (the answering thread is woken where the scheduler
+/// puts it) and with the round trip across two CPUs (a server that works on the other core).
+pub const FLOORS: [&str; 7] = [
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
     "floor: socket round trip cpu/vfork_cpu",
     "floor: (py_local_cpu - its spawn call + socket round trip cpu)/py_local_cpu",
+    "floor: (cross-CPU round trip + vfork)/vfork",
+    "floor: cross-CPU round trip cpu/vfork_cpu",
+    "floor: (py_local_cpu - its spawn call + cross-CPU round trip cpu)/py_local_cpu",
 ];
 
 /// The Python rows that spawn `runs` times per parent size (bench/python_server.py).
@@ -282,7 +314,7 @@ const PY_ROWS: usize = 4;
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
-    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs + runs;
+    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs + runs + 2 * runs;
     SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 }) + 2 * runs
 }
 
@@ -437,32 +469,77 @@ fn cpu_batched(
 
 /// The floor: a request-sized message to a thread that answers at once with a reply-sized
 /// one, over a socketpair; latency samples (ns) and the caller's CPU per round trip (µs).
-fn round_trips(runs: usize) -> Result<(Vec<i64>, f64), String> {
+/// With `pin` (this thread's CPU, the answering thread's), both threads are held to those
+/// CPUs for the run (this thread's own CPUs are given back after).
+fn round_trips(runs: usize, pin: Option<(usize, usize)>) -> Result<(Vec<i64>, f64), String> {
     const REQUEST: usize = 512;
     const REPLY: usize = 64;
     let (mut ours, mut theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let echo = std::thread::spawn(move || {
+        if let Some((_, cpu)) = pin {
+            sys::pin_thread(&[cpu])?;
+        }
         let mut req = [0u8; REQUEST];
         while theirs.read_exact(&mut req).is_ok() {
             if theirs.write_all(&req[..REPLY]).is_err() {
                 break;
             }
         }
+        Ok::<(), String>(())
     });
-    let req = [7u8; REQUEST];
-    let mut reply = [0u8; REPLY];
-    let mut ns = Vec::with_capacity(runs);
-    let c0 = sys::thread_cpu_us();
-    for _ in 0..runs {
-        let t0 = sys::mono_ns();
-        ours.write_all(&req).map_err(|e| format!("write: {e}"))?;
-        ours.read_exact(&mut reply).map_err(|e| format!("read: {e}"))?;
-        ns.push(sys::mono_ns() - t0);
+    let allowed = sys::allowed_cpus();
+    let measured = (|| {
+        if let Some((cpu, _)) = pin {
+            sys::pin_thread(&[cpu])?;
+        }
+        let req = [7u8; REQUEST];
+        let mut reply = [0u8; REPLY];
+        let mut ns = Vec::with_capacity(runs);
+        let c0 = sys::thread_cpu_us();
+        for _ in 0..runs {
+            let t0 = sys::mono_ns();
+            ours.write_all(&req).map_err(|e| format!("write: {e}"))?;
+            ours.read_exact(&mut reply).map_err(|e| format!("read: {e}"))?;
+            ns.push(sys::mono_ns() - t0);
+        }
+        let cpu = (sys::thread_cpu_us() - c0) / runs.max(1) as f64;
+        Ok((ns, cpu))
+    })();
+    if pin.is_some() && !allowed.is_empty() {
+        sys::pin_thread(&allowed)?;
     }
-    let cpu = (sys::thread_cpu_us() - c0) / runs.max(1) as f64;
     drop(ours);
-    let _ = echo.join();
-    Ok((ns, cpu))
+    match echo.join() {
+        Ok(Ok(())) => measured,
+        Ok(Err(e)) => Err(format!("the answering thread: {e}")),
+        Err(_) => Err("the answering thread panicked".into()),
+    }
+}
+
+/// The round trip with both threads held to one CPU, and to two: what this machine charges
+/// for a wake-up on the waker's own CPU and for one that crosses to another (on a virtual
+/// machine whose idle CPUs halt, an interrupt through the hypervisor). `None` with one CPU.
+fn pinned_round_trips(runs: usize) -> Result<Option<Pinned>, String> {
+    let cpus = sys::allowed_cpus();
+    let (Some(&a), Some(&b)) = (cpus.first(), cpus.get(1)) else { return Ok(None) };
+    let mut same = (Vec::with_capacity(runs), 0.0);
+    let mut across = (Vec::with_capacity(runs), 0.0);
+    // In turns, as every other row.
+    let turn = (runs / 4).max(1);
+    let mut done = 0;
+    while done < runs {
+        let n = turn.min(runs - done);
+        for (acc, pin) in [(&mut same, (a, a)), (&mut across, (a, b))] {
+            let (ns, cpu) = round_trips(n, Some(pin))?;
+            acc.0.extend(ns);
+            acc.1 += cpu * n as f64;
+        }
+        done += n;
+    }
+    let stats = |(ns, cpu): (Vec<i64>, f64)| {
+        Stats::of(ns).map(|s| (s, cpu / runs.max(1) as f64)).ok_or("no round trip measured")
+    };
+    Ok(Some(Pinned { same: stats(same)?, across: stats(across)?, cpus: (a, b) }))
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -492,6 +569,7 @@ pub fn run(
     let mut cpu_max: BTreeMap<Size, f64> = BTreeMap::new();
     let mut tp: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
     let mut floor = BTreeMap::new();
+    let mut floor_pinned = BTreeMap::new();
     for size in SIZES {
         progress.phase(&format!("server, {}", size.label()));
         let ballast = match size {
@@ -566,11 +644,15 @@ pub fn run(
             }
         }
         // the floor: the socket round trip alone
-        let (ns, rtt_cpu) = round_trips(runs)?;
+        let (ns, rtt_cpu) = round_trips(runs, None)?;
         progress.inc(runs as u64);
         if let Some(s) = Stats::of(ns) {
             floor.insert(size, (s, rtt_cpu));
         }
+        if let Some(p) = pinned_round_trips(runs)? {
+            floor_pinned.insert(size, p);
+        }
+        progress.inc(2 * runs as u64);
         drop(ballast);
     }
     let mut res = ServerResults {
@@ -610,6 +692,7 @@ pub fn run(
             .collect(),
         tp_spawns,
         floor,
+        floor_pinned,
         connection: None,
         forkserver: None,
         python_version: None,

@@ -634,6 +634,27 @@ fn server_method_rows_and_ratios() {
         }
     }
     assert!(stdout.contains("spawnkit private server"), "{stdout}");
+    // The round trip held to one CPU and to two, where the machine has two: measured at
+    // both sizes, its ratios in other_ratios.
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        let pinned = &sv["floor_socket_round_trip_pinned"];
+        for size in ["0", "1GiB-touched"] {
+            for which in ["same_cpu", "across_cpus"] {
+                let r = &pinned["sizes"][size][which];
+                assert_eq!(r["runs"].as_u64(), Some(6), "{pinned}");
+                assert!(r["min_us"].as_f64().unwrap() > 0.0, "{pinned}");
+                assert!(r["caller_cpu_us"].as_f64().unwrap() >= 0.0, "{pinned}");
+            }
+            for key in [
+                "floor: (cross-CPU round trip + vfork)/vfork",
+                "floor: cross-CPU round trip cpu/vfork_cpu",
+            ] {
+                assert!(v["other_ratios"][key][size].as_f64().unwrap() > 0.0, "{key}");
+            }
+        }
+        let cpus = pinned["cpus"].as_array().unwrap();
+        assert_ne!(cpus[0], cpus[1], "{pinned}");
+    }
     // A connection's cost: connect(2) alone and with the authentication, each measured as
     // often as a latency row, the caller's and the server thread's CPU beside them, and the
     // authentication held against its target.

@@ -406,15 +406,20 @@ pub fn glibc_version() -> String {
     unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }.to_string_lossy().into_owned()
 }
 
-/// User + system CPU time (µs) of the calling thread alone (getrusage(2), RUSAGE_THREAD):
-/// what a spawn costs the thread that asks for it, not the helpers or children it wakes.
+/// The calling thread's own CPU time (µs), user and system: what a spawn costs the thread
+/// that asks for it, not the helpers or children it wakes. Read from the thread's CPU clock
+/// (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`), the same time `getrusage(RUSAGE_THREAD)`
+/// reports, to the nanosecond and up to the instant of the call: getrusage's figure stops at
+/// the scheduler's last update of the thread (its last sleep or tick), so a block of work
+/// that ends without a sleep (a server block's answers and waits) passed its tail to the
+/// next block read, another row's. Measured on 2026-11-27: 64 requests per message read
+/// 1.2–2.0 µs per spawn by getrusage and 3.1–4.7 µs by this clock, with the same totals over
+/// the whole run.
 pub fn thread_cpu_us() -> f64 {
-    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
-    // SAFETY: zeroed rusage is a valid out-parameter.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes one rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
 }
 
 /// A thread's CPU clock (pthread_getcpuclockid(3)): read it with [`clock_us`].
@@ -434,4 +439,35 @@ pub fn clock_us(clock: libc::clockid_t) -> f64 {
     // SAFETY: clock_gettime writes one timespec into `ts`.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
+}
+
+/// The CPUs the calling thread may run on (sched_getaffinity(2)).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is an empty set; sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads the set within its size (the index is below CPU_SETSIZE).
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// Let the calling thread run only on `cpus` (sched_setaffinity(2)).
+pub fn pin_thread(cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            return Err(format!("cpu {c}: past CPU_SETSIZE"));
+        }
+        // SAFETY: the index is below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a cpu_set_t of the size passed.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+        return last_error("sched_setaffinity");
+    }
+    Ok(())
 }
