@@ -732,6 +732,14 @@ fn server_json(sv: &ServerResults) -> Value {
         "floor_socket_round_trip": {"measures": "a 512-byte write and a 64-byte reply over a \
                                      Unix socketpair to a thread answering at once (no fds, \
                                      no spawn)", "sizes": floor},
+        "floor_batch_kernel": {
+            "measures": "the caller's CPU per child (µs) for 16 requests in one message with \
+                         no library: a 2 KiB request written, one answer carrying 16 pidfds \
+                         read, each child's exit status read from its pidfd \
+                         (PIDFD_GET_INFO) and the pidfd closed; answered by a thread held to \
+                         another CPU that spawns, opens, reaps",
+            "sizes": per_size_json(&sv.floor_batch),
+        },
         "floor_socket_round_trip_pinned": {
             "measures": "the same round trip with both threads held to one CPU (same_cpu) and \
                          to two (across_cpus): a wake-up on the waker's CPU and one that \
@@ -968,6 +976,12 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
         }
         writeln!(o);
     }
+    write!(o, "{:<w$}", "floor: 16 per message, the kernel's part");
+    for s in sizes {
+        let cpu = sv.floor_batch.get(&s);
+        write!(o, " | {:>19}", cpu.map_or("-".into(), |c| format!("{c:.1}")));
+    }
+    writeln!(o);
     writeln!(o);
     writeln!(
         o,

@@ -108,6 +108,9 @@ pub struct ServerResults {
     pub floor: BTreeMap<Size, (Stats, f64)>,
     /// The same with both threads on one CPU and on two (none with one CPU).
     pub floor_pinned: BTreeMap<Size, Pinned>,
+    /// The kernel's part of [`IN_FLIGHT`] requests in one message (`batch_floor`): the
+    /// caller's CPU per child, µs (none with one CPU).
+    pub floor_batch: BTreeMap<Size, f64>,
     /// What a connection costs before its first request (`None`: not measured, with a note).
     pub connection: Option<Connection>,
     /// multiprocessing's forkserver: Process(no-op).start() + join(), µs.
@@ -167,6 +170,9 @@ impl ServerResults {
             "floor: (cross-CPU round trip + vfork)/vfork" => {
                 let rtt = self.floor_pinned.get(&size).map(|p| p.across.0.min_us);
                 div(rtt.zip(lat("vfork_exec")).map(|(a, b)| a + b), lat("vfork_exec"))
+            }
+            "floor: 16 per message, the kernel's part cpu/vfork_cpu" => {
+                div(self.floor_batch.get(&size).copied(), cpu("vfork_exec"))
             }
             "floor: cross-CPU round trip cpu/vfork_cpu" => {
                 div(self.floor_pinned.get(&size).map(|p| p.across.1), cpu("vfork_exec"))
@@ -299,13 +305,14 @@ pub const RATIOS: [Target; 5] = [
 /// the floors under the first two ratios and the Python CPU ratio, all measured in the same
 /// run: with the round trip as it falls (the answering thread is woken where the scheduler
 /// puts it) and with the round trip across two CPUs (a server that works on the other core).
-pub const FLOORS: [&str; 7] = [
+pub const FLOORS: [&str; 8] = [
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
     "floor: socket round trip cpu/vfork_cpu",
     "floor: (py_local_cpu - its spawn call + socket round trip cpu)/py_local_cpu",
     "floor: (cross-CPU round trip + vfork)/vfork",
     "floor: cross-CPU round trip cpu/vfork_cpu",
+    "floor: 16 per message, the kernel's part cpu/vfork_cpu",
     "floor: (py_local_cpu - its spawn call + cross-CPU round trip cpu)/py_local_cpu",
 ];
 
@@ -314,7 +321,7 @@ const PY_ROWS: usize = 4;
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
-    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + runs + runs + 2 * runs;
+    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + 5 * runs;
     SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 }) + 2 * runs
 }
 
@@ -542,6 +549,74 @@ fn pinned_round_trips(runs: usize) -> Result<Option<Pinned>, String> {
     Ok(Some(Pinned { same: stats(same)?, across: stats(across)?, cpus: (a, b) }))
 }
 
+/// The floor under the caller's CPU with [`IN_FLIGHT`] requests per message: what the kernel
+/// charges a caller that sends one request-sized message, sleeps until one answer carrying
+/// the children's pidfds comes, then reads each child's status from its pidfd and closes it
+/// (what a spawn server's client cannot do without, the `Child` API resting on the pidfd),
+/// with no library on either side. A thread held to another CPU (a server working on the
+/// other core) answers: it spawns the children (vfork+exec), opens their pidfds, reaps them
+/// and sends the pidfds; the caller thread is held to its own CPU. The caller's CPU per
+/// child, µs (`None` with one CPU, or before Linux 6.15).
+fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, String> {
+    const REQUEST: usize = 2048; // about a SpawnMany frame of 16 tiny commands
+    let cpus = sys::allowed_cpus();
+    let (Some(&mine), Some(&theirs)) = (cpus.first(), cpus.get(1)) else { return Ok(None) };
+    if !spawnkit::serve::kernel_has_pidfd_exit_info() {
+        return Ok(None); // no status from a pidfd: a server's client reads Exit frames there
+    }
+    let (ours, server) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let prog = prog.to_owned();
+    let helper = std::thread::spawn(move || -> Result<(), String> {
+        sys::pin_thread(&[theirs])?;
+        let mut server = server;
+        let mut req = [0u8; REQUEST];
+        while server.read_exact(&mut req).is_ok() {
+            let mut kids = Vec::with_capacity(IN_FLIGHT);
+            for _ in 0..IN_FLIGHT {
+                let pid = Baseline::VforkExec.call(&prog, null)?;
+                kids.push((pid, sys::pidfd_open(pid)?));
+            }
+            for (pid, _) in &kids {
+                sys::waited(sys::waitpid(*pid)?)?;
+            }
+            let fds: Vec<RawFd> = kids.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+            let reply = [0u8; 16 + 12 * IN_FLIGHT]; // a SpawnedMany frame's size
+            sys::send_with_fds(server.as_raw_fd(), &reply, &fds)?;
+        }
+        Ok(())
+    });
+    let measured = (|| {
+        sys::pin_thread(&[mine])?;
+        let mut ours = &ours;
+        let req = [7u8; REQUEST];
+        let mut buf = [0u8; 4096];
+        let (mut cpu, mut children) = (0.0, 0usize);
+        while children < runs {
+            let c0 = sys::thread_cpu_us();
+            ours.write_all(&req).map_err(|e| format!("write: {e}"))?;
+            let (n, fds) = sys::recv_with_fds(ours.as_raw_fd(), &mut buf, 64)?;
+            if n == 0 || fds.len() != IN_FLIGHT {
+                return Err(format!("the answer: {n} bytes, {} fds", fds.len()));
+            }
+            for fd in fds {
+                sys::pidfd_exit_status(fd.as_raw_fd())?.ok_or("no exit status recorded")?;
+            }
+            cpu += sys::thread_cpu_us() - c0;
+            children += IN_FLIGHT;
+        }
+        Ok(cpu / children.max(1) as f64)
+    })();
+    if !cpus.is_empty() {
+        sys::pin_thread(&cpus)?;
+    }
+    drop(ours);
+    match helper.join() {
+        Ok(Ok(())) => measured.map(Some),
+        Ok(Err(e)) => Err(format!("the answering thread: {e}")),
+        Err(_) => Err("the answering thread panicked".into()),
+    }
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied()
@@ -570,6 +645,7 @@ pub fn run(
     let mut tp: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
     let mut floor = BTreeMap::new();
     let mut floor_pinned = BTreeMap::new();
+    let mut floor_batch = BTreeMap::new();
     for size in SIZES {
         progress.phase(&format!("server, {}", size.label()));
         let ballast = match size {
@@ -653,6 +729,10 @@ pub fn run(
             floor_pinned.insert(size, p);
         }
         progress.inc(2 * runs as u64);
+        if let Some(cpu) = batch_floor(prog, null_fd, runs)? {
+            floor_batch.insert(size, cpu);
+        }
+        progress.inc(runs as u64);
         drop(ballast);
     }
     let mut res = ServerResults {
@@ -693,6 +773,7 @@ pub fn run(
         tp_spawns,
         floor,
         floor_pinned,
+        floor_batch,
         connection: None,
         forkserver: None,
         python_version: None,

@@ -471,3 +471,128 @@ pub fn pin_thread(cpus: &[usize]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// pidfd_open(2) of a child of this process.
+pub fn pidfd_open(pid: c_int) -> Result<OwnedFd, String> {
+    // SAFETY: a plain system call on two integers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return last_error("pidfd_open");
+    }
+    // SAFETY: the kernel just gave us this fd; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The wait status of a reaped process behind `pidfd` (`ioctl(PIDFD_GET_INFO)` with
+/// `PIDFD_INFO_EXIT`, Linux 6.15+): what a spawn server's client reads for a child the
+/// server's kernel reaped. `None` if the kernel has no exit recorded for it.
+pub fn pidfd_exit_status(pidfd: RawFd) -> Result<Option<i32>, String> {
+    /// `struct pidfd_info` (64 bytes): mask, cgroupid, 11 ids, exit_code, coredump mask, spare.
+    #[repr(C)]
+    struct Info {
+        mask: u64,
+        cgroupid: u64,
+        ids: [u32; 11],
+        exit_code: i32,
+        coredump_mask: u32,
+        spare: u32,
+    }
+    const PIDFD_INFO_EXIT: u64 = 1 << 3;
+    const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
+    let mut info = Info {
+        mask: PIDFD_INFO_EXIT,
+        cgroupid: 0,
+        ids: [0; 11],
+        exit_code: 0,
+        coredump_mask: 0,
+        spare: 0,
+    };
+    // SAFETY: the ioctl writes at most 64 bytes (the size in its number) into `info`.
+    if unsafe { libc::ioctl(pidfd, PIDFD_GET_INFO as _, &mut info) } < 0 {
+        return last_error("ioctl PIDFD_GET_INFO");
+    }
+    Ok((info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code))
+}
+
+/// sendmsg(2) of `bytes` with `fds` passed (SCM_RIGHTS), all in one call.
+pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), String> {
+    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut c_void, iov_len: bytes.len() };
+    let data_len = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero msghdr is valid; its pointers are set below to live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = control.as_mut_ptr() as *mut c_void;
+        msg.msg_controllen = space;
+        // SAFETY: the control buffer holds CMSG_SPACE(data_len) bytes, so the first header
+        // and its data fit; the fds are copied into the data.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(data_len) as usize;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr() as *const u8,
+                libc::CMSG_DATA(c),
+                data_len as usize,
+            );
+        }
+    }
+    // SAFETY: `msg` points to live buffers of the lengths it gives.
+    let n = unsafe { libc::sendmsg(sock, &msg, 0) };
+    if n < 0 {
+        return last_error("sendmsg");
+    }
+    if n as usize != bytes.len() {
+        return Err(format!("sendmsg: {n} of {} bytes", bytes.len()));
+    }
+    Ok(())
+}
+
+/// recvmsg(2) into `buf`, taking up to `max_fds` passed fds: (bytes read, the fds).
+pub fn recv_with_fds(
+    sock: RawFd,
+    buf: &mut [u8],
+    max_fds: usize,
+) -> Result<(usize, Vec<OwnedFd>), String> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut c_void, iov_len: buf.len() };
+    let data_len = (max_fds * std::mem::size_of::<c_int>()) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: an all-zero msghdr is valid; its pointers are set below to live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut c_void;
+    msg.msg_controllen = space;
+    // SAFETY: `msg` points to live buffers of the lengths it gives.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return last_error("recvmsg");
+    }
+    let mut fds = Vec::new();
+    // SAFETY: the headers walked are the kernel's, inside the control buffer; each
+    // SCM_RIGHTS payload is whole fds the kernel installed for us, owned from here.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(c) as *const c_int;
+                for i in 0..len / std::mem::size_of::<c_int>() {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err("recvmsg: fds cut short".into());
+    }
+    Ok((n as usize, fds))
+}
