@@ -243,3 +243,43 @@ def test_unchanged_code_through_a_server_started_from_a_script(tmp_path, monkeyp
     finally:
         srv.terminate()
         srv.wait(10)
+
+
+def _threads_cpu_ns(pid):
+    """The CPU time of every thread of `pid` so far (schedstat), ns."""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((t / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def test_wake_tells_the_server_a_request_is_coming(private):
+    # Popen calls Server.wake() first thing when it spawns through a server: a Wake frame,
+    # after which the server's loop polls for the request (up to 100 us) instead of sleeping.
+    # Seen from the server: its CPU over 30 wake() calls 3 ms apart is above its CPU over the
+    # same pause without them (each Wake polls ~100 us; the budget allows 2 ms in 10 ms).
+    assert Command("true").spawn(via=private).wait(timeout=30) == 0  # up, then idle
+
+    def spent(wake):
+        before = _threads_cpu_ns(private.pid)
+        for _ in range(30):
+            if wake:
+                assert private.wake() is None
+            time.sleep(0.003)
+        return _threads_cpu_ns(private.pid) - before
+
+    idle, woken = spent(False), spent(True)
+    assert woken - idle > 30 * 20_000, (idle, woken)
+    # Then requests are served as ever, through Popen's own early Wake too.
+    sks.use_server(private)
+    try:
+        r = sks.run(["sh", "-c", "echo $PPID"], capture_output=True, text=True)
+        assert r.stdout == f"{private.pid}\n"
+    finally:
+        sks.use_server(None)
+    private.close()
+    with pytest.raises(ValueError, match="closed"):
+        private.wake()

@@ -119,6 +119,15 @@ impl Server {
         })
     }
 
+    /// Tell the server a request is coming (a Wake frame): its CPU wakes while this process
+    /// prepares the spawn, not when the request arrives. `Popen` calls it first thing when
+    /// it spawns through a server; a lone request within 60 µs then sends no Wake of its
+    /// own. Nothing is sent while requests are in flight. Raises only if the connection is
+    /// broken or closed.
+    fn wake(&self) -> PyResult<()> {
+        self.client()?.get().wake().map_err(engine_error)
+    }
+
     /// The private server's pid (the parent of the children it starts); `None` for a
     /// connection to `spawnkit serve`.
     #[getter]

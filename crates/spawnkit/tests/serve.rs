@@ -237,6 +237,32 @@ fn many_requests_in_flight_from_one_thread() {
     assert_eq!(got, ids);
 }
 
+/// `Client::wake` (a Wake frame ahead of a request a caller is still preparing): a request
+/// right after it, a request long after it (the server's window has run out), and a wake
+/// while requests are in flight (nothing sent) are all answered as ever, and the frames stay
+/// in step (the answers match their requests).
+#[test]
+fn wake_ahead_of_requests() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let exit = |code: i32| {
+        let mut c = Command::new(probe());
+        c.args(["exit", &code.to_string()]);
+        c
+    };
+    client.wake().unwrap();
+    assert_eq!(client.spawn(&exit(3)).unwrap().wait().unwrap(), ExitStatus::Exited(3));
+    client.wake().unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(client.spawn(&exit(4)).unwrap().wait().unwrap(), ExitStatus::Exited(4));
+    let id = client.submit(&exit(5)).unwrap();
+    client.wake().unwrap();
+    assert_eq!(client.receive_id(id).unwrap().wait().unwrap(), ExitStatus::Exited(5));
+    client.wake().unwrap();
+    client.wake().unwrap();
+    assert_eq!(client.spawn(&exit(6)).unwrap().wait().unwrap(), ExitStatus::Exited(6));
+}
+
 /// An event loop's way: the connection's fd (`AsRawFd`) becomes readable when answers
 /// come, `poll_answers` reads them without ever blocking and lists every answer waiting (also
 /// ones a blocking call read for others), and `receive_id` then returns at once.

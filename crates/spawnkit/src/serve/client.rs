@@ -86,7 +86,15 @@ pub(crate) struct Io {
     /// the size of that frame's body (what each batch entry that takes it counts toward the
     /// frame's budget, as the server counts it).
     env_sent: Option<(Env, usize)>,
+    /// When [`Client::wake`] last sent a Wake frame: the next lone request within
+    /// [`EARLY_WAKE`] of it sends none of its own.
+    woken_at: Option<Instant>,
 }
+
+/// How long after [`Client::wake`] a lone request counts on that Wake frame rather than
+/// sending its own: within the server's window (100 µs), with room for the request's own
+/// filling in.
+const EARLY_WAKE: Duration = Duration::from_micros(60);
 
 /// An environment: (name, value) pairs in order.
 type Env = Arc<[(OsString, OsString)]>;
@@ -172,6 +180,7 @@ impl Client {
             out_rest: Vec::new(),
             abandoned: std::collections::HashSet::new(),
             env_sent: None,
+            woken_at: None,
         };
         io.handshake(key)?;
         Ok(Client { io: Arc::new(Mutex::new(io)) })
@@ -189,6 +198,16 @@ impl Client {
     /// returned. Nothing waits for the server here (unless the socket is full).
     pub fn submit(&mut self, cmd: &Command) -> Result<u64> {
         lock(&self.io).submit(cmd)
+    }
+
+    /// Tell the server that a request is coming, for a caller with work of its own to do
+    /// before it spawns (`spawnkit.subprocess.Popen` builds its arguments first): the server's
+    /// CPU wakes during that work instead of at the request (a Wake frame, docs/protocol.md
+    /// "Wake"). A lone request sent within 60 µs sends no Wake of its own. Nothing is sent
+    /// while requests are in flight (the server is busy with them). An error only if the
+    /// connection is broken.
+    pub fn wake(&mut self) -> Result<()> {
+        lock(&self.io).wake()
     }
 
     /// How many submitted requests have no answer yet (received or not).
@@ -598,15 +617,15 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        if !nonblocking && self.pending.is_empty() {
+        let woken = self.woken_at.take().is_some_and(|t| t.elapsed() < EARLY_WAKE);
+        if !nonblocking && self.pending.is_empty() && !woken {
             // A lone request (nothing else in flight: the server is likely asleep): tell the
             // server it comes before encoding it, so the server's CPU wakes while this one
             // fills the request in (waking an idle CPU is the slowest part of a lone request
             // in a VM: BENCHMARKS.md §6). With requests in flight the server is busy with
             // them, and a Wake would only cost a system call. If the encoding below fails,
             // the server's polling window just runs out (100 us, within its budget).
-            let h = Header { len: 0, kind: Kind::Wake, flags: 0, nfds: 0, id: 0 };
-            self.send_all(&[&h.encode()], &[])?;
+            self.send_wake()?;
         }
         let mut filler = Filler::default();
         let req = encode_request(cmd, &mut filler, self.sock.as_raw_fd())?;
@@ -628,6 +647,22 @@ impl Io {
         self.next_id += 1;
         self.pending.insert(id, Pending { pipes: req.pipes, kill_on_drop: req.kill_on_drop });
         Ok(Some(id))
+    }
+
+    fn send_wake(&mut self) -> Result<()> {
+        let h = Header { len: 0, kind: Kind::Wake, flags: 0, nfds: 0, id: 0 };
+        self.send_all(&[&h.encode()], &[])
+    }
+
+    fn wake(&mut self) -> Result<()> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        if self.pending.is_empty() && self.out_rest.is_empty() {
+            self.send_wake()?;
+            self.woken_at = Some(Instant::now());
+        }
+        Ok(())
     }
 
     /// Send `cmds` in as few SpawnMany frames as the limits allow (entries, fds, bytes), the
