@@ -649,3 +649,37 @@ def test_a_killed_owner_leaves_no_socket_behind(tmp_path):
     finally:
         owner.kill()
         owner.wait(10)
+
+
+def test_a_zygote_whose_key_never_comes_removes_its_socket(tmp_path):
+    # The owner was killed after starting its zygote and before writing the key (no client
+    # cleanup ran): the zygote, started by its real entry point with the fds its owner gives
+    # it, exits for want of a key and removes its socket path itself.
+    import json
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "z.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+    conf_r, conf_w = os.pipe()
+    alive_r, alive_w = os.pipe()
+    key_r, key_w = os.pipe()
+    os.write(conf_w, json.dumps({"pool_size": 1}).encode())
+    os.close(conf_w)
+    os.close(key_w)  # the key never comes
+    code = ("import fcntl, os\n"
+            "high = [fcntl.fcntl(int(fd), fcntl.F_DUPFD, 100) for fd in os.environ['FDS'].split()]\n"
+            "for want, fd in enumerate(high, 3):\n"
+            "    os.dup2(fd, want)\n"
+            "from spawnkit._zygote import main; main()\n")
+    fds = [listener.fileno(), conf_r, alive_r, key_r]
+    z = subprocess.run([sys.executable, "-c", code], pass_fds=fds, capture_output=True,
+                       text=True, timeout=60,
+                       env={**os.environ, "FDS": " ".join(map(str, fds))})
+    for fd in (conf_r, alive_r, alive_w, key_r):
+        os.close(fd)
+    listener.close()
+    assert "no key" in z.stderr, z.stderr
+    assert not os.path.exists(path), f"{path} left behind"

@@ -523,6 +523,27 @@ def run_job(payload, fds):
 
 def main():
     """The zygote's entry point (fds 3 to 6 as the module docstring says)."""
+    me = os.getpid()
+    peek = socket.socket(fileno=3)
+    path = peek.getsockname()
+    peek.detach()  # fd 3 stays open, for the listener
+    try:
+        _serve_from()
+    finally:
+        # However the zygote ends (its owner gone or stopped it, or a start that failed:
+        # no key came because the owner was killed before it wrote one), its socket path
+        # goes too: each path is its owner's alone (pid and random), and an owner that was
+        # killed cannot remove it. Only the zygote: the template and the workers it forks
+        # carry this frame too.
+        if os.getpid() == me and isinstance(path, str) and path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _serve_from():
+    """The zygote: configure, preload, fork the template, read the key, serve."""
     with os.fdopen(4, "rb") as f:
         config = json.loads(f.read().decode())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the owner
@@ -575,14 +596,4 @@ def main():
             got += n
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     listener = socket.socket(fileno=3)
-    path = listener.getsockname()
-    try:
-        Zygote(listener, key, 5, ctl, int(config.get("pool_size", 2))).serve()
-    finally:
-        # The owner is gone or stopped us: its socket path goes too, also when the owner was
-        # killed and could not remove it (each path is its owner's alone: pid and random).
-        if isinstance(path, str) and path:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+    Zygote(listener, key, 5, ctl, int(config.get("pool_size", 2))).serve()
