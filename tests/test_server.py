@@ -283,3 +283,21 @@ def test_wake_tells_the_server_a_request_is_coming(private):
     private.close()
     with pytest.raises(ValueError, match="closed"):
         private.wake()
+
+
+def test_popen_wakes_its_server_before_it_spawns():
+    # The wiring: Popen through a process-wide server asks it to wake first thing, before
+    # anything else (here a stand-in whose spawn then fails: it is no Server).
+    calls = []
+
+    class StandIn:
+        def wake(self):
+            calls.append("wake")
+
+    sks._server_state = [os.getpid(), StandIn(), None, None]
+    try:
+        with pytest.raises(TypeError):
+            sks.Popen(["true"])
+    finally:
+        sks.use_server(None)
+    assert calls == ["wake"]

@@ -81,9 +81,10 @@ class Popen(_std.Popen):
             state = _server_state
             if state is not None and state[0] == _os.getpid():
                 via = state[1]
-        if via is not None and not self._sk_submit_only:
+        wake = None if self._sk_submit_only else getattr(via, "wake", None)
+        if wake is not None:
             try:
-                via.wake()
+                wake()
             except (OSError, ValueError, RuntimeError):
                 pass
         super().__init__(*args, **kwargs)

@@ -221,6 +221,21 @@ pub struct Connection {
     pub server_cpu_us: Option<(f64, f64)>,
 }
 
+/// A thread's CPU clock once it has stopped moving (two readings 300 µs apart agree to
+/// within 1 µs; at most 20 tries): the thread is idle, its work so far counted.
+fn settled(clock: libc::clockid_t) -> Option<f64> {
+    let mut last = sys::clock_us(clock)?;
+    for _ in 0..20 {
+        std::thread::sleep(std::time::Duration::from_micros(300));
+        let now = sys::clock_us(clock)?;
+        if now - last < 1.0 {
+            return Some(now);
+        }
+        last = now;
+    }
+    Some(last)
+}
+
 /// The target of a connection's authentication (the median of `auth`), µs.
 pub const AUTH_TARGET_US: f64 = 200.0;
 
@@ -245,7 +260,7 @@ fn connection_cost(dir: &Path, runs: usize) -> Result<Connection, String> {
         for round in 0..runs.div_ceil(BLOCK) {
             for k in 0..2 {
                 let i = (round + k) % 2;
-                let s0 = clock.map(sys::clock_us);
+                let s0 = clock.and_then(sys::clock_us);
                 let c0 = sys::thread_cpu_us();
                 for _ in 0..BLOCK.min(runs - ns[i].len()) {
                     let t0 = sys::mono_ns();
@@ -260,10 +275,11 @@ fn connection_cost(dir: &Path, runs: usize) -> Result<Connection, String> {
                     }
                 }
                 caller[i] += sys::thread_cpu_us() - c0;
-                // The last connection's close reaches the loop after the client moved on.
-                std::thread::sleep(std::time::Duration::from_micros(500));
-                if let (Some(s0), Some(c)) = (s0, clock) {
-                    served[i] += sys::clock_us(c) - s0;
+                // The block's last connections reach the loop after the client moved on:
+                // read its clock once it has stopped moving (its work for this block done).
+                let s1 = clock.and_then(settled);
+                if let (Some(s0), Some(s1)) = (s0, s1) {
+                    served[i] += s1 - s0;
                 }
             }
         }
@@ -501,6 +517,9 @@ fn round_trips(runs: usize, pin: Option<(usize, usize)>) -> Result<(Vec<i64>, f6
         }
         let req = [7u8; REQUEST];
         let mut reply = [0u8; REPLY];
+        // One round trip unmeasured: the answering thread started, and pinned itself.
+        ours.write_all(&req).map_err(|e| format!("write: {e}"))?;
+        ours.read_exact(&mut reply).map_err(|e| format!("read: {e}"))?;
         let mut ns = Vec::with_capacity(runs);
         let c0 = sys::thread_cpu_us();
         for _ in 0..runs {
@@ -555,8 +574,9 @@ fn pinned_round_trips(runs: usize) -> Result<Option<Pinned>, String> {
 /// (what a spawn server's client cannot do without, the `Child` API resting on the pidfd),
 /// with no library on either side. A thread held to another CPU (a server working on the
 /// other core) answers: it spawns the children (vfork+exec), opens their pidfds, reaps them
-/// and sends the pidfds; the caller thread is held to its own CPU. The caller's CPU per
-/// child, µs (`None` with one CPU, or before Linux 6.15).
+/// and sends the pidfds; the caller thread is held to its own CPU. A generous floor: the
+/// children have all ended when their pidfds come, so the caller never waits for an exit.
+/// The caller's CPU per child, µs (`None` with one CPU, or before Linux 6.15).
 fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, String> {
     const REQUEST: usize = 2048; // about a SpawnMany frame of 16 tiny commands
     let cpus = sys::allowed_cpus();
@@ -571,15 +591,33 @@ fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, Str
         let mut server = server;
         let mut req = [0u8; REQUEST];
         while server.read_exact(&mut req).is_ok() {
-            let mut kids = Vec::with_capacity(IN_FLIGHT);
+            let mut pids = Vec::with_capacity(IN_FLIGHT);
+            let mut pidfds = Vec::with_capacity(IN_FLIGHT);
+            let mut made = Ok(());
             for _ in 0..IN_FLIGHT {
-                let pid = Baseline::VforkExec.call(&prog, null)?;
-                kids.push((pid, sys::pidfd_open(pid)?));
+                match Baseline::VforkExec.call(&prog, null) {
+                    Ok(pid) => {
+                        pids.push(pid);
+                        match sys::pidfd_open(pid) {
+                            Ok(fd) => pidfds.push(fd),
+                            Err(e) => made = Err(e),
+                        }
+                    }
+                    Err(e) => made = Err(e),
+                }
+                if made.is_err() {
+                    break;
+                }
             }
-            for (pid, _) in &kids {
-                sys::waited(sys::waitpid(*pid)?)?;
+            // Every child made is reaped, also when a step failed (no zombie left).
+            let mut reaped = Ok(());
+            for pid in &pids {
+                if let Err(e) = sys::waitpid(*pid).and_then(sys::waited) {
+                    reaped = reaped.and(Err(e));
+                }
             }
-            let fds: Vec<RawFd> = kids.iter().map(|(_, fd)| fd.as_raw_fd()).collect();
+            made.and(reaped)?;
+            let fds: Vec<RawFd> = pidfds.iter().map(|fd| fd.as_raw_fd()).collect();
             let reply = [0u8; 16 + 12 * IN_FLIGHT]; // a SpawnedMany frame's size
             sys::send_with_fds(server.as_raw_fd(), &reply, &fds)?;
         }

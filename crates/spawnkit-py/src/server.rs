@@ -59,6 +59,16 @@ impl Server {
     }
 }
 
+/// A Wake on a locked connection: the outer error if it is closed, the inner one the
+/// client's.
+fn wake_conn(conn: &mut Conn) -> PyResult<spawnkit::Result<()>> {
+    match conn {
+        Conn::Private(p) => Ok(p.client().wake()),
+        Conn::Socket(c) => Ok(c.wake()),
+        Conn::Closed => Err(PyValueError::new_err("the spawn server connection is closed")),
+    }
+}
+
 /// The locked connection.
 pub(crate) struct ClientGuard<'a>(MutexGuard<'a, Conn>);
 
@@ -122,10 +132,19 @@ impl Server {
     /// Tell the server a request is coming (a Wake frame): its CPU wakes while this process
     /// prepares the spawn, not when the request arrives. `Popen` calls it first thing when
     /// it spawns through a server; a lone request within 60 µs then sends no Wake of its
-    /// own. Nothing is sent while requests are in flight. Raises only if the connection is
-    /// broken or closed.
-    fn wake(&self) -> PyResult<()> {
-        self.client()?.get().wake().map_err(engine_error)
+    /// own. Nothing is sent while requests are in flight, nor while another thread uses the
+    /// connection (never waited for: the GIL is let go, and a busy lock means the server
+    /// is busy). Raises only if the connection is broken or closed.
+    fn wake(&self, py: Python<'_>) -> PyResult<()> {
+        if std::process::id() != self.owner {
+            return self.client().map(drop);
+        }
+        let woke = py.detach(|| match self.conn.try_lock() {
+            Ok(mut guard) => wake_conn(&mut guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => wake_conn(&mut e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Ok(Ok(())),
+        });
+        woke?.map_err(engine_error)
     }
 
     /// The private server's pid (the parent of the children it starts); `None` for a

@@ -433,12 +433,14 @@ pub fn thread_cpu_clock(thread: &std::thread::JoinHandle<impl Sized>) -> Option<
 }
 
 /// A clock's time in µs (clock_gettime(2)): for a thread's CPU clock, its CPU time so far,
-/// to the nanosecond.
-pub fn clock_us(clock: libc::clockid_t) -> f64 {
+/// to the nanosecond. `None` if the clock cannot be read (its thread has ended).
+pub fn clock_us(clock: libc::clockid_t) -> Option<f64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into `ts`.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3)
 }
 
 /// The CPUs the calling thread may run on (sched_getaffinity(2)).
@@ -487,26 +489,19 @@ pub fn pidfd_open(pid: c_int) -> Result<OwnedFd, String> {
 /// `PIDFD_INFO_EXIT`, Linux 6.15+): what a spawn server's client reads for a child the
 /// server's kernel reaped. `None` if the kernel has no exit recorded for it.
 pub fn pidfd_exit_status(pidfd: RawFd) -> Result<Option<i32>, String> {
-    /// `struct pidfd_info` (64 bytes): mask, cgroupid, 11 ids, exit_code, coredump mask, spare.
+    /// `struct pidfd_info` as Linux 6.15 has it (64 bytes): mask, cgroupid, 11 ids,
+    /// exit_code (later kernels append fields, which a 64-byte ioctl does not ask for).
     #[repr(C)]
     struct Info {
         mask: u64,
         cgroupid: u64,
         ids: [u32; 11],
         exit_code: i32,
-        coredump_mask: u32,
-        spare: u32,
     }
+    const _: () = assert!(std::mem::size_of::<Info>() == 64);
     const PIDFD_INFO_EXIT: u64 = 1 << 3;
     const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
-    let mut info = Info {
-        mask: PIDFD_INFO_EXIT,
-        cgroupid: 0,
-        ids: [0; 11],
-        exit_code: 0,
-        coredump_mask: 0,
-        spare: 0,
-    };
+    let mut info = Info { mask: PIDFD_INFO_EXIT, cgroupid: 0, ids: [0; 11], exit_code: 0 };
     // SAFETY: the ioctl writes at most 64 bytes (the size in its number) into `info`.
     if unsafe { libc::ioctl(pidfd, PIDFD_GET_INFO as _, &mut info) } < 0 {
         return last_error("ioctl PIDFD_GET_INFO");

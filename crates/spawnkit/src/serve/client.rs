@@ -204,10 +204,15 @@ impl Client {
     /// before it spawns (`spawnkit.subprocess.Popen` builds its arguments first): the server's
     /// CPU wakes during that work instead of at the request (a Wake frame, docs/protocol.md
     /// "Wake"). A lone request sent within 60 µs sends no Wake of its own. Nothing is sent
-    /// while requests are in flight (the server is busy with them). An error only if the
-    /// connection is broken.
+    /// while requests are in flight (the server is busy with them), nor while another thread
+    /// holds the connection (it is sending or waiting for an answer: never waited for here).
+    /// An error only if the connection is broken.
     pub fn wake(&mut self) -> Result<()> {
-        lock(&self.io).wake()
+        match self.io.try_lock() {
+            Ok(mut io) => io.wake(),
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().wake(),
+            Err(std::sync::TryLockError::WouldBlock) => Ok(()),
+        }
     }
 
     /// How many submitted requests have no answer yet (received or not).
