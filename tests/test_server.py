@@ -257,8 +257,8 @@ def _threads_cpu_ns(pid):
 
 
 def test_wake_tells_the_server_a_request_is_coming(private):
-    # Popen calls Server.wake() first thing when it spawns through a server: a Wake frame,
-    # after which the server's loop polls for the request (up to 100 us) instead of sleeping.
+    # Server.wake(): a Wake frame, after which the server's loop polls for the request (up
+    # to 100 us) instead of sleeping.
     # Seen from the server: its CPU over 30 wake() calls 3 ms apart is above its CPU over the
     # same pause without them (each Wake polls ~100 us; the budget allows 2 ms in 10 ms).
     assert Command("true").spawn(via=private).wait(timeout=30) == 0  # up, then idle
@@ -273,7 +273,7 @@ def test_wake_tells_the_server_a_request_is_coming(private):
 
     idle, woken = spent(False), spent(True)
     assert woken - idle > 30 * 20_000, (idle, woken)
-    # Then requests are served as ever, through Popen's own early Wake too.
+    # Then requests are served as ever.
     sks.use_server(private)
     try:
         r = sks.run(["sh", "-c", "echo $PPID"], capture_output=True, text=True)
@@ -284,20 +284,3 @@ def test_wake_tells_the_server_a_request_is_coming(private):
     with pytest.raises(ValueError, match="closed"):
         private.wake()
 
-
-def test_popen_wakes_its_server_before_it_spawns():
-    # The wiring: Popen through a process-wide server asks it to wake first thing, before
-    # anything else (here a stand-in whose spawn then fails: it is no Server).
-    calls = []
-
-    class StandIn:
-        def wake(self):
-            calls.append("wake")
-
-    sks._server_state = [os.getpid(), StandIn(), None, None]
-    try:
-        with pytest.raises(TypeError):
-            sks.Popen(["true"])
-    finally:
-        sks.use_server(None)
-    assert calls == ["wake"]

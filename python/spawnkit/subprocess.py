@@ -71,24 +71,6 @@ class Popen(_std.Popen):
     _sk_submit_only = False
     _sk_pending = None
 
-    def __init__(self, *args, **kwargs):
-        # Through a spawn server whose connection is made already: tell it a request is
-        # coming, so its CPU wakes during the argument handling below rather than at the
-        # request (a Wake frame; BENCHMARKS.md §6). Never connects here, and a failure is
-        # left to the spawn itself, so errors come in CPython's order.
-        via = self._sk_via
-        if via is None and not self._sk_submit_only:
-            state = _server_state
-            if state is not None and state[0] == _os.getpid():
-                via = state[1]
-        wake = None if self._sk_submit_only else getattr(via, "wake", None)
-        if wake is not None:
-            try:
-                wake()
-            except (OSError, ValueError, RuntimeError):
-                pass
-        super().__init__(*args, **kwargs)
-
     @property
     def pidfd(self):
         """The child's pidfd (readable once it exits), or None once it has been reaped.

@@ -201,7 +201,7 @@ impl Client {
     }
 
     /// Tell the server that a request is coming, for a caller with work of its own to do
-    /// before it spawns (`spawnkit.subprocess.Popen` builds its arguments first): the server's
+    /// before it spawns: the server's
     /// CPU wakes during that work instead of at the request (a Wake frame, docs/protocol.md
     /// "Wake"). A lone request sent within 60 µs sends no Wake of its own. Nothing is sent
     /// while requests are in flight (the server is busy with them), nor while another thread
