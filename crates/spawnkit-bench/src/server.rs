@@ -294,11 +294,7 @@ fn connection_cost(dir: &Path, runs: usize) -> Result<Connection, String> {
         })
     })();
     stopper.stop();
-    match thread.join() {
-        Ok(Ok(())) => measured,
-        Ok(Err(e)) => Err(format!("the server: {e}")),
-        Err(_) => Err("the server's thread panicked".into()),
-    }
+    joined(measured, thread, "the server")
 }
 
 /// The ratios of the JSON file, with their targets (`<=` unless `at_least`).
@@ -490,6 +486,37 @@ fn cpu_batched(
     Ok(sys::thread_cpu_us() - c0)
 }
 
+/// The first two CPUs this thread may run on (`None` with one).
+fn two_cpus() -> Option<(usize, usize)> {
+    let cpus = sys::allowed_cpus();
+    Some((*cpus.first()?, *cpus.get(1)?))
+}
+
+/// `f` run with this thread held to `cpu` (when given), its own CPUs given back after.
+fn pinned<T>(cpu: Option<usize>, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let Some(cpu) = cpu else { return f() };
+    let allowed = sys::allowed_cpus();
+    sys::pin_thread(&[cpu])?;
+    let out = f();
+    if !allowed.is_empty() {
+        sys::pin_thread(&allowed)?;
+    }
+    out
+}
+
+/// `out`, once the helper thread `what` has ended well (its error otherwise).
+fn joined<T, E: std::fmt::Display>(
+    out: Result<T, String>,
+    thread: std::thread::JoinHandle<Result<(), E>>,
+    what: &str,
+) -> Result<T, String> {
+    match thread.join() {
+        Ok(Ok(())) => out,
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what} panicked")),
+    }
+}
+
 /// The floor: a request-sized message to a thread that answers at once with a reply-sized
 /// one, over a socketpair; latency samples (ns) and the caller's CPU per round trip (µs).
 /// With `pin` (this thread's CPU, the answering thread's), both threads are held to those
@@ -510,11 +537,7 @@ fn round_trips(runs: usize, pin: Option<(usize, usize)>) -> Result<(Vec<i64>, f6
         }
         Ok::<(), String>(())
     });
-    let allowed = sys::allowed_cpus();
-    let measured = (|| {
-        if let Some((cpu, _)) = pin {
-            sys::pin_thread(&[cpu])?;
-        }
+    let measured = pinned(pin.map(|(mine, _)| mine), || {
         let req = [7u8; REQUEST];
         let mut reply = [0u8; REPLY];
         // One round trip unmeasured: the answering thread started, and pinned itself.
@@ -530,24 +553,16 @@ fn round_trips(runs: usize, pin: Option<(usize, usize)>) -> Result<(Vec<i64>, f6
         }
         let cpu = (sys::thread_cpu_us() - c0) / runs.max(1) as f64;
         Ok((ns, cpu))
-    })();
-    if pin.is_some() && !allowed.is_empty() {
-        sys::pin_thread(&allowed)?;
-    }
+    });
     drop(ours);
-    match echo.join() {
-        Ok(Ok(())) => measured,
-        Ok(Err(e)) => Err(format!("the answering thread: {e}")),
-        Err(_) => Err("the answering thread panicked".into()),
-    }
+    joined(measured, echo, "the answering thread")
 }
 
 /// The round trip with both threads held to one CPU, and to two: what this machine charges
 /// for a wake-up on the waker's own CPU and for one that crosses to another (on a virtual
 /// machine whose idle CPUs halt, an interrupt through the hypervisor). `None` with one CPU.
 fn pinned_round_trips(runs: usize) -> Result<Option<Pinned>, String> {
-    let cpus = sys::allowed_cpus();
-    let (Some(&a), Some(&b)) = (cpus.first(), cpus.get(1)) else { return Ok(None) };
+    let Some((a, b)) = two_cpus() else { return Ok(None) };
     let mut same = (Vec::with_capacity(runs), 0.0);
     let mut across = (Vec::with_capacity(runs), 0.0);
     // In turns, as every other row.
@@ -579,8 +594,7 @@ fn pinned_round_trips(runs: usize) -> Result<Option<Pinned>, String> {
 /// The caller's CPU per child, µs (`None` with one CPU, or before Linux 6.15).
 fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, String> {
     const REQUEST: usize = 2048; // about a SpawnMany frame of 16 tiny commands
-    let cpus = sys::allowed_cpus();
-    let (Some(&mine), Some(&theirs)) = (cpus.first(), cpus.get(1)) else { return Ok(None) };
+    let Some((mine, theirs)) = two_cpus() else { return Ok(None) };
     if !spawnkit::serve::kernel_has_pidfd_exit_info() {
         return Ok(None); // no status from a pidfd: a server's client reads Exit frames there
     }
@@ -593,22 +607,12 @@ fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, Str
         while server.read_exact(&mut req).is_ok() {
             let mut pids = Vec::with_capacity(IN_FLIGHT);
             let mut pidfds = Vec::with_capacity(IN_FLIGHT);
-            let mut made = Ok(());
-            for _ in 0..IN_FLIGHT {
-                match Baseline::VforkExec.call(&prog, null) {
-                    Ok(pid) => {
-                        pids.push(pid);
-                        match sys::pidfd_open(pid) {
-                            Ok(fd) => pidfds.push(fd),
-                            Err(e) => made = Err(e),
-                        }
-                    }
-                    Err(e) => made = Err(e),
-                }
-                if made.is_err() {
-                    break;
-                }
-            }
+            let made = (0..IN_FLIGHT).try_for_each(|_| {
+                let pid = Baseline::VforkExec.call(&prog, null)?;
+                pids.push(pid);
+                pidfds.push(sys::pidfd_open(pid)?);
+                Ok::<(), String>(())
+            });
             // Every child made is reaped, also when a step failed (no zombie left).
             let mut reaped = Ok(());
             for pid in &pids {
@@ -623,8 +627,7 @@ fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, Str
         }
         Ok(())
     });
-    let measured = (|| {
-        sys::pin_thread(&[mine])?;
+    let measured = pinned(Some(mine), || {
         let mut ours = &ours;
         let req = [7u8; REQUEST];
         let mut buf = [0u8; 4096];
@@ -642,17 +645,10 @@ fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, Str
             cpu += sys::thread_cpu_us() - c0;
             children += IN_FLIGHT;
         }
-        Ok(cpu / children.max(1) as f64)
-    })();
-    if !cpus.is_empty() {
-        sys::pin_thread(&cpus)?;
-    }
+        Ok(Some(cpu / children.max(1) as f64))
+    });
     drop(ours);
-    match helper.join() {
-        Ok(Ok(())) => measured.map(Some),
-        Ok(Err(e)) => Err(format!("the answering thread: {e}")),
-        Err(_) => Err("the answering thread panicked".into()),
-    }
+    joined(measured, helper, "the answering thread")
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {

@@ -131,9 +131,9 @@ impl Server {
 
     /// Tell the server a request is coming (a Wake frame): its CPU wakes while this process
     /// prepares the spawn, not when the request arrives. A lone request within 60 µs then
-    /// sends no Wake of its own. Nothing is sent while requests are in flight, nor while another thread uses the
-    /// connection (never waited for: the GIL is let go, and a busy lock means the server
-    /// is busy). Raises only if the connection is broken or closed.
+    /// sends no Wake of its own. Nothing is sent while requests are in flight, nor while
+    /// another thread uses the connection (never waited for: the GIL is let go, and a busy
+    /// lock means the server is busy). Raises only if the connection is broken or closed.
     fn wake(&self, py: Python<'_>) -> PyResult<()> {
         if std::process::id() != self.owner {
             return self.client().map(drop);

@@ -201,9 +201,9 @@ impl Client {
     }
 
     /// Tell the server that a request is coming, for a caller with work of its own to do
-    /// before it spawns: the server's
-    /// CPU wakes during that work instead of at the request (a Wake frame, docs/protocol.md
-    /// "Wake"). A lone request sent within 60 µs sends no Wake of its own. Nothing is sent
+    /// before it spawns: the server's CPU wakes during that work instead of at the request
+    /// (a Wake frame, docs/protocol.md "Wake"). A lone request sent within 60 µs sends no
+    /// Wake of its own. Nothing is sent
     /// while requests are in flight (the server is busy with them), nor while another thread
     /// holds the connection (it is sending or waiting for an answer: never waited for here).
     /// An error only if the connection is broken.
@@ -499,9 +499,6 @@ impl Io {
         }
     }
 
-    /// Send every byte; the fds go with the first. While the socket is full, replies are
-    /// read (so a server waiting for us to read is never waited for in turn). On error, says
-    /// whether any byte went out (then the stream is out of step and the connection broken).
     /// Send all of `parts`, waiting while the socket is full; a failure after some of it went
     /// out leaves the connection out of step: broken for every later call.
     fn send_all(&mut self, parts: &[&[u8]], fds: &[RawFd]) -> Result<()> {
@@ -523,6 +520,9 @@ impl Io {
         }
     }
 
+    /// Send every byte; the fds go with the first. While the socket is full, replies are
+    /// read (so a server waiting for us to read is never waited for in turn). On error, says
+    /// whether any byte went out (then the stream is out of step).
     fn send_all_counted(
         &mut self,
         parts: &[&[u8]],

@@ -1303,37 +1303,7 @@ impl<'a> Looper<'a> {
                     let conn_env = (frame.header.flags & FLAG_CONN_ENV != 0)
                         .then(|| conn.env.clone().ok_or_else(no_conn_env));
                     if frame.header.kind == Kind::SpawnMany {
-                        // Split and decode every entry before any is spawned: a frame with one
-                        // bad entry is malformed as a whole (answered once, then closed). The
-                        // entries, repeats counted again, and the connection's environment
-                        // once per entry that takes it, add up to at most a frame's worth.
-                        let decoded: Result<Vec<Command>> =
-                            frames::split_many(body, frame.fds, MAX_BATCH_REPLY)
-                                .map_err(|why| Error::invalid("decode", "SpawnMany", why))
-                                .and_then(|entries| {
-                                    let mut budget: usize =
-                                        entries.iter().map(|(b, _)| b.len()).sum();
-                                    let cmds = entries
-                                        .into_iter()
-                                        .map(|(b, fds)| {
-                                            let (c, took) = with_conn_env(
-                                                Command::from_wire(b, fds)?,
-                                                conn_env.as_ref(),
-                                            )?;
-                                            budget += took;
-                                            Ok(c)
-                                        })
-                                        .collect::<Result<Vec<Command>>>()?;
-                                    if budget > super::frame::MAX_BODY {
-                                        return Err(Error::invalid(
-                                            "decode",
-                                            "SpawnMany",
-                                            "entries and the connection's environment they take \
-                                             add up to more than a frame may carry",
-                                        ));
-                                    }
-                                    Ok(cmds)
-                                });
+                        let decoded = decode_many(body, frame.fds, conn_env.as_ref());
                         let cmds = match decoded {
                             Ok(cmds) => cmds,
                             Err(e) => return self.refuse(conn, id, &e),
@@ -1628,6 +1598,35 @@ fn with_conn_env(mut cmd: Command, env: Option<&Result<ConnEnv>>) -> Result<(Com
         }
     }
     Ok((cmd, 0))
+}
+
+/// A SpawnMany frame's commands, every entry split and decoded before any is spawned: a frame
+/// with one bad entry is malformed as a whole (answered once, then closed). The entries,
+/// repeats counted again, and the connection's environment once per entry that takes it, add
+/// up to at most a frame's worth.
+fn decode_many(
+    body: &[u8],
+    fds: Vec<OwnedFd>,
+    conn_env: Option<&Result<ConnEnv>>,
+) -> Result<Vec<Command>> {
+    let entries = frames::split_many(body, fds, MAX_BATCH_REPLY)
+        .map_err(|why| Error::invalid("decode", "SpawnMany", why))?;
+    let mut budget: usize = entries.iter().map(|(b, _)| b.len()).sum();
+    let mut cmds = Vec::with_capacity(entries.len());
+    for (b, fds) in entries {
+        let (cmd, took) = with_conn_env(Command::from_wire(b, fds)?, conn_env)?;
+        budget += took;
+        cmds.push(cmd);
+    }
+    if budget > super::frame::MAX_BODY {
+        return Err(Error::invalid(
+            "decode",
+            "SpawnMany",
+            "entries and the connection's environment they take add up to more than a frame \
+             may carry",
+        ));
+    }
+    Ok(cmds)
 }
 
 fn no_conn_env() -> Error {
