@@ -221,14 +221,18 @@ pub struct Connection {
     pub server_cpu_us: Option<(f64, f64)>,
 }
 
-/// A thread's CPU clock once it has stopped moving (two readings 300 µs apart agree to
-/// within 1 µs; at most 20 tries): the thread is idle, its work so far counted.
-fn settled(clock: libc::clockid_t) -> Option<f64> {
+/// A thread's CPU clock once its work so far is counted: the thread is asleep
+/// (`/proc/self/task/TID/stat` says `S`: a woken or running thread says `R`, and a
+/// connection's `connect(2)` wakes the server before it returns) and its clock agrees with
+/// a reading 300 µs earlier to within 1 µs. A thread left runnable but unscheduled on a
+/// loaded machine keeps its clock still, so a still clock alone is not enough. At most
+/// 2,000 tries (0.6 s); then the last reading.
+fn settled(clock: libc::clockid_t, tid: libc::pid_t) -> Option<f64> {
     let mut last = sys::clock_us(clock)?;
-    for _ in 0..20 {
+    for _ in 0..2000 {
         std::thread::sleep(std::time::Duration::from_micros(300));
         let now = sys::clock_us(clock)?;
-        if now - last < 1.0 {
+        if now - last < 1.0 && sys::thread_asleep(tid) {
             return Some(now);
         }
         last = now;
@@ -248,10 +252,15 @@ fn connection_cost(dir: &Path, runs: usize) -> Result<Connection, String> {
         .map_err(|e| format!("a server at {}: {e}", sock.display()))?;
     let key = Key::read_file(&key_path_for(&sock)).map_err(|e| e.to_string())?;
     let stopper = server.stopper();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("auth-server".into())
-        .spawn(move || server.run())
+        .spawn(move || {
+            let _ = tid_tx.send(sys::gettid());
+            server.run()
+        })
         .map_err(|e| format!("a thread for the server: {e}"))?;
+    let tid = tid_rx.recv().map_err(|_| "the server thread ended before it began")?;
     let clock = sys::thread_cpu_clock(&thread);
     let measured = (|| {
         let mut ns = [Vec::with_capacity(runs), Vec::with_capacity(runs)];
@@ -277,7 +286,7 @@ fn connection_cost(dir: &Path, runs: usize) -> Result<Connection, String> {
                 caller[i] += sys::thread_cpu_us() - c0;
                 // The block's last connections reach the loop after the client moved on:
                 // read its clock once it has stopped moving (its work for this block done).
-                let s1 = clock.and_then(settled);
+                let s1 = clock.and_then(|c| settled(c, tid));
                 if let (Some(s0), Some(s1)) = (s0, s1) {
                     served[i] += s1 - s0;
                 }

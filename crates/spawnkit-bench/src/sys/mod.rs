@@ -422,6 +422,21 @@ pub fn thread_cpu_us() -> f64 {
     ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
 }
 
+/// The calling thread's id (gettid(2)).
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// Whether a thread of this process is asleep: its state in `/proc/self/task/TID/stat` is
+/// `S` (a running, runnable or just-woken thread reads `R`). True if it cannot be read.
+pub fn thread_asleep(tid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('S')))
+        .unwrap_or(true)
+}
+
 /// A thread's CPU clock (pthread_getcpuclockid(3)): read it with [`clock_us`].
 pub fn thread_cpu_clock(thread: &std::thread::JoinHandle<impl Sized>) -> Option<libc::clockid_t> {
     use std::os::unix::thread::JoinHandleExt;
