@@ -1225,6 +1225,19 @@ fn bench_report_into_a_full_or_closed_stdout() {
 // Signal forwarding
 // ---------------------------------------------------------------------------------------
 
+/// Every catchable signal back at its default action, in a forked child before exec: the
+/// tests may run with some ignored (SIGINT and SIGQUIT in the background, SIGHUP under
+/// nohup, glibc's 32 always), and an ignored signal is inherited by spawnkit and its program,
+/// which then survives what it is sent. sigaction(3) refuses 32 and 33, hence raw
+/// rt_sigaction. Async-signal-safe: raw syscalls on a zeroed struct that outlives them.
+fn default_signals() {
+    let dfl = [0usize; 4]; // handler SIG_DFL, no flags, no restorer, empty mask
+    for sig in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+        // SAFETY: rt_sigaction reads one kernel sigaction (4 words) from a live buffer.
+        unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), 0usize, 8usize) };
+    }
+}
+
 /// Start `spawnkit run FLAGS -- probe sleep 30`, send `sig` to spawnkit once the probe runs,
 /// and return spawnkit's exit code.
 fn forward(flags: &[&str], sig: i32) -> Option<i32> {
@@ -1234,13 +1247,10 @@ fn forward(flags: &[&str], sig: i32) -> Option<i32> {
     args.extend_from_slice(&["--", &probe, "sleep", "30"]);
     let mut cmd = spawnkit_cmd(&args);
     cmd.stdin(Stdio::null());
-    // SAFETY: the hook runs in the forked child before exec and only calls signal(2), which
-    // is async-signal-safe: SIGINT/SIGQUIT may be ignored when the tests run in the
-    // background, and an ignored signal would be inherited by the probe.
+    // SAFETY: the hook runs in the forked child before exec and is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            default_signals();
             Ok(())
         });
     }
@@ -1277,17 +1287,11 @@ fn other_signals_are_forwarded() {
 fn forward_to_sleep(sig: i32) -> Option<i32> {
     let mut cmd = spawnkit_cmd(["run", "--rlimit", "core=0", "--", "sleep", "30"]);
     cmd.stdin(Stdio::null());
-    // This test process ignores signal 32 (glibc's), which spawnkit and then sleep would
-    // inherit: every signal starts at its default action, as from a shell. (sigaction(3)
-    // refuses 32 and 33, hence raw rt_sigaction.)
-    // SAFETY: the hook runs in the forked child before exec and only makes raw rt_sigaction
-    // calls on a zeroed struct that outlives them (async-signal-safe).
+    // Every signal at its default action, as from a shell ([`default_signals`]).
+    // SAFETY: the hook runs in the forked child before exec and is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
-            let dfl = [0usize; 4]; // handler SIG_DFL, no flags, no restorer, empty mask
-            for sig in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
-                libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), 0usize, 8usize);
-            }
+            default_signals();
             Ok(())
         });
     }
@@ -1376,11 +1380,11 @@ fn ctrl_c(flags: &[&str]) -> Option<i32> {
     let mut cmd = spawnkit_cmd(&args);
     cmd.stdin(Stdio::from(slave)).stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: the hook runs in the forked child before exec and only makes async-signal-safe
-    // calls (signal, setsid, ioctl) on integers: a new session whose controlling terminal is
-    // the pty on stdin, with SIGINT at its default action.
+    // calls (rt_sigaction, setsid, ioctl) on integers: a new session whose controlling
+    // terminal is the pty on stdin, with every signal at its default action.
     unsafe {
         cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            default_signals();
             if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 return Err(io::Error::last_os_error());
             }
