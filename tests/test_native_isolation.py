@@ -586,7 +586,11 @@ def test_lock_wait_ends_when_released(tmp_path):
 
 
 def test_lock_wait_is_interrupted_by_ctrl_c(locked):
+    # A Python started in the background (`scripts/test &`) inherits SIGINT ignored and
+    # leaves it so: Ctrl-C's handler first, as a Python in the foreground has it.
     code = textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from spawnkit import Command
         print("waiting", flush=True)
         try:
