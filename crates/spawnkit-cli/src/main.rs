@@ -63,8 +63,9 @@ enum Cmd {
 }
 
 /// Print what clap stopped with; the exit code. --help and --version print to stdout and
-/// succeed (a closed stdout too: the reader had what it wanted, as for `ps | head`); a stdout
-/// that cannot be written otherwise (/dev/full) is a failure of spawnkit's own, 125. Everything
+/// succeed (a closed pipe too: the reader had what it wanted, as for `ps | head`); a stdout
+/// that cannot be written otherwise (/dev/full, or closed from the start: `>&-`) is a failure
+/// of spawnkit's own, 125. Everything
 /// else is a usage error on stderr, with env(1)'s exit code. clap's own `exit()` would panic
 /// on a stream it cannot write.
 fn clap_exit(e: &clap::Error) -> i32 {
@@ -72,7 +73,9 @@ fn clap_exit(e: &clap::Error) -> i32 {
         let _ = e.print();
         return USAGE_ERROR;
     }
-    let written = e.print().and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
+    let written = out::stdout_open()
+        .and_then(|()| e.print())
+        .and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
     match written.map_err(out::Failure::from) {
         Ok(()) | Err(out::Failure::Pipe) => 0,
         Err(out::Failure::Msg(m)) => {
@@ -83,6 +86,9 @@ fn clap_exit(e: &clap::Error) -> i32 {
 }
 
 fn main() {
+    if closed::at_start(1) {
+        out::stdout_closed_at_start();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => std::process::exit(clap_exit(&e)),

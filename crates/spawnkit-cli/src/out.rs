@@ -4,4 +4,6 @@
 //! ([`Failure`]: a closed stdout is no error), and writing that never panics ([`note!`],
 //! [`print_stdout`]), shared with `spawnkit bench`.
 
-pub use spawnkit_bench::out::{note, print_stdout, stdout_writer, Failure};
+pub use spawnkit_bench::out::{
+    note, print_stdout, stdout_closed_at_start, stdout_open, stdout_writer, Failure,
+};

@@ -143,7 +143,9 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
     let mut server = Server::bind(args.socket.as_deref(), args.key_file.as_deref(), opts)
         .map_err(|e| e.to_string())?;
     server.stop_on(signals);
-    if let Some(p) = server.socket_path() {
+    // Its path is printed for whoever started it; a stdout closed from the start (`spawnkit
+    // serve >&- &`) has nobody to tell, and the server runs all the same.
+    if let Some(p) = server.socket_path().filter(|_| !crate::closed::at_start(1)) {
         // A reader that went away does not stop the server.
         if let Err(crate::out::Failure::Msg(m)) =
             crate::out::print_stdout(&format!("{}\n", p.display()))

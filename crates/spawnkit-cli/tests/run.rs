@@ -1188,6 +1188,30 @@ fn help_and_version_into_a_full_or_closed_stdout() {
     }
 }
 
+/// stdout closed from the start (`>&-`): a report with nowhere to go fails as `ls >&-` does
+/// (EBADF on stderr, a failing exit code: 125 where a usage error's is, ps and mem's 1), not
+/// taken silently by the /dev/null Rust's runtime puts on the number.
+#[test]
+fn reports_into_a_stdout_closed_from_the_start() {
+    let ebadf = "write to stdout: Bad file descriptor (os error 9)\n";
+    for (args, code, who) in [
+        (&["--help"][..], 125, "spawnkit"),
+        (&["--version"][..], 125, "spawnkit"),
+        (&["ps", "--help"][..], 125, "spawnkit"),
+        (&["run", "--dry-run", "--", "true"][..], 125, "spawnkit"),
+        (&["ps"][..], 1, "spawnkit ps"),
+        (&["mem"][..], 1, "spawnkit mem"),
+    ] {
+        let mut cmd = spawnkit_cmd(args);
+        cmd.stdin(Stdio::null());
+        common::close_fd_at_exec(&mut cmd, 1);
+        let out = cmd.stderr(Stdio::piped()).output().expect("run spawnkit");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?} >&-: {stderr}");
+        assert_eq!(stderr, format!("{who}: {ebadf}"), "{args:?} >&-");
+    }
+}
+
 #[test]
 fn ps_and_mem_with_nowhere_to_write() {
     // stdout full and stderr closed: the failure cannot be told, but the exit code says it.

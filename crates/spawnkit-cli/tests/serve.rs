@@ -1593,3 +1593,26 @@ fn run_via_keeps_a_stream_closed_when_spawnkit_started_closed() {
         .code(0);
     assert_eq!(std::fs::read_to_string(&report).unwrap(), "open open open\n");
 }
+
+/// `spawnkit serve >&- &`: a stdout closed from the start has nobody to tell the socket's
+/// path, and the server runs all the same (the path is the one it was given).
+#[test]
+fn serve_with_stdout_closed_from_the_start_still_serves() {
+    let dir = TempDir::new("srv-closed");
+    let socket = dir.join("s.sock");
+    let mut cmd = spawnkit_cmd(["serve", "--socket"]);
+    cmd.arg(&socket)
+        .env("SPAWNKIT_SERVER_ONLY", "1")
+        .current_dir("/")
+        .stdin(StdStdio::null())
+        .stderr(StdStdio::piped());
+    common::close_fd_at_exec(&mut cmd, 1);
+    let proc = cmd.spawn().expect("spawnkit serve");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() || !key_path_for(&socket).exists() {
+        assert!(Instant::now() < deadline, "no socket at {}", socket.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = Serve { proc, socket, dir };
+    s.still_serves();
+}
