@@ -20,6 +20,7 @@ use spawnkit::{
 struct ThreadServer {
     socket: PathBuf,
     stopper: spawnkit::serve::Stopper,
+    counts: std::sync::Arc<spawnkit::serve::Counts>,
     thread: Option<std::thread::JoinHandle<spawnkit::Result<()>>>,
     _dir: TempDir,
 }
@@ -30,8 +31,9 @@ impl ThreadServer {
         let socket = dir.join("s.sock");
         let server = Server::bind(Some(&socket), None, ServerOptions::default()).expect("bind");
         let stopper = server.stopper();
+        let counts = server.counts();
         let thread = Some(std::thread::spawn(move || server.run()));
-        ThreadServer { socket, stopper, thread, _dir: dir }
+        ThreadServer { socket, stopper, counts, thread, _dir: dir }
     }
 
     fn client(&self) -> Client {
@@ -261,6 +263,44 @@ fn wake_ahead_of_requests() {
     client.wake().unwrap();
     client.wake().unwrap();
     assert_eq!(client.spawn(&exit(6)).unwrap().wait().unwrap(), ExitStatus::Exited(6));
+}
+
+/// Where the client sends Wake frames, counted by the server (frames are read in order, so
+/// once an answer is back every frame sent before its request has been counted): one before
+/// a lone blocking request; none before a request while another is in flight, nor for a
+/// `wake()` then; none of its own for a request right after a `wake()` (within 60 µs: tried
+/// until it happens once, as a loaded machine may take longer between the two).
+#[test]
+fn wake_frames_where_the_client_sends_them() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let cmd = Command::new("/bin/true");
+    let wakes = || server.counts.wakes();
+    let w0 = wakes();
+    assert!(client.spawn(&cmd).unwrap().wait().unwrap().success());
+    assert_eq!(wakes(), w0 + 1, "one Wake before a lone request");
+    let a = client.submit(&cmd).unwrap(); // lone: a Wake
+    let b = client.submit(&cmd).unwrap(); // `a` in flight: none
+    client.wake().unwrap(); // both in flight: none
+    for id in [a, b] {
+        assert!(client.receive_id(id).unwrap().wait().unwrap().success());
+    }
+    // One more lone request (a Wake) whose answer means every frame before it was read.
+    assert!(client.spawn(&cmd).unwrap().wait().unwrap().success());
+    assert_eq!(wakes(), w0 + 3, "none while a request is in flight");
+    let mut spared = 0;
+    for _ in 0..50 {
+        let before = wakes();
+        client.wake().unwrap();
+        assert!(client.spawn(&cmd).unwrap().wait().unwrap().success());
+        let sent = wakes() - before;
+        assert!(sent == 1 || sent == 2, "{sent} Wake frames for a wake() and a request");
+        spared += usize::from(sent == 1);
+        if spared > 0 {
+            break;
+        }
+    }
+    assert!(spared > 0, "a request right after wake() sent a Wake of its own every time");
 }
 
 /// An event loop's way: the connection's fd (`AsRawFd`) becomes readable when answers

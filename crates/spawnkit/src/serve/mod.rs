@@ -24,7 +24,7 @@ pub use client::{Client, KEY_ENV, SERVER_ENV};
 pub use private::PrivateServer;
 pub use server::{
     default_socket_dir, default_socket_path, default_spawn_threads, ensure_private_dir,
-    kernel_has_pidfd_exit_info, key_path_for, Server, ServerOptions, Stopper, DEFAULT_POOL,
+    kernel_has_pidfd_exit_info, key_path_for, Counts, Server, ServerOptions, Stopper, DEFAULT_POOL,
     FRAME_TIMEOUT, HANDSHAKE_TIMEOUT,
 };
 pub use watchdog::EXEC_TIMEOUT;

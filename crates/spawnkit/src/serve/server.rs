@@ -10,6 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -93,7 +94,7 @@ pub fn default_spawn_threads() -> usize {
 /// (every connection asks; the file costs three system calls). An atomic, not a `OnceLock`:
 /// a private server forked while another thread filled a lock in would wait on it for good.
 pub fn kernel_has_pidfd_exit_info() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::atomic::AtomicU8;
     static HAS: AtomicU8 = AtomicU8::new(0); // 0: not read yet, 1: no, 2: yes
     match HAS.load(Ordering::Relaxed) {
         1 => return false,
@@ -116,6 +117,22 @@ impl Stopper {
     /// Ask the server to stop: it closes its socket and returns; children keep running.
     pub fn stop(&self) {
         parent::write_all(self.0.as_raw_fd(), b"x");
+    }
+}
+
+/// What a [`Server`] has read so far, readable from another thread while it runs
+/// ([`Server::counts`]): for a test or a monitor. Counted as the frames are taken, before
+/// their requests are spawned.
+#[derive(Debug, Default)]
+pub struct Counts {
+    wakes: AtomicU64,
+}
+
+impl Counts {
+    /// Wake frames taken (well-formed ones, from authenticated clients), whether or not the
+    /// polling budget let them start a window.
+    pub fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Relaxed)
     }
 }
 
@@ -484,6 +501,7 @@ pub struct Server {
     alive: Option<OwnedFd>,
     initial: Vec<UnixStream>,
     euid: u32,
+    counts: Arc<Counts>,
 }
 
 /// Refuse a path root is to create things at for another user (`--allow-uid`) unless every
@@ -581,6 +599,7 @@ impl Server {
             alive: None,
             initial: Vec::new(),
             euid: parent::geteuid(),
+            counts: Arc::default(),
         })
     }
 
@@ -656,6 +675,11 @@ impl Server {
     /// The socket path this server listens on, if it has one.
     pub fn socket_path(&self) -> Option<PathBuf> {
         self.listener.as_ref()?.local_addr().ok()?.as_pathname().map(Path::to_path_buf)
+    }
+
+    /// What the server has read so far, readable from another thread while it runs.
+    pub fn counts(&self) -> Arc<Counts> {
+        Arc::clone(&self.counts)
     }
 
     /// A handle that stops [`run`](Server::run) from another thread.
@@ -1283,6 +1307,7 @@ impl<'a> Looper<'a> {
                         if h.len != 0 || h.nfds != 0 || h.flags != 0 || h.id != 0 {
                             return false;
                         }
+                        self.server.counts.wakes.fetch_add(1, Ordering::Relaxed);
                         self.awake.wake(Instant::now(), (idx, conn.generation));
                         continue;
                     }
