@@ -657,6 +657,13 @@ pub fn run(args: &Options) -> i32 {
             return 125;
         }
     };
+    // Nowhere for the tables to go and no file asked for: say so now, not after the run.
+    if args.json.is_none() && args.plot.is_none() {
+        if let Err(e) = crate::out::stdout_open() {
+            crate::out::note!("spawnkit bench: write to stdout: {e}");
+            return 1;
+        }
+    }
     let res = match measure(args, config) {
         Ok(r) => r,
         Err(e) => {

@@ -223,16 +223,18 @@ pub struct Connection {
 
 /// A thread's CPU clock once its work so far is counted: the thread is asleep
 /// (`/proc/self/task/TID/stat` says `S`: a woken or running thread says `R`, and a
-/// connection's `connect(2)` wakes the server before it returns) and its clock agrees with
-/// a reading 300 µs earlier to within 1 µs. A thread left runnable but unscheduled on a
-/// loaded machine keeps its clock still, so a still clock alone is not enough. At most
-/// 2,000 tries (0.6 s); then the last reading.
+/// connection's `connect(2)` wakes the server before it returns), and the clock, read after
+/// that, agrees with a reading 300 µs earlier to within 1 µs. The state is read first: a
+/// clock read before it could miss work the thread did and finished in between. A thread
+/// left runnable but unscheduled on a loaded machine keeps its clock still, so a still clock
+/// alone is not enough. At most 2,000 tries (0.6 s); then the last reading.
 fn settled(clock: libc::clockid_t, tid: libc::pid_t) -> Option<f64> {
     let mut last = sys::clock_us(clock)?;
     for _ in 0..2000 {
         std::thread::sleep(std::time::Duration::from_micros(300));
+        let asleep = sys::thread_asleep(tid);
         let now = sys::clock_us(clock)?;
-        if now - last < 1.0 && sys::thread_asleep(tid) {
+        if asleep && now - last < 1.0 {
             return Some(now);
         }
         last = now;
@@ -262,6 +264,8 @@ fn connection_cost(dir: &Path, runs: usize) -> Result<Connection, String> {
         .map_err(|e| format!("a thread for the server: {e}"))?;
     let tid = tid_rx.recv().map_err(|_| "the server thread ended before it began")?;
     let clock = sys::thread_cpu_clock(&thread);
+    // The server's start (binding, its threads) is not a connection's: wait until it sleeps.
+    let _ = clock.and_then(|c| settled(c, tid));
     let measured = (|| {
         let mut ns = [Vec::with_capacity(runs), Vec::with_capacity(runs)];
         let mut caller = [0.0; 2];

@@ -1189,8 +1189,8 @@ fn help_and_version_into_a_full_or_closed_stdout() {
 }
 
 /// stdout closed from the start (`>&-`): a report with nowhere to go fails as `ls >&-` does
-/// (EBADF on stderr, a failing exit code: 125 where a usage error's is, ps and mem's 1), not
-/// taken silently by the /dev/null Rust's runtime puts on the number.
+/// (EBADF on stderr, a failing exit code: 125 where a usage error's is, ps, mem and bench's
+/// 1), not taken silently by the /dev/null Rust's runtime puts on the number.
 #[test]
 fn reports_into_a_stdout_closed_from_the_start() {
     let ebadf = "write to stdout: Bad file descriptor (os error 9)\n";
@@ -1201,6 +1201,9 @@ fn reports_into_a_stdout_closed_from_the_start() {
         (&["run", "--dry-run", "--", "true"][..], 125, "spawnkit"),
         (&["ps"][..], 1, "spawnkit ps"),
         (&["mem"][..], 1, "spawnkit mem"),
+        // With no --json or --plot file, before it measures anything (a run of every method
+        // would take minutes).
+        (&["bench", "all"][..], 1, "spawnkit bench"),
     ] {
         let mut cmd = spawnkit_cmd(args);
         cmd.stdin(Stdio::null());
@@ -1255,7 +1258,7 @@ fn bench_report_into_a_full_or_closed_stdout() {
 /// which then survives what it is sent. sigaction(3) refuses 32 and 33, hence raw
 /// rt_sigaction. Async-signal-safe: raw syscalls on a zeroed struct that outlives them.
 fn default_signals() {
-    let dfl = [0usize; 4]; // handler SIG_DFL, no flags, no restorer, empty mask
+    let dfl = [0u64; 4]; // handler SIG_DFL, no flags, no restorer, empty mask
     for sig in (1..=64).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
         // SAFETY: rt_sigaction reads one kernel sigaction (4 words) from a live buffer.
         unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), 0usize, 8usize) };

@@ -268,7 +268,8 @@ fn wake_ahead_of_requests() {
 /// Where the client sends Wake frames, counted by the server (frames are read in order, so
 /// once an answer is back every frame sent before its request has been counted): one before
 /// a lone blocking request; none before a request while another is in flight, nor for a
-/// `wake()` then; none of its own for a request right after a `wake()` (within 60 µs: tried
+/// `wake()` then; one for a `wake()` with nothing in flight, and a request long after it
+/// sends its own; none of its own for a request right after a `wake()` (within 60 µs: tried
 /// until it happens once, as a loaded machine may take longer between the two).
 #[test]
 fn wake_frames_where_the_client_sends_them() {
@@ -288,6 +289,12 @@ fn wake_frames_where_the_client_sends_them() {
     // One more lone request (a Wake) whose answer means every frame before it was read.
     assert!(client.spawn(&cmd).unwrap().wait().unwrap().success());
     assert_eq!(wakes(), w0 + 3, "none while a request is in flight");
+    // A wake() with nothing in flight sends one; a request well after it (its 60 µs gone)
+    // sends its own.
+    client.wake().unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(client.spawn(&cmd).unwrap().wait().unwrap().success());
+    assert_eq!(wakes(), w0 + 5, "wake() sends one, and a request long after it its own");
     let mut spared = 0;
     for _ in 0..50 {
         let before = wakes();

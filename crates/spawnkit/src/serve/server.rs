@@ -123,7 +123,7 @@ impl Stopper {
 /// What a [`Server`] has read so far, readable from another thread while it runs
 /// ([`Server::counts`]): for a test or a monitor. Counted as the frames are taken, before
 /// their requests are spawned.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counts {
     wakes: AtomicU64,
 }
@@ -599,7 +599,7 @@ impl Server {
             alive: None,
             initial: Vec::new(),
             euid: parent::geteuid(),
-            counts: Arc::default(),
+            counts: Arc::new(Counts { wakes: AtomicU64::new(0) }),
         })
     }
 
