@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{CStr, OsStr};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -600,7 +600,8 @@ fn pinned_round_trips(runs: usize) -> Result<Option<Pinned>, String> {
 /// charges a caller that sends one request-sized message, sleeps until one answer carrying
 /// the children's pidfds comes, then reads each child's status from its pidfd and closes it
 /// (what a spawn server's client cannot do without, the `Child` API resting on the pidfd),
-/// with no library on either side. A thread held to another CPU (a server working on the
+/// with no library on either side but single system calls (`spawnkit::process`'s pidfd
+/// wrappers). A thread held to another CPU (a server working on the
 /// other core) answers: it spawns the children (vfork+exec), opens their pidfds, reaps them
 /// and sends the pidfds; the caller thread is held to its own CPU. A generous floor: the
 /// children have all ended when their pidfds come, so the caller never waits for an exit.
@@ -623,7 +624,9 @@ fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, Str
             let made = (0..IN_FLIGHT).try_for_each(|_| {
                 let pid = Baseline::VforkExec.call(&prog, null)?;
                 pids.push(pid);
-                pidfds.push(sys::pidfd_open(pid)?);
+                pidfds.push(
+                    spawnkit::process::pidfd_open(pid).map_err(|e| format!("pidfd_open: {e}"))?,
+                );
                 Ok::<(), String>(())
             });
             // Every child made is reaped, also when a step failed (no zombie left).
@@ -653,7 +656,9 @@ fn batch_floor(prog: &CStr, null: RawFd, runs: usize) -> Result<Option<f64>, Str
                 return Err(format!("the answer: {n} bytes, {} fds", fds.len()));
             }
             for fd in fds {
-                sys::pidfd_exit_status(fd.as_raw_fd())?.ok_or("no exit status recorded")?;
+                spawnkit::process::pidfd_exit_status(fd.as_fd())
+                    .map_err(|e| format!("ioctl PIDFD_GET_INFO: {e}"))?
+                    .ok_or("no exit status recorded")?;
             }
             cpu += sys::thread_cpu_us() - c0;
             children += IN_FLIGHT;

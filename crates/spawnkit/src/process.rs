@@ -1,13 +1,14 @@
 //! The calling process's own facts and fds, for the faces (the `spawnkit` command, the
 //! Python glue, the benchmarks) so that none of them needs `unsafe` for them: effective uid,
 //! process group, fd flags, close-on-exec ranges, RLIMIT_NOFILE, poll(2) for readability,
-//! pidfd_send_signal(2) and a signal to a whole process group.
+//! pidfd_open(2), pidfd_send_signal(2), a reaped process's status from its pidfd and a
+//! signal to a whole process group.
 //!
 //! These are plain libc calls: fine in the parent and in a `fork()`ed child (a `pre_exec`
 //! hook), never between clone and execve of the default strategy.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 
 use crate::sys;
 
@@ -66,4 +67,16 @@ pub fn poll_readable<const N: usize>(fds: [RawFd; N], timeout_ms: i32) -> io::Re
 /// caller keeps open for the call. ESRCH (the process has exited) is returned as it is.
 pub fn pidfd_send_signal(pidfd: RawFd, sig: i32) -> io::Result<()> {
     sys::this_process::pidfd_send_signal(pidfd, sig).map_err(os)
+}
+
+/// pidfd_open(2): a pidfd for process `pid` (close-on-exec).
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    sys::pidfd::open(pid).map_err(os)
+}
+
+/// How the process behind `pidfd` ended, read with `ioctl(PIDFD_GET_INFO)` and
+/// `PIDFD_INFO_EXIT` (Linux 6.15+; for any process, not only a child of ours): `None` while
+/// it runs or before its parent has reaped it. An error on a kernel without the ioctl.
+pub fn pidfd_exit_status(pidfd: BorrowedFd<'_>) -> io::Result<Option<crate::ExitStatus>> {
+    Ok(sys::pidfd::exit_info(pidfd).map_err(os)?.map(crate::ExitStatus::from))
 }

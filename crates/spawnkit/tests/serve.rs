@@ -1153,3 +1153,23 @@ fn the_connections_environment_follows_every_change() {
     assert!(err.to_string().contains("environment over the protocol's limits"), "{err}");
     assert!(client.spawn(&Command::new("/bin/true")).is_err(), "the connection is closed");
 }
+
+/// `process::pidfd_open` and `process::pidfd_exit_status` (what a client of a server reads
+/// for a child it did not reap): no status while the process is unreaped, its status once
+/// its parent (here std's `Child`) has reaped it.
+#[test]
+fn pidfd_exit_status_after_the_parent_reaps() {
+    if !spawnkit::serve::kernel_has_pidfd_exit_info() {
+        return; // before Linux 6.15 the kernel records no exit status in the pidfd
+    }
+    let mut child = std::process::Command::new(probe()).args(["exit", "3"]).spawn().unwrap();
+    let pidfd = spawnkit::process::pidfd_open(child.id() as i32).unwrap();
+    let mut polled = spawnkit::process::poll_readable([pidfd.as_raw_fd()], 10_000).unwrap();
+    assert_eq!(polled, [true], "the child exits");
+    let fd = std::os::fd::AsFd::as_fd(&pidfd);
+    assert_eq!(spawnkit::process::pidfd_exit_status(fd).unwrap(), None, "exited, not reaped");
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    polled = spawnkit::process::poll_readable([pidfd.as_raw_fd()], 0).unwrap();
+    assert_eq!(polled, [true]);
+    assert_eq!(spawnkit::process::pidfd_exit_status(fd).unwrap(), Some(ExitStatus::Exited(3)));
+}

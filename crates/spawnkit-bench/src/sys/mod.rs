@@ -489,41 +489,6 @@ pub fn pin_thread(cpus: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-/// pidfd_open(2) of a child of this process.
-pub fn pidfd_open(pid: c_int) -> Result<OwnedFd, String> {
-    // SAFETY: a plain system call on two integers.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return last_error("pidfd_open");
-    }
-    // SAFETY: the kernel just gave us this fd; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// The wait status of a reaped process behind `pidfd` (`ioctl(PIDFD_GET_INFO)` with
-/// `PIDFD_INFO_EXIT`, Linux 6.15+): what a spawn server's client reads for a child the
-/// server's kernel reaped. `None` if the kernel has no exit recorded for it.
-pub fn pidfd_exit_status(pidfd: RawFd) -> Result<Option<i32>, String> {
-    /// `struct pidfd_info` as Linux 6.15 has it (64 bytes): mask, cgroupid, 11 ids,
-    /// exit_code (later kernels append fields, which a 64-byte ioctl does not ask for).
-    #[repr(C)]
-    struct Info {
-        mask: u64,
-        cgroupid: u64,
-        ids: [u32; 11],
-        exit_code: i32,
-    }
-    const _: () = assert!(std::mem::size_of::<Info>() == 64);
-    const PIDFD_INFO_EXIT: u64 = 1 << 3;
-    const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
-    let mut info = Info { mask: PIDFD_INFO_EXIT, cgroupid: 0, ids: [0; 11], exit_code: 0 };
-    // SAFETY: the ioctl writes at most 64 bytes (the size in its number) into `info`.
-    if unsafe { libc::ioctl(pidfd, PIDFD_GET_INFO as _, &mut info) } < 0 {
-        return last_error("ioctl PIDFD_GET_INFO");
-    }
-    Ok((info.mask & PIDFD_INFO_EXIT != 0).then_some(info.exit_code))
-}
-
 /// sendmsg(2) of `bytes` with `fds` passed (SCM_RIGHTS), all in one call.
 pub fn send_with_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<(), String> {
     let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut c_void, iov_len: bytes.len() };
