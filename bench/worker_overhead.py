@@ -4,7 +4,10 @@ BuildGrid 0.4.4 + a throwaway PostgreSQL) with two `spawnkit worker`s (concurren
 each fence (`net,tmp,pid`, the default, and `none`) and each input root (none: /bin/true; ten
 small files). Per row: actions per second (N submitted at once, the first Execute to the last
 result) and the worker's own time per action, which each worker writes with --stats-file:
-lease received -> result sent minus the command's own run time (median, p90); and the medians
+lease received -> result sent minus the command's own run time (median, p90), of the attempts
+reported OK (one reported with another status, which BuildGrid runs again where the status is
+INTERNAL or UNAVAILABLE, is counted apart: failed_attempts, with the workers' log lines on
+their leases); and the medians
 of the phases the worker stamps in ExecutedActionMetadata (input fetch, execution, output upload,
 and all three: the action's span) and of queued -> worker start (the scheduler's part); and the workers' own CPU time (user +
 system, from /proc, the commands not counted) per action. The workers also write, per action, the
@@ -210,8 +213,10 @@ def run(farm, n, row_id, fence, files, in_flight):
     if bad:
         raise RuntimeError(f"{len(bad)} of {n} actions failed, e.g. {bad[0]}\n{farm.logs()}")
     us, excl, wait, cas_wait, report_wait, calls, start, handoff = [], [], [], [], [], [], [], []
+    failed = 0
     for s in stats:
         st = json.loads(s.read_text())
+        failed += st.get("failed", 0)
         us += st["overhead_us"]
         wait += st.get("server_wait_us", [])
         excl += [o - w for o, w in zip(st["overhead_us"], st.get("server_wait_us", []))]
@@ -225,6 +230,14 @@ def run(farm, n, row_id, fence, files, in_flight):
     def med_ms(v):
         return statistics.median(v) / 1e3 if v else None
 
+    # Attempts reported with a status other than OK (BuildGrid runs INTERNAL and UNAVAILABLE
+    # ones again): not in the own times. When they, or the own times, do not add up to one
+    # per action, the workers' own words on their leases go with the row.
+    worker_log = []
+    if failed or len(us) != n:
+        for w in workers:
+            lines = pathlib.Path(w.log).read_text(errors="replace").splitlines()
+            worker_log += [f"{w.log.name}: {x}" for x in lines if "lease" in x or "Session" in x][-20:]
     per_worker = {}
     for r in res:
         per_worker[r.get("worker", "?")] = per_worker.get(r.get("worker", "?"), 0) + 1
@@ -235,6 +248,8 @@ def run(farm, n, row_id, fence, files, in_flight):
         "worker_cpu_ms_per_action": cpu * 1e3 / n,
         "own_us": {"median": statistics.median(us) if us else None, "p90": pct(us, 0.9),
                    "min": us[0] if us else None, "max": us[-1] if us else None, "count": len(us)},
+        "failed_attempts": failed,
+        "worker_log": worker_log,
         # The own time minus the waits on BuildGrid (per action, then the median), and the waits.
         "own_excl_server_ms_median": med_ms(excl),
         "own_excl_server_ms_p90": pct(sorted(excl), 0.9) / 1e3 if excl else None,

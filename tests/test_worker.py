@@ -253,6 +253,26 @@ def test_results_close_together(farm):
     assert st["completed"] == 2 and st["report_wait_us"] == [0, 0], st
 
 
+def test_failed_attempts_are_counted_apart(farm):
+    """--stats-file: an attempt reported with a status other than OK (here a missing input,
+    FAILED_PRECONDITION) is counted as failed, and its time is not among the own times of the
+    actions that completed (BuildGrid runs an INTERNAL or UNAVAILABLE one again, and the
+    bench's one own time per action must not count both)."""
+    stats = farm.tmp / "stats-g.json"
+    g = farm.start_worker("g", "--stats-file", str(stats), concurrency=1, platform="OSFamily=failing")
+    specs = [{"name": "ok", "platform": {"OSFamily": "failing"}, "args": ["echo", "fine"]},
+             {"name": "missing", "platform": {"OSFamily": "failing"}, "args": ["cat", "missing.bin"],
+              "missing_input": True}]
+    results = by_name(specs, farm.execute(specs))
+    assert (results["ok"]["code"], results["ok"]["stdout"]) == (0, "fine\n"), results["ok"]
+    assert results["missing"]["code"] == 9, results["missing"]
+    g.send_signal(signal.SIGTERM)
+    assert g.wait(timeout=30) == 0, buildgrid_farm.tail(g.log)
+    st = json.loads(stats.read_text())
+    assert (st["completed"], st["failed"], len(st["overhead_us"])) == (1, 1, 1), st
+    assert "1 actions completed, 1 failed" in g.log.read_text(), buildgrid_farm.tail(g.log)
+
+
 def test_no_pid_fence_no_reuse(farm):
     """Without the pid fence, a process that left the action's process group outlives it: the
     action's directory is removed, not reused, so what that process writes later never shows

@@ -1235,7 +1235,15 @@ fn worker_summary(w: &WorkerResults) -> Vec<String> {
     let probe = w.farm_row("fenced_true").and_then(|r| r.cas_probe_us);
     let split = w.farm_row("split_cas_fenced_true");
     let split_serial = w.farm_row("split_cas_fenced_true_one_at_a_time");
-    vec![
+    let failed: Vec<String> = w
+        .farm
+        .iter()
+        .filter_map(|r| {
+            let n = r.raw["failed_attempts"].as_u64().filter(|&n| n > 0)?;
+            Some(format!("{} in {}", n, r.id))
+        })
+        .collect();
+    let mut lines = vec![
         format!(
             "worker's own time per fenced action, median: {} ms /bin/true, {} ms 10 input files \
              (target: ≤ 2 ms)",
@@ -1273,7 +1281,21 @@ fn worker_summary(w: &WorkerResults) -> Vec<String> {
             "worker_fence/bwrap (the fence's price, median) {:>5} (target: ≤ 0.30)",
             fmt_ratio(w.fence_ratio(false))
         ),
-    ]
+    ];
+    if !failed.is_empty() {
+        // Attempts the worker reported with a status other than OK (BuildGrid ran the
+        // INTERNAL and UNAVAILABLE ones again): not in the own times above.
+        // Beside the figures it is about, above the fence's line.
+        let at = lines.len() - 1;
+        lines.insert(
+            at,
+            format!(
+                "  attempts that failed, not in these times: {} (the JSON's worker_log says why)",
+                failed.join(", ")
+            ),
+        );
+    }
+    lines
 }
 
 fn worker_json(w: &WorkerResults) -> Value {
@@ -1306,6 +1328,8 @@ fn worker_json(w: &WorkerResults) -> Value {
                     "handoff_ms_median",
                     "cas_probe_calls",
                     "split_cas",
+                    "failed_attempts",
+                    "worker_log",
                 ] {
                     if let Some(x) = raw.get(k) {
                         o.insert(k.into(), x.clone());

@@ -876,7 +876,11 @@ fn worker_method_rows_and_ratios() {
         let (p50, p90) =
             (row["own_ms_median"].as_f64().unwrap(), row["own_ms_p90"].as_f64().unwrap());
         assert!(aps > 0.0 && p50 > 0.0 && p50 <= p90, "{row}");
+        // Attempts that failed (BuildGrid runs INTERNAL and UNAVAILABLE ones again) are
+        // counted apart, so a retried action still has one own time.
         assert_eq!(row["own_us"]["count"], 4, "one own time per action: {row}");
+        assert!(row["failed_attempts"].as_u64().is_some(), "{row}");
+        assert!(row["worker_log"].is_array(), "{row}");
         assert!(row["phases_ms"]["execution"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["worker_cpu_ms_per_action"].as_f64().unwrap() >= 0.0, "{row}");
         // The own time without the waits on BuildGrid: at most the own time (the waits lie

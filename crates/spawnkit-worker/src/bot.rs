@@ -58,11 +58,17 @@ impl Waits {
 /// Figures of one bot's life, for `spawnkit bench worker` and the log line at exit.
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
+    /// Leases reported with an OK status (the command ran and its result is whole; its exit
+    /// code may be anything): the ones the figures below are of.
     pub completed: u64,
+    /// Leases reported with another status (a CAS that failed, a deadline, a missing input):
+    /// attempts, not results. BuildGrid runs the action again where the status says so
+    /// (INTERNAL, UNAVAILABLE), and that attempt is counted apart.
+    pub failed: u64,
     pub returned: u64,
     pub cancelled: u64,
     pub sessions: u64,
-    /// Per reported action: lease received -> result sent, minus the command's run time.
+    /// Per completed action: lease received -> result sent, minus the command's run time.
     pub overhead: Vec<Duration>,
     /// Per reported action (the order of `overhead`): the part of it spent waiting on the
     /// servers, `cas_wait + report_wait`.
@@ -115,6 +121,7 @@ impl Stats {
     /// Add another bot's figures to these.
     pub fn merge(&mut self, o: Stats) {
         self.completed += o.completed;
+        self.failed += o.failed;
         self.returned += o.returned;
         self.cancelled += o.cancelled;
         self.sessions += o.sessions;
@@ -316,6 +323,8 @@ impl Bot {
                             let code = lease.status.as_ref().map_or(0, |s| s.code);
                             if code == tonic::Code::Unavailable as i32 && terminating.is_some() {
                                 stats.returned += 1;
+                            } else if code != tonic::Code::Ok as i32 {
+                                stats.failed += 1;
                             } else {
                                 stats.completed += 1;
                                 stats.overhead.push(r.overhead);

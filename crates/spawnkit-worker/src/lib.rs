@@ -192,11 +192,13 @@ async fn run_async(config: Config) -> Result<Stats, String> {
         };
         let calls: Vec<String> = stats.cas_calls.iter().map(u32::to_string).collect();
         let json = format!(
-            "{{\"completed\": {}, \"returned\": {}, \"cancelled\": {}, \"sessions\": {}, \
+            "{{\"completed\": {}, \"failed\": {}, \"returned\": {}, \"cancelled\": {}, \
+             \"sessions\": {}, \
              \"overhead_us\": [{}], \"server_wait_us\": [{}], \"cas_wait_us\": [{}], \
              \"cas_calls\": [{}], \"report_wait_us\": [{}], \"start_us\": [{}], \
              \"handoff_us\": [{}]}}\n",
             stats.completed,
+            stats.failed,
             stats.returned,
             stats.cancelled,
             stats.sessions,
@@ -211,8 +213,8 @@ async fn run_async(config: Config) -> Result<Stats, String> {
         std::fs::write(path, json).map_err(|e| format!("--stats-file {}: {e}", path.display()))?;
     }
     note(format_args!(
-        "stopped: {} actions completed, {} leases returned, {} cancelled",
-        stats.completed, stats.returned, stats.cancelled
+        "stopped: {} actions completed, {} failed, {} leases returned, {} cancelled",
+        stats.completed, stats.failed, stats.returned, stats.cancelled
     ));
     Ok(stats)
 }
