@@ -707,3 +707,61 @@ def test_path_search(tmp_path):
         cmd.path_search("execvp").status()  # and back
     with pytest.raises(ValueError, match="unknown path search"):
         cmd.path_search("first")
+
+
+def _kill_first_child_before_exec(parent, found):
+    """SIGKILL the first child of `parent` still running this interpreter's image in a mount
+    namespace other than `parent`'s: a child between its clone and its exec, behind its bind
+    mounts. Its pid goes into `found`."""
+    exe = os.readlink("/proc/self/exe")
+    mnt = os.readlink(f"/proc/{parent}/ns/mnt")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for t in os.listdir(f"/proc/{parent}/task"):
+            try:
+                with open(f"/proc/{parent}/task/{t}/children") as f:
+                    kids = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            for c in kids:
+                try:
+                    if os.readlink(f"/proc/{c}/exe") == exe and os.readlink(f"/proc/{c}/ns/mnt") != mnt:
+                        os.kill(c, signal.SIGKILL)
+                        found.append(c)
+                        return
+                except OSError:
+                    continue
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root: the bind mounts that widen the window")
+@pytest.mark.parametrize("via_server", [False, True], ids=["local", "server"])
+def test_killed_before_exec_under_subprocess_rules(tmp_path, via_server):
+    """A child killed by a signal before its exec, no step failing: under subprocess_rules
+    (what spawnkit.subprocess.Popen builds) a child whose wait() gives -SIGKILL, as CPython's
+    Popen reads an error pipe that closed empty; otherwise ChildProcessError naming the
+    signal. 4,000 read-only binds widen the window; a thread beside kills the child in it."""
+    import threading
+
+    srv = spawnkit.Server() if via_server else None
+    try:
+        parent = srv.pid if srv is not None else os.getpid()
+        for rules in (True, False):
+            cmd = Command("/bin/true", subprocess_rules=rules)
+            for _ in range(4000):
+                cmd.ro_bind(str(tmp_path))
+            found = []
+            t = threading.Thread(target=_kill_first_child_before_exec, args=(parent, found))
+            t.start()
+            try:
+                if rules:
+                    child = cmd.spawn_child(via=srv)
+                    assert child.wait() == -signal.SIGKILL
+                else:
+                    with pytest.raises(ChildProcessError, match="killed by SIGKILL before execve"):
+                        cmd.spawn_child(via=srv)
+            finally:
+                t.join()
+            assert found, "the test caught no child before its exec"
+    finally:
+        if srv is not None:
+            srv.close()

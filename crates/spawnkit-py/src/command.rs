@@ -246,7 +246,8 @@ type Slf<'py> = PyRefMut<'py, Command>;
 impl Command {
     /// `Command(program)`: run `program`, found along the child's PATH if it has no `/`.
     /// `subprocess_rules=True` gives CPython's `subprocess` PATH search and exceptions (and
-    /// its reading of a `pre_exec` hook that exits: a child, not an error).
+    /// its reading of a child that ends before exec with no step failing, in a `pre_exec`
+    /// hook that exits or killed by a signal: a child, not an error).
     #[new]
     #[pyo3(signature = (program, *, subprocess_rules = false))]
     fn new(program: &Bound<'_, PyAny>, subprocess_rules: bool) -> PyResult<Command> {
@@ -254,6 +255,9 @@ impl Command {
         if subprocess_rules {
             // CPython's _posixsubprocess tries every PATH entry (see PathSearch::TryAll).
             cmd.path_search(PathSearch::TryAll);
+            // Its parent reads EOF on the error pipe from a child killed before exec: a
+            // Popen whose wait() gives the signal, no exception.
+            cmd.may_die_before_exec(true);
         }
         Ok(Command {
             cmd,

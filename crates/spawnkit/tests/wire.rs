@@ -710,12 +710,17 @@ fn versions_and_trailing_bytes() {
         let e = Command::from_wire(short, Vec::new()).expect_err("too short");
         assert_eq!(e.to_string(), "decode: too short for the format version");
     }
-    let mut v2 = bytes.clone();
-    v2[..2].copy_from_slice(&2u16.to_le_bytes());
-    let e = Command::from_wire(&v2, Vec::new()).expect_err("version 2");
-    // Unsupported, not InvalidInput: a peer of another version, not damaged bytes.
-    assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "decode"));
-    assert_eq!(e.to_string(), "decode version 2: unknown wire format version (this build reads 1)");
+    for other in [1u16, 3] {
+        let mut v = bytes.clone();
+        v[..2].copy_from_slice(&other.to_le_bytes());
+        let e = Command::from_wire(&v, Vec::new()).expect_err("another version");
+        // Unsupported, not InvalidInput: a peer of another version, not damaged bytes.
+        assert_eq!((e.kind(), e.step()), (ErrorKind::Unsupported, "decode"));
+        assert_eq!(
+            e.to_string(),
+            format!("decode version {other}: unknown wire format version (this build reads 2)")
+        );
+    }
     let mut trailing = bytes.clone();
     trailing.push(0);
     let e = Command::from_wire(&trailing, Vec::new()).expect_err("trailing");
@@ -874,11 +879,12 @@ fn extreme_values_from_the_wire_are_errors_or_work() {
     assert_eq!(e.to_string(), "decode: an environment name appears twice in the changes");
 }
 
-/// The layout of version 1, byte for byte: a derived type that gains a field or reorders its
+/// The layout of version 2, byte for byte: a derived type that gains a field or reorders its
 /// variants changes these bytes without touching `WIRE_VERSION`. If this fails, the wire
 /// form changed: bump `Command::WIRE_VERSION` (and docs/wire.md), then update the bytes.
+/// (Version 2 is version 1 with `may_die_before_exec` at the end: the last byte.)
 #[test]
-fn the_version_1_layout_is_pinned() {
+fn the_version_2_layout_is_pinned() {
     let mut c = Command::new("prog");
     c.arg0("zero")
         .args(["a", "b"])
@@ -923,14 +929,15 @@ fn the_version_1_layout_is_pinned() {
             timeout: Some(Duration::from_millis(1500)),
         })
         .cgroup("/c")
-        .keep_capabilities(true);
+        .keep_capabilities(true)
+        .may_die_before_exec(true);
     let (bytes, fds) = c.to_wire().expect("encode");
     assert!(fds.is_empty());
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(hex, PINNED_V1, "the wire layout changed: bump WIRE_VERSION");
+    assert_eq!(hex, PINNED_V2, "the wire layout changed: bump WIRE_VERSION");
 }
 
-const PINNED_V1: &str = "01000470726f67020161016201047a65726f0002014b01017601520001010142013101022f770101010201030000800400020101000107408001010601020001010701080101090112011e01020101808088800401020100e807010100e807010101022f7401010001022f73022f640101016801022f7201022f6c01010180cab5ee0101022f6301";
+const PINNED_V2: &str = "02000470726f67020161016201047a65726f0002014b01017601520001010142013101022f770101010201030000800400020101000107408001010601020001010701080101090112011e01020101808088800401020100e807010100e807010101022f7401010001022f73022f640101016801022f7201022f6c01010180cab5ee0101022f630101";
 
 /// `Stdio::Closed` came after version 1's layout was pinned: it is the last variant of a
 /// stream, so every earlier encoding stays as it was, and it travels as itself (no fd).

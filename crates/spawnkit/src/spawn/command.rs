@@ -62,6 +62,9 @@ pub struct Command {
     pub(crate) pre_exec: Vec<Hook>,
     /// A child that ends inside a `pre_exec` hook is handed out (see `pre_exec_may_exit`).
     pub(crate) pre_exec_may_exit: bool,
+    /// A child killed before execve with no step failed is handed out (see
+    /// `may_die_before_exec`).
+    pub(crate) may_die_before_exec: bool,
     pub(crate) kill_on_drop: bool,
     pub(crate) isolation: Isolation,
     pub(crate) path_search: PathSearch,
@@ -110,6 +113,7 @@ impl Command {
             strategy: Strategy::default(),
             pre_exec: Vec::new(),
             pre_exec_may_exit: false,
+            may_die_before_exec: false,
             kill_on_drop: false,
             isolation: Isolation::default(),
             path_search: PathSearch::default(),
@@ -388,6 +392,19 @@ impl Command {
         self
     }
 
+    /// What a child killed by a signal before its execve (while it set itself up, outside
+    /// any [`pre_exec`](Command::pre_exec) hook, with no step failing) is: by default an error
+    /// ([`ErrorKind::ChildDied`](crate::ErrorKind::ChildDied), the child reaped), which names
+    /// the step it was at; with `true` a [`Child`](crate::Child) whose wait gives that signal,
+    /// as CPython's `subprocess` and Rust's `std::process` hand out a child that ended before
+    /// exec without reporting a failure. A step that fails is an error either way. Through a
+    /// spawn server too (the command carries it), where the server's watchdog killing a
+    /// child stuck before exec is then such a child.
+    pub fn may_die_before_exec(&mut self, on: bool) -> &mut Command {
+        self.may_die_before_exec = on;
+        self
+    }
+
     /// How the child walks the PATH candidates ([`PathSearch::Execvp`] by default;
     /// [`PathSearch::TryAll`] is CPython's subprocess behaviour). The posix-spawn strategy
     /// always follows glibc's.
@@ -532,6 +549,7 @@ impl Command {
             strategy: self.strategy,
             pre_exec: Vec::new(),
             pre_exec_may_exit: self.pre_exec_may_exit,
+            may_die_before_exec: self.may_die_before_exec,
             kill_on_drop: self.kill_on_drop,
             isolation: self.isolation.clone(),
             path_search: self.path_search,

@@ -44,12 +44,11 @@ fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
                     }
                 }
             };
-            let ended_in_hook = out.report.step == STEP_PRE_EXEC && out.report.errno == 0;
             if (out.report.step != STEP_EXEC || out.report.errno != 0)
-                && !(ended_in_hook && cmd.pre_exec_may_exit)
+                && !handed_out_dead(out.report, cmd)
             {
                 // The child failed before execve and exited (or died): reap it here.
-                let ended = pidfd::wait(std::os::fd::AsFd::as_fd(&out.pidfd), false).ok().flatten();
+                let ended = reap_failed(&out.pidfd);
                 return Err(child_error(&plan, out.report, ended));
             }
             (out.pid, out.pidfd)
@@ -80,6 +79,7 @@ enum StartState {
         launch: crate::sys::Launch,
         plan: Plan,
         kill_on_drop: bool,
+        may_die_before_exec: bool,
     },
     Taken,
 }
@@ -139,11 +139,13 @@ impl Starting {
         match std::mem::replace(&mut self.state, StartState::Taken) {
             StartState::Ready(r) => r,
             StartState::Taken => Err(Error::unsupported("spawn", "already finished")),
-            StartState::Pending { mut launch, mut plan, kill_on_drop } => {
+            StartState::Pending { mut launch, mut plan, kill_on_drop, may_die_before_exec } => {
                 let report = launch.finish();
                 let pidfd = launch.pidfd.take().expect("a pending launch holds its pidfd");
-                if report.step != STEP_EXEC || report.errno != 0 {
-                    let ended = pidfd::wait(std::os::fd::AsFd::as_fd(&pidfd), false).ok().flatten();
+                // (No pre_exec hook here: a start is clone-vfork.)
+                let handed_out = report.errno == 0 && may_die_before_exec;
+                if (report.step != STEP_EXEC || report.errno != 0) && !handed_out {
+                    let ended = reap_failed(&pidfd);
                     return Err(child_error(&plan, report, ended));
                 }
                 let [stdin, stdout, stderr] = std::mem::take(&mut plan.parent_pipes);
@@ -189,7 +191,14 @@ pub(crate) fn start(cmd: &mut Command) -> Result<Starting> {
     };
     // The child has its own copies of its fds (no CLONE_FILES): the parent's go at once.
     handed_over(cmd, &mut plan);
-    Ok(Starting { state: StartState::Pending { launch, plan, kill_on_drop: cmd.kill_on_drop } })
+    Ok(Starting {
+        state: StartState::Pending {
+            launch,
+            plan,
+            kill_on_drop: cmd.kill_on_drop,
+            may_die_before_exec: cmd.may_die_before_exec,
+        },
+    })
 }
 
 /// The child has its fds: the child's ends of the pipes and /dev/null close here, in the
@@ -201,6 +210,21 @@ fn handed_over(cmd: &mut Command, plan: &mut Plan) {
             *slot = None;
         }
     }
+}
+
+/// Reap a child that did not reach its execve; how it ended. Where the kernel reaped it
+/// already (a spawn server that ignores SIGCHLD), its pidfd still tells (PIDFD_GET_INFO,
+/// Linux 6.15+), so the error can say which signal killed it.
+fn reap_failed(pidfd: &std::os::fd::OwnedFd) -> Option<pidfd::Ended> {
+    let fd = std::os::fd::AsFd::as_fd(pidfd);
+    pidfd::wait(fd, false).ok().flatten().or_else(|| pidfd::exit_info(fd).ok().flatten())
+}
+
+/// Whether a child that did not reach its execve is handed out all the same, to be waited
+/// for: it ended without a step failing (no errno reported), inside a `pre_exec` hook with
+/// [`Command::pre_exec_may_exit`], or anywhere with [`Command::may_die_before_exec`].
+fn handed_out_dead(r: Report, cmd: &Command) -> bool {
+    r.errno == 0 && (cmd.may_die_before_exec || (r.step == STEP_PRE_EXEC && cmd.pre_exec_may_exit))
 }
 
 /// The error for a child that reported a failed step (or died without reporting).

@@ -156,6 +156,7 @@ struct WireCommand<'a> {
     kill_on_drop: bool,
     path_search: PathSearch,
     isolation: WireIsolation<'a>,
+    may_die_before_exec: bool,
 }
 
 /// What a spawn server's client fills in for the parts of a command that would otherwise
@@ -254,7 +255,7 @@ impl Passed {
 
 impl Command {
     /// The version of the wire form this build writes and reads.
-    pub const WIRE_VERSION: u16 = 1;
+    pub const WIRE_VERSION: u16 = 2;
 
     /// The command's versioned binary form, and the fds it refers to by index, to pass
     /// beside the bytes (with `SCM_RIGHTS`). A fd of `Stdio::File`, `Stdio::Owned` or
@@ -310,6 +311,7 @@ impl Command {
             strategy,
             pre_exec,
             pre_exec_may_exit: _, // about a pre_exec hook, which is never serialized
+            may_die_before_exec,
             kill_on_drop,
             isolation,
             path_search,
@@ -396,6 +398,7 @@ impl Command {
             no_new_privs: *no_new_privs,
             strategy: *strategy,
             kill_on_drop: *kill_on_drop,
+            may_die_before_exec: *may_die_before_exec,
             path_search: *path_search,
             isolation: isolation_to_wire(isolation),
         };
@@ -452,6 +455,7 @@ impl Command {
             kill_on_drop,
             path_search,
             isolation,
+            may_die_before_exec,
         } = wire;
         // The builder keeps each environment name once; so must a decoded command (a list
         // of repeated names would make planning quadratic).
@@ -526,6 +530,7 @@ impl Command {
             strategy,
             pre_exec: Vec::new(),
             pre_exec_may_exit: false,
+            may_die_before_exec,
             kill_on_drop,
             isolation: isolation_from_wire(isolation),
             path_search,

@@ -1,0 +1,98 @@
+//! A child killed by a signal before its execve, no step of it failing. By default an error
+//! (`ChildDied`, naming the signal); with `may_die_before_exec` a `Child` whose wait gives the
+//! signal, as CPython's `subprocess` and Rust's `std::process` hand such a child out (what
+//! `spawnkit.subprocess` asks for). Locally and through a spawn server, which gets the flag
+//! with the command.
+//!
+//! The window: 4,000 read-only bind mounts, which the child makes before its exec (root
+//! only). A thread beside kills the first child still running this binary's image in a mount
+//! namespace other than ours. A test binary of its own: another test's child could be such
+//! a child.
+
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use spawnkit::{Command, ErrorKind, ExitStatus, PrivateServer};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// SIGKILL the first child of `parent` (of any of its threads) that still runs this test
+/// binary's image in a mount namespace other than `parent`'s: a child between its clone and
+/// its exec, behind its bind mounts (a child parked in a server's pool shares the server's
+/// namespace). Its pid, or `None` if none showed up within 20 s.
+fn killer(parent: u32) -> JoinHandle<Option<i32>> {
+    let exe = std::fs::read_link("/proc/self/exe").unwrap();
+    let mnt = std::fs::read_link(format!("/proc/{parent}/ns/mnt")).unwrap();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
+            for t in tasks.flatten() {
+                let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                for c in kids.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                    let same = |what: &str, want: &PathBuf| {
+                        std::fs::read_link(format!("/proc/{c}/{what}")).ok().as_ref() == Some(want)
+                    };
+                    if same("exe", &exe) && !same("ns/mnt", &mnt) {
+                        // SAFETY: a signal to a pid just read, a child of `parent`.
+                        unsafe { libc::kill(c, libc::SIGKILL) };
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        None
+    })
+}
+
+/// `/bin/true` behind 4,000 read-only binds of a directory onto itself.
+fn widened(dir: &std::path::Path, may_die: bool) -> Command {
+    let mut cmd = Command::new("/bin/true");
+    for _ in 0..4000 {
+        cmd.ro_bind(dir, dir);
+    }
+    cmd.may_die_before_exec(may_die);
+    cmd
+}
+
+#[test]
+fn a_child_killed_before_exec_is_an_error_or_a_child_to_wait_for() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the bind mounts that widen the window)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("spawnkit-died-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut server = PrivateServer::start().unwrap();
+    let killed = ExitStatus::Signaled { signal: libc::SIGKILL, core_dumped: false };
+    for via_server in [false, true] {
+        for may_die in [false, true] {
+            let what = format!("via server {via_server}, may_die_before_exec {may_die}");
+            let parent = if via_server { server.pid() } else { std::process::id() };
+            let k = killer(parent);
+            let mut cmd = widened(&dir, may_die);
+            let r = if via_server { server.client().spawn(&cmd) } else { cmd.spawn() };
+            assert!(k.join().unwrap().is_some(), "{what}: the test caught no child before exec");
+            if may_die {
+                let mut child = r.unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(child.wait().unwrap(), killed, "{what}");
+            } else {
+                let e = r.map(|_| ()).expect_err(&what);
+                assert_eq!(e.kind(), ErrorKind::ChildDied, "{what}: {e}");
+                assert!(e.to_string().contains("killed by SIGKILL before execve"), "{what}: {e}");
+            }
+        }
+    }
+    // The server still serves, and the flag did not make a failing step a child.
+    let mut bad = Command::new("/no/such/program");
+    bad.may_die_before_exec(true);
+    let e = server.client().spawn(&bad).map(|_| ()).expect_err("no such program");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    let e = bad.spawn().map(|_| ()).expect_err("no such program");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
