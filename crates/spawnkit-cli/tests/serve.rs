@@ -501,9 +501,11 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     check("request before the handshake (with fds)");
     // Malformed request body: an error reply, then the connection closes.
     let mut c = authenticated(&s);
-    let junk = b"\x01\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff";
+    // The format version this build reads, then bytes that do not decode.
+    let junk = [&Command::WIRE_VERSION.to_le_bytes()[..], b"\xff\xff\xff\xff\xff\xff\xff\xff\xff"]
+        .concat();
     c.write_all(&header(frame::Kind::Spawn, junk.len() as u32, 0, 5)).unwrap();
-    c.write_all(junk).unwrap();
+    c.write_all(&junk).unwrap();
     closed(&mut c);
     check("malformed command");
     // Truncated request: half a body, then EOF.
@@ -549,7 +551,7 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
     let (good, good_fds) = touch_request(&marker, 0, None);
     let good_body = good[16..].to_vec();
     let n = good_fds.len() as u8;
-    let junk = b"\x01\x00\xff\xff\xff\xff".to_vec();
+    let junk = [&Command::WIRE_VERSION.to_le_bytes()[..], b"\xff\xff\xff\xff"].concat();
     let cases: Vec<(&str, Vec<u8>, Vec<RawFd>)> = vec![
         (
             "many: an entry cut short",
@@ -640,7 +642,17 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
                 },
                 vec![0, 1],
             ),
-            ("env: malformed", env_frame(b"\x01\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff"), vec![]),
+            (
+                "env: malformed",
+                env_frame(
+                    &[
+                        &Command::WIRE_VERSION.to_le_bytes()[..],
+                        b"\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+                    ]
+                    .concat(),
+                ),
+                vec![],
+            ),
             ("env: another format version", env_frame(&[9, 0, 0]), vec![]),
             (
                 "env: bytes after the environment",

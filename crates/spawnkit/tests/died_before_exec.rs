@@ -5,9 +5,9 @@
 //! with the command.
 //!
 //! The window: 4,000 read-only bind mounts, which the child makes before its exec (root
-//! only). A thread beside kills the first child still running this binary's image in a mount
-//! namespace other than ours. A test binary of its own: another test's child could be such
-//! a child.
+//! only). A thread beside stops the first child still running this binary's image in a mount
+//! namespace other than ours and kills it if it is still among its binds. A test binary of
+//! its own: another test's child could be such a child.
 
 use std::path::PathBuf;
 use std::thread::JoinHandle;
@@ -20,15 +20,22 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// SIGKILL the first child of `parent` (of any of its threads) that still runs this test
-/// binary's image in a mount namespace other than `parent`'s: a child between its clone and
-/// its exec, behind its bind mounts (a child parked in a server's pool shares the server's
-/// namespace). Its pid, or `None` if none showed up within 20 s.
-fn killer(parent: u32) -> JoinHandle<Option<i32>> {
+/// The binds the child makes before its exec: enough to keep it in its set-up steps for a
+/// while.
+const BINDS: usize = 4000;
+
+/// SIGKILL the first child of `parent` (of any of its threads) caught in its bind steps: it
+/// still runs this test binary's image, in a mount namespace other than `parent`'s (a child
+/// parked in a server's pool shares the server's), and once stopped (SIGSTOP) it has fewer
+/// than [`BINDS`] mounts of `dir`, so the kill cannot land after its report of the exec step.
+/// A child caught too late is let go on (SIGCONT). Its pid, or `None` if none was caught
+/// within 20 s.
+fn killer(parent: u32, dir: PathBuf) -> JoinHandle<Option<i32>> {
     let exe = std::fs::read_link("/proc/self/exe").unwrap();
     let mnt = std::fs::read_link(format!("/proc/{parent}/ns/mnt")).unwrap();
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut let_go = Vec::new();
         while Instant::now() < deadline {
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
             for t in tasks.flatten() {
@@ -37,11 +44,16 @@ fn killer(parent: u32) -> JoinHandle<Option<i32>> {
                     let same = |what: &str, want: &PathBuf| {
                         std::fs::read_link(format!("/proc/{c}/{what}")).ok().as_ref() == Some(want)
                     };
-                    if same("exe", &exe) && !same("ns/mnt", &mnt) {
-                        // SAFETY: a signal to a pid just read, a child of `parent`.
-                        unsafe { libc::kill(c, libc::SIGKILL) };
+                    if let_go.contains(&c) || !same("exe", &exe) || same("ns/mnt", &mnt) {
+                        continue;
+                    }
+                    signal(c, libc::SIGSTOP);
+                    if stopped(c) && same("exe", &exe) && binds_of(c, &dir) < BINDS {
+                        signal(c, libc::SIGKILL);
                         return Some(c);
                     }
+                    signal(c, libc::SIGCONT);
+                    let_go.push(c);
                 }
             }
         }
@@ -49,10 +61,37 @@ fn killer(parent: u32) -> JoinHandle<Option<i32>> {
     })
 }
 
-/// `/bin/true` behind 4,000 read-only binds of a directory onto itself.
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) with a pid just read from /proc, a child of the parent watched (a child
+    // is not reaped while it is stopped before its exec, nor before its spawn returns).
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Wait (at most 1 s) until `pid` is stopped; false if it is gone or never stops.
+fn stopped(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+        if state == Some('T') {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
+/// How many mounts of `pid`'s namespace are at `dir`.
+fn binds_of(pid: i32, dir: &std::path::Path) -> usize {
+    let want = format!(" {} ", dir.display());
+    let info = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    info.lines().filter(|l| l.contains(&want)).count()
+}
+
+/// `/bin/true` behind [`BINDS`] read-only binds of a directory onto itself.
 fn widened(dir: &std::path::Path, may_die: bool) -> Command {
     let mut cmd = Command::new("/bin/true");
-    for _ in 0..4000 {
+    for _ in 0..BINDS {
         cmd.ro_bind(dir, dir);
     }
     cmd.may_die_before_exec(may_die);
@@ -73,10 +112,19 @@ fn a_child_killed_before_exec_is_an_error_or_a_child_to_wait_for() {
         for may_die in [false, true] {
             let what = format!("via server {via_server}, may_die_before_exec {may_die}");
             let parent = if via_server { server.pid() } else { std::process::id() };
-            let k = killer(parent);
-            let mut cmd = widened(&dir, may_die);
-            let r = if via_server { server.client().spawn(&cmd) } else { cmd.spawn() };
-            assert!(k.join().unwrap().is_some(), "{what}: the test caught no child before exec");
+            // A child the killer was too late for runs /bin/true: try again (a few times).
+            let mut tries = 0;
+            let r = loop {
+                let k = killer(parent, dir.clone());
+                let mut cmd = widened(&dir, may_die);
+                let r = if via_server { server.client().spawn(&cmd) } else { cmd.spawn() };
+                if k.join().unwrap().is_some() {
+                    break r;
+                }
+                tries += 1;
+                assert!(tries < 5, "{what}: the test caught no child before its exec");
+                assert!(r.unwrap().wait().unwrap().success(), "{what}: not caught, not fine");
+            };
             if may_die {
                 let mut child = r.unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(child.wait().unwrap(), killed, "{what}");

@@ -7,7 +7,7 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 /// The protocol version this build speaks (byte 4 of every header).
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 16;
 /// The largest body a frame may have (4 MiB: room for a command with an environment and

@@ -217,14 +217,17 @@ fn handed_over(cmd: &mut Command, plan: &mut Plan) {
 /// Linux 6.15+), so the error can say which signal killed it.
 fn reap_failed(pidfd: &std::os::fd::OwnedFd) -> Option<pidfd::Ended> {
     let fd = std::os::fd::AsFd::as_fd(pidfd);
-    pidfd::wait(fd, false).ok().flatten().or_else(|| pidfd::exit_info(fd).ok().flatten())
+    pidfd::wait(fd, false).ok().flatten().or_else(|| pidfd::exit_info_settled(fd).ok().flatten())
 }
 
 /// Whether a child that did not reach its execve is handed out all the same, to be waited
 /// for: it ended without a step failing (no errno reported), inside a `pre_exec` hook with
-/// [`Command::pre_exec_may_exit`], or anywhere with [`Command::may_die_before_exec`].
+/// [`Command::pre_exec_may_exit`], or outside one with [`Command::may_die_before_exec`]. (A
+/// hook is its own flag's: with fork-exec, a hook can also end the parent's wait early, by
+/// closing the pipe it waits on, while the child lives on.)
 fn handed_out_dead(r: Report, cmd: &Command) -> bool {
-    r.errno == 0 && (cmd.may_die_before_exec || (r.step == STEP_PRE_EXEC && cmd.pre_exec_may_exit))
+    let in_hook = r.step == STEP_PRE_EXEC;
+    r.errno == 0 && ((in_hook && cmd.pre_exec_may_exit) || (!in_hook && cmd.may_die_before_exec))
 }
 
 /// The error for a child that reported a failed step (or died without reporting).

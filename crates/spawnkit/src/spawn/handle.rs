@@ -231,21 +231,7 @@ impl Child {
             self.status = watch.wait(self.pid, Some(Instant::now()))?;
             return Ok(self.status);
         }
-        let mut info = pidfd::exit_info(self.pidfd.as_fd());
-        // ESRCH: the instant between the process leaving the pid table and the kernel
-        // recording its exit (a few µs, seen once in thousands of reaps on 6.18). Nothing
-        // to block on there (POLLHUP is already up): yield, then sleep briefly, bounded.
-        let mut tries = 0u32;
-        while info == Err(libc::ESRCH) && tries < 200 {
-            if tries < 20 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            tries += 1;
-            info = pidfd::exit_info(self.pidfd.as_fd());
-        }
-        match info {
+        match pidfd::exit_info_settled(self.pidfd.as_fd()) {
             Ok(ended) => {
                 self.status = ended.map(ExitStatus::from);
                 Ok(self.status)

@@ -625,8 +625,9 @@ mod tests {
         let trailing = env_from_wire(&[bytes.as_slice(), b"x"].concat()).unwrap_err();
         assert!(trailing.to_string().contains("trailing"), "{trailing}");
         // A count far past the bytes: an error, not an allocation.
-        let huge = env_from_wire(&[1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f]).unwrap_err();
-        assert_eq!(huge.step(), "decode", "{huge}");
+        let huge = [&Command::WIRE_VERSION.to_le_bytes()[..], &[0xff, 0xff, 0xff, 0xff, 0x0f]];
+        let huge = env_from_wire(&huge.concat()).unwrap_err();
+        assert_eq!((huge.step(), huge.kind()), ("decode", ErrorKind::InvalidInput), "{huge}");
     }
 
     proptest! {
