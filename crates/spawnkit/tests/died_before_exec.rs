@@ -144,3 +144,16 @@ fn a_child_killed_before_exec_is_an_error_or_a_child_to_wait_for() {
     assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `pre_exec` hook that ends the child is `pre_exec_may_exit`'s to hand out, not this
+/// flag's (with fork-exec a hook can also end the parent's wait while the child lives on).
+#[test]
+fn a_hook_that_ends_the_child_is_not_this_flags() {
+    let mut cmd = Command::new("/bin/true");
+    // SAFETY: the hook only calls _exit, which is async-signal-safe.
+    unsafe { cmd.pre_exec(|| -> std::io::Result<()> { libc::_exit(3) }) };
+    let e = cmd.may_die_before_exec(true).spawn().map(|_| ()).expect_err("ended in the hook");
+    assert_eq!(e.kind(), ErrorKind::ChildDied, "{e}");
+    let mut child = cmd.pre_exec_may_exit(true).spawn().expect("pre_exec_may_exit");
+    assert_eq!(child.wait().unwrap(), ExitStatus::Exited(3));
+}
