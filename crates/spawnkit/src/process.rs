@@ -76,7 +76,9 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 
 /// How the process behind `pidfd` ended, read with `ioctl(PIDFD_GET_INFO)` and
 /// `PIDFD_INFO_EXIT` (Linux 6.15+; for any process, not only a child of ours): `None` while
-/// it runs or before its parent has reaped it. An error on a kernel without the ioctl.
+/// it runs or before its parent has reaped it. An error on a kernel without the ioctl. The
+/// instant between a reaped process leaving the pid table and the kernel recording its exit
+/// is waited out, as a remote `Child`'s wait does.
 pub fn pidfd_exit_status(pidfd: BorrowedFd<'_>) -> io::Result<Option<crate::ExitStatus>> {
-    Ok(sys::pidfd::exit_info(pidfd).map_err(os)?.map(crate::ExitStatus::from))
+    Ok(sys::pidfd::exit_info_settled(pidfd).map_err(os)?.map(crate::ExitStatus::from))
 }

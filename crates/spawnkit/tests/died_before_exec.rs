@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use spawnkit::{Command, ErrorKind, ExitStatus, PrivateServer};
 
+mod parked;
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -37,24 +39,21 @@ fn killer(parent: u32, dir: PathBuf) -> JoinHandle<Option<i32>> {
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut let_go = Vec::new();
         while Instant::now() < deadline {
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else { continue };
-            for t in tasks.flatten() {
-                let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-                for c in kids.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
-                    let same = |what: &str, want: &PathBuf| {
-                        std::fs::read_link(format!("/proc/{c}/{what}")).ok().as_ref() == Some(want)
-                    };
-                    if let_go.contains(&c) || !same("exe", &exe) || same("ns/mnt", &mnt) {
-                        continue;
-                    }
-                    signal(c, libc::SIGSTOP);
-                    if stopped(c) && same("exe", &exe) && binds_of(c, &dir) < BINDS {
-                        signal(c, libc::SIGKILL);
-                        return Some(c);
-                    }
-                    signal(c, libc::SIGCONT);
-                    let_go.push(c);
+            for c in parked::all_children(parent) {
+                let c = c as i32;
+                let same = |what: &str, want: &PathBuf| {
+                    std::fs::read_link(format!("/proc/{c}/{what}")).ok().as_ref() == Some(want)
+                };
+                if let_go.contains(&c) || !same("exe", &exe) || same("ns/mnt", &mnt) {
+                    continue;
                 }
+                signal(c, libc::SIGSTOP);
+                if stopped(c) && same("exe", &exe) && binds_of(c, &dir) < BINDS {
+                    signal(c, libc::SIGKILL);
+                    return Some(c);
+                }
+                signal(c, libc::SIGCONT);
+                let_go.push(c);
             }
         }
         None

@@ -44,9 +44,7 @@ fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
                     }
                 }
             };
-            if (out.report.step != STEP_EXEC || out.report.errno != 0)
-                && !handed_out_dead(out.report, cmd)
-            {
+            if !handed_out(out.report, cmd.pre_exec_may_exit, cmd.may_die_before_exec) {
                 // The child failed before execve and exited (or died): reap it here.
                 let ended = reap_failed(&out.pidfd);
                 return Err(child_error(&plan, out.report, ended));
@@ -143,8 +141,7 @@ impl Starting {
                 let report = launch.finish();
                 let pidfd = launch.pidfd.take().expect("a pending launch holds its pidfd");
                 // (No pre_exec hook here: a start is clone-vfork.)
-                let handed_out = report.errno == 0 && may_die_before_exec;
-                if (report.step != STEP_EXEC || report.errno != 0) && !handed_out {
+                if !handed_out(report, false, may_die_before_exec) {
                     let ended = reap_failed(&pidfd);
                     return Err(child_error(&plan, report, ended));
                 }
@@ -220,14 +217,21 @@ fn reap_failed(pidfd: &std::os::fd::OwnedFd) -> Option<pidfd::Ended> {
     pidfd::wait(fd, false).ok().flatten().or_else(|| pidfd::exit_info_settled(fd).ok().flatten())
 }
 
-/// Whether a child that did not reach its execve is handed out all the same, to be waited
-/// for: it ended without a step failing (no errno reported), inside a `pre_exec` hook with
-/// [`Command::pre_exec_may_exit`], or outside one with [`Command::may_die_before_exec`]. (A
-/// hook is its own flag's: with fork-exec, a hook can also end the parent's wait early, by
-/// closing the pipe it waits on, while the child lives on.)
-fn handed_out_dead(r: Report, cmd: &Command) -> bool {
-    let in_hook = r.step == STEP_PRE_EXEC;
-    r.errno == 0 && ((in_hook && cmd.pre_exec_may_exit) || (!in_hook && cmd.may_die_before_exec))
+/// Whether the child a launch left is handed out as a [`Child`]: it reached its execve, or
+/// it ended before without a step failing (no errno reported) where the command asks for
+/// such a child, inside a `pre_exec` hook with [`Command::pre_exec_may_exit`], outside one
+/// with [`Command::may_die_before_exec`]. (A hook is its own flag's: with fork-exec, a hook
+/// can also end the parent's wait early, by closing the pipe it waits on, while the child
+/// lives on.)
+fn handed_out(r: Report, pre_exec_may_exit: bool, may_die_before_exec: bool) -> bool {
+    if r.errno != 0 {
+        return false;
+    }
+    match r.step {
+        STEP_EXEC => true,
+        STEP_PRE_EXEC => pre_exec_may_exit,
+        _ => may_die_before_exec,
+    }
 }
 
 /// The error for a child that reported a failed step (or died without reporting).
