@@ -643,8 +643,13 @@ pub fn json(res: &Results) -> Value {
             "server/vfork": "minimum latency (request -> the child's first instruction), the \
                              private server's over vfork+exec's, at each parent size",
             "server_caller_cpu/vfork_cpu": "the calling thread's CPU per spawn+wait (its \
-                CPU clock, CLOCK_THREAD_CPUTIME_ID, mean): the server with 16 requests in \
-                flight over vfork+exec",
+                CPU clock, CLOCK_THREAD_CPUTIME_ID, mean): the server's status requests \
+                (Client::submit_status_many: spawn and wait, the server holds the pidfds and \
+                answers with how each child ended), 16 in flight in one message, over \
+                vfork+exec",
+            "server_caller_cpu_children/vfork_cpu": "in other_ratios: the same through \
+                Child handles (Client::submit_many, receive, wait: a pidfd per child handed \
+                over and read here), 16 in flight in one message",
             "server_throughput_1thread/vfork_throughput": "spawns per second from one thread \
                 (median of samples): the server with up to 16 in flight over a vfork+exec \
                 spawn-and-wait loop",
@@ -665,8 +670,8 @@ pub fn json(res: &Results) -> Value {
                 spawn without a fence) over bubblewrap's (bwrap --unshare-net --unshare-pid \
                 --tmpfs /tmp --dev-bind / / /bin/true, started the same way, minus the same)",
             "server_caller_cpu_batch_max/vfork_cpu": "in other_ratios: the same as \
-                server_caller_cpu/vfork_cpu with 64 requests per message (a SpawnMany frame's \
-                most), the batch the API allows",
+                server_caller_cpu_children/vfork_cpu with 64 requests per message (a \
+                SpawnMany frame's most), the batch the API allows",
             "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
                 beside vfork+exec, the floor under the server ratios; and a local \
                 spawnkit.subprocess Popen+wait without its spawn call (Command.spawn_child, \
@@ -722,7 +727,9 @@ fn server_json(sv: &ServerResults) -> Value {
                     "rows": lat(&sv.latency)},
         "caller_cpu": {"unit": "µs per spawn", "measures": "CLOCK_THREAD_CPUTIME_ID of the \
                        calling thread around spawn + wait: the server 16 submitted, then \
-                       received, then waited; the others one at a time; Python: Popen + wait",
+                       received, then waited (spawnkit_server_status: 16 status requests \
+                       submitted, then their 16 statuses received); the others one at a time; \
+                       Python: Popen + wait",
                        "rows": values(&sv.cpu)},
         "throughput": {"unit": "spawns/s", "spawns_per_sample": sv.tp_spawns,
                        "measures": "one calling thread, median of the samples: the server with \
@@ -947,7 +954,7 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
     writeln!(o, "== Spawn server: the calling thread's CPU per spawn + wait (its CPU clock), µs");
     writeln!(
         o,
-        "   the server: {} (or {}) requests submitted in one message, then received, then waited for; the others one at a time",
+        "   the server: {} (or {}) requests submitted in one message, then received, then waited for (status: answered with how each ended); the others one at a time",
         server::IN_FLIGHT,
         server::BATCH_MAX
     );

@@ -7,7 +7,9 @@
 //!   getrusage(RUSAGE_THREAD) reports, read up to the instant), the child waited for: for
 //!   the server, 16 requests submitted in one message (`submit_many`; a second row with
 //!   64, the most one message carries: "batched where the API allows"), then their 16
-//!   answers received, then the 16 children waited for; for the others, spawn and wait,
+//!   answers received, then the 16 children waited for; and 16 status requests in one
+//!   message (`submit_status_many`: spawn and wait, the server keeps the pidfds and answers
+//!   with how each child ended), their 16 answers received; for the others, spawn and wait,
 //!   one at a time;
 //! * throughput from one calling thread: the server with up to 16 requests in flight (or
 //!   children not yet waited for), vfork+exec and the local spawn in a spawn-and-wait loop;
@@ -139,7 +141,13 @@ impl ServerResults {
         let tp = |id| Self::value(&self.throughput, id, size);
         match key {
             "server/vfork" => div(lat("spawnkit_server"), lat("vfork_exec")),
-            "server_caller_cpu/vfork_cpu" => div(cpu("spawnkit_server"), cpu("vfork_exec")),
+            // Spawn + wait through the API made for it (status requests: the server holds the
+            // pidfds and answers with the statuses), 16 per message.
+            "server_caller_cpu/vfork_cpu" => div(cpu("spawnkit_server_status"), cpu("vfork_exec")),
+            // The same through `Child`s (pidfds handed over, each child waited for here).
+            "server_caller_cpu_children/vfork_cpu" => {
+                div(cpu("spawnkit_server"), cpu("vfork_exec"))
+            }
             "server_throughput_1thread/vfork_throughput" => {
                 div(tp("spawnkit_server"), tp("vfork_exec"))
             }
@@ -325,12 +333,14 @@ pub const RATIOS: [Target; 5] = [
     Target { key: "py_server_cpu/py_local_cpu", target: 0.5, at_least: false },
 ];
 
-/// In `other_ratios`: the caller's CPU with as many requests per message as the API allows
-/// (the target's "batched where the API allows"; the main ratio keeps 16 per message), and
+/// In `other_ratios`: the caller's CPU through `Child`s (pidfds handed over and waited for
+/// here; the main ratio's status requests leave the pidfds in the server), with as many
+/// requests per message as the API allows (the main ratio keeps 16 per message), and
 /// the floors under the first two ratios and the Python CPU ratio, all measured in the same
 /// run: with the round trip as it falls (the answering thread is woken where the scheduler
 /// puts it) and with the round trip across two CPUs (a server that works on the other core).
-pub const FLOORS: [&str; 8] = [
+pub const FLOORS: [&str; 9] = [
+    "server_caller_cpu_children/vfork_cpu",
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
     "floor: socket round trip cpu/vfork_cpu",
@@ -346,7 +356,7 @@ const PY_ROWS: usize = 4;
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
-    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + 5 * runs;
+    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + 6 * runs;
     SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 }) + 2 * runs
 }
 
@@ -493,6 +503,35 @@ fn cpu_batched(
         }
         for c in children {
             wait_ok(c.map_err(|e| e.to_string())?)?;
+        }
+        left -= k;
+    }
+    Ok(sys::thread_cpu_us() - c0)
+}
+
+/// The caller's CPU for `n` spawns and waits of the server's status requests
+/// (`Client::submit_status_many`), `batch` per message: sent, then their `batch` answers
+/// (how each child ended) received. The server holds the pidfds; this thread holds no fd
+/// per child and reads no status from one.
+fn cpu_status(
+    client: &mut Client,
+    prog: &CStr,
+    null: RawFd,
+    n: usize,
+    batch: usize,
+) -> Result<f64, String> {
+    let c0 = sys::thread_cpu_us();
+    let cmd = tiny(prog, null);
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(batch);
+        client.submit_status_many(std::iter::repeat_n(&cmd, k)).map_err(|e| e.to_string())?;
+        for _ in 0..k {
+            let st = client.receive_status().map_err(|e| e.to_string())?.1;
+            let st = st.map_err(|e| e.to_string())?;
+            if !st.success() {
+                return Err(format!("the child ended with {st}"));
+            }
         }
         left -= k;
     }
@@ -694,6 +733,7 @@ pub fn run(
     let mut lat: Vec<BTreeMap<Size, Stats>> = vec![BTreeMap::new(); WAYS.len()];
     let mut cpu: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
     let mut cpu_max: BTreeMap<Size, f64> = BTreeMap::new();
+    let mut cpu_status_row: BTreeMap<Size, f64> = BTreeMap::new();
     let mut tp: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
     let mut floor = BTreeMap::new();
     let mut floor_pinned = BTreeMap::new();
@@ -728,6 +768,7 @@ pub fn run(
         let turn = 2 * IN_FLIGHT;
         let mut acc = vec![(0.0, 0usize); WAYS.len()];
         let mut acc_max = (0.0, 0usize);
+        let mut acc_status = (0.0, 0usize);
         for round in 0..runs.div_ceil(turn) {
             for k in 0..WAYS.len() {
                 let i = (round + k) % WAYS.len();
@@ -735,6 +776,13 @@ pub fn run(
                 acc[i].0 += cpu_block(WAYS[i], client, prog, null_fd, n)
                     .map_err(|e| format!("server cpu, {}: {e}", WAYS[i].name()))?;
                 acc[i].1 += n;
+                progress.inc(n as u64);
+            }
+            let n = turn.min(runs - acc_status.1);
+            if n > 0 {
+                acc_status.0 += cpu_status(client, prog, null_fd, n, IN_FLIGHT)
+                    .map_err(|e| format!("server cpu, status requests: {e}"))?;
+                acc_status.1 += n;
                 progress.inc(n as u64);
             }
             // 64 per message every other round: spread over the rounds as the others are.
@@ -753,6 +801,9 @@ pub fn run(
         }
         if acc_max.1 > 0 {
             cpu_max.insert(size, acc_max.0 / acc_max.1 as f64);
+        }
+        if acc_status.1 > 0 {
+            cpu_status_row.insert(size, acc_status.0 / acc_status.1 as f64);
         }
         // (c) throughput from this one thread
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
@@ -808,6 +859,11 @@ pub fn run(
                 id: "spawnkit_server_batch_max".into(),
                 name: format!("spawnkit private server, {BATCH_MAX} per message"),
                 values: cpu_max,
+            }))
+            .chain(std::iter::once(ValueRow {
+                id: "spawnkit_server_status".into(),
+                name: format!("spawnkit private server, status, {IN_FLIGHT} per message"),
+                values: cpu_status_row,
             }))
             .collect(),
         throughput: WAYS

@@ -644,6 +644,24 @@ fn server_method_rows_and_ratios() {
             assert!((f - want).abs() <= 1e-9 * want.abs().max(1.0), "{floor} at {size}: {f}");
         }
     }
+    // The caller's CPU ratio is the status requests' row (spawn + wait through the API
+    // made for it) over vfork+exec's; the same through Child handles is beside it.
+    let cpu_rows = sv["caller_cpu"]["rows"].as_array().unwrap();
+    let cpu = |id: &str, size: &str| {
+        let row = cpu_rows.iter().find(|r| r["id"] == id).expect(id);
+        row["sizes"][size].as_f64().unwrap()
+    };
+    for size in ["0", "1GiB-touched"] {
+        for (key, num, ratios) in [
+            ("server_caller_cpu/vfork_cpu", "spawnkit_server_status", "ratios"),
+            ("server_caller_cpu_children/vfork_cpu", "spawnkit_server", "other_ratios"),
+        ] {
+            let want = cpu(num, size) / cpu("vfork_exec", size);
+            let got = v[ratios][key][size].as_f64().unwrap();
+            assert!(cpu(num, size) > 0.0 && (got - want).abs() <= 1e-9, "{key} at {size}: {got}");
+        }
+    }
+    assert!(stdout.contains("spawnkit private server, status, 16 per message"), "{stdout}");
     assert!(stdout.contains("spawnkit private server"), "{stdout}");
     // The round trip held to one CPU and to two, where the machine has two: measured at
     // both sizes, its ratios in other_ratios.

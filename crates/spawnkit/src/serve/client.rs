@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
 use super::frame::{
-    self as frames, Expect, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV, MAX_BODY,
+    self as frames, Expect, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV, FLAG_STATUS,
+    MAX_BODY,
 };
 use super::reply;
 use super::server::key_path_for;
@@ -40,6 +41,8 @@ const EXPECT_REPLY: Expect = Expect {
 struct Pending {
     pipes: [Option<OwnedFd>; 3],
     kill_on_drop: bool,
+    /// A status request: answered by an Exit frame (or an Error), never with a child.
+    status: bool,
 }
 
 /// An authenticated connection to a spawn server (`spawnkit serve`, or a private server
@@ -77,6 +80,9 @@ pub(crate) struct Io {
     want_exit: bool,
     /// Exit frames received: pid -> status, until the child asks.
     exits: HashMap<i32, ExitStatus>,
+    /// Answers to status requests, in the order they came: how the child ended, or why it
+    /// did not start.
+    statuses: VecDeque<(u64, Result<ExitStatus>)>,
     /// The unsent tail of a request the async face could send only in part (the socket
     /// filled up): it goes out before any other byte.
     out_rest: Vec<u8>,
@@ -177,6 +183,7 @@ impl Client {
             broken: None,
             want_exit: !super::server::kernel_has_pidfd_exit_info(),
             exits: HashMap::new(),
+            statuses: VecDeque::new(),
             out_rest: Vec::new(),
             abandoned: std::collections::HashSet::new(),
             env_sent: None,
@@ -218,7 +225,7 @@ impl Client {
     /// How many submitted requests have no answer yet (received or not).
     pub fn in_flight(&self) -> usize {
         let io = lock(&self.io);
-        io.pending.len() + io.done.len()
+        io.pending.len() + io.done.len() + io.statuses.len()
     }
 
     /// The next answer: the request's id and its child or error (in the order the server
@@ -253,7 +260,7 @@ impl Client {
         cmds: impl IntoIterator<Item = &'c Command>,
     ) -> Result<Vec<u64>> {
         let cmds: Vec<&Command> = cmds.into_iter().collect();
-        lock(&self.io).submit_many(&cmds).map_err(|(_, e)| e)
+        lock(&self.io).submit_many(&cmds, false).map_err(|(_, e)| e)
     }
 
     /// Submit all of `cmds` (keeping at most `window` in flight, sent in batches: one
@@ -278,7 +285,7 @@ impl Client {
             }
             let room = (window - index.len()).min(cmds.len() - next);
             let chunk = &cmds[next..next + room];
-            let batch = lock(&self.io).submit_many(chunk);
+            let batch = lock(&self.io).submit_many(chunk, false);
             match batch {
                 Ok(ids) => {
                     for (k, id) in ids.into_iter().enumerate() {
@@ -309,6 +316,91 @@ impl Client {
         }
         while !index.is_empty() {
             let (id, r) = self.receive()?;
+            if let Some(i) = index.remove(&id) {
+                out[i] = Some(r);
+            }
+        }
+        Ok(out.into_iter().map(|r| r.unwrap_or_else(|| Err(protocol("lost")))).collect())
+    }
+
+    /// Run `cmd` through the server and wait for it to end: how it ended, as
+    /// `std::process::Command::status` gives (or why it did not start). The server keeps the
+    /// child's pidfd and answers with its status when it ends (docs/protocol.md, "Status
+    /// requests"): this process holds no fd for it and reads nothing from one. A command
+    /// with a `Stdio::Pipe` is refused (no child comes back to hold the other end); use
+    /// [`spawn`](Client::spawn) for those.
+    pub fn status(&mut self, cmd: &Command) -> Result<ExitStatus> {
+        let mut io = lock(&self.io);
+        let id = match io.submit_with(cmd, false, true)? {
+            Some(id) => id,
+            None => unreachable!("a blocking submit sends or fails"),
+        };
+        io.receive_status(Some(id))?.1
+    }
+
+    /// Send status requests for `cmds` in as few messages as the limits allow (as
+    /// [`submit_many`](Client::submit_many)); their ids, in order. Each is answered once,
+    /// by [`receive_status`](Client::receive_status): how its child ended, or why it did
+    /// not start. At most 1,024 may be unanswered on one connection
+    /// (`serve::server::MAX_STATUS_IN_FLIGHT`); beyond, the server refuses them (EAGAIN).
+    pub fn submit_status_many<'c>(
+        &mut self,
+        cmds: impl IntoIterator<Item = &'c Command>,
+    ) -> Result<Vec<u64>> {
+        let cmds: Vec<&Command> = cmds.into_iter().collect();
+        lock(&self.io).submit_many(&cmds, true).map_err(|(_, e)| e)
+    }
+
+    /// The next answer to a status request, in the order the children ended: its id, and
+    /// how its child ended or why it did not start. Blocks until one arrives; an error if
+    /// none is in flight.
+    pub fn receive_status(&mut self) -> Result<(u64, Result<ExitStatus>)> {
+        lock(&self.io).receive_status(None)
+    }
+
+    /// Run all of `cmds` and wait for every one (keeping at most `window` in flight, sent in
+    /// batches): their statuses or errors, in order. The spawn-and-wait of a build system or
+    /// a test runner, for the least CPU of the calling thread: no fd, no pidfd read per
+    /// child (see [`status`](Client::status)).
+    pub fn status_many<'c>(
+        &mut self,
+        cmds: impl IntoIterator<Item = &'c Command>,
+        window: usize,
+    ) -> Result<Vec<Result<ExitStatus>>> {
+        let window = window.clamp(1, super::server::MAX_STATUS_IN_FLIGHT);
+        let cmds: Vec<&Command> = cmds.into_iter().collect();
+        let mut out: Vec<Option<Result<ExitStatus>>> = (0..cmds.len()).map(|_| None).collect();
+        let mut index: HashMap<u64, usize> = HashMap::new();
+        let mut next = 0;
+        while next < cmds.len() || !index.is_empty() {
+            // Taken per step, not for the whole call: a remote child reading its Exit frame
+            // (a kernel before 6.15) is not held up behind the batch.
+            let mut io = lock(&self.io);
+            let room = window.saturating_sub(index.len()).min(cmds.len() - next);
+            if room > 0 {
+                let chunk = &cmds[next..next + room];
+                match io.submit_many(chunk, true) {
+                    Ok(ids) => index.extend(ids.into_iter().zip(next..)),
+                    Err((_, e)) if io.broken.is_some() => return Err(e),
+                    // A command that cannot be encoded or sent: the ones before it that went
+                    // out are in flight; the others one by one, so that its error is that
+                    // item's alone.
+                    Err((sent, _)) => {
+                        let done = sent.len();
+                        index.extend(sent.into_iter().zip(next..));
+                        for (k, c) in chunk.iter().enumerate().skip(done) {
+                            match io.submit_many(std::slice::from_ref(c), true) {
+                                Ok(id) => index.extend(id.into_iter().zip(next + k..)),
+                                Err((_, e)) if io.broken.is_some() => return Err(e),
+                                Err((_, e)) => out[next + k] = Some(Err(e)),
+                            }
+                        }
+                    }
+                }
+                next += room;
+                continue;
+            }
+            let (id, r) = io.receive_status(None)?;
             if let Some(i) = index.remove(&id) {
                 out[i] = Some(r);
             }
@@ -586,7 +678,7 @@ impl Io {
     /// Send a request; its answer comes from [`receive`](Client::receive) under the id
     /// returned. Nothing waits for the server here (unless the socket is full).
     fn submit(&mut self, cmd: &Command) -> Result<u64> {
-        match self.submit_with(cmd, false)? {
+        match self.submit_with(cmd, false, false)? {
             Some(id) => Ok(id),
             None => unreachable!("a blocking submit sends or fails"),
         }
@@ -613,12 +705,23 @@ impl Io {
         Ok(true)
     }
 
-    fn flags(&self) -> u8 {
+    /// The flags of a request: a status request's (`status`), or one answered with a child.
+    fn flags(&self, status: bool) -> u8 {
+        if status {
+            // A status SpawnMany's answers come together, when its last child has ended (a
+            // lone status request is answered when it ends).
+            return FLAG_STATUS | FLAG_BATCH_REPLY;
+        }
         let exit = if self.want_exit { super::frame::FLAG_WANT_EXIT } else { 0 };
         exit | FLAG_BATCH_REPLY
     }
 
-    fn submit_with(&mut self, cmd: &Command, nonblocking: bool) -> Result<Option<u64>> {
+    fn submit_with(
+        &mut self,
+        cmd: &Command,
+        nonblocking: bool,
+        status: bool,
+    ) -> Result<Option<u64>> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
@@ -633,12 +736,12 @@ impl Io {
             self.send_wake()?;
         }
         let mut filler = Filler::default();
-        let req = encode_request(cmd, &mut filler, self.sock.as_raw_fd())?;
+        let req = encode_request(cmd, &mut filler, self.sock.as_raw_fd(), status)?;
         if !self.send_env(&filler, nonblocking)? {
             return Ok(None);
         }
         let id = self.next_id;
-        let flags = self.flags() | if req.conn_env { FLAG_CONN_ENV } else { 0 };
+        let flags = self.flags(status) | if req.conn_env { FLAG_CONN_ENV } else { 0 };
         let h = Header {
             len: req.bytes.len() as u32,
             kind: Kind::Spawn,
@@ -650,7 +753,8 @@ impl Io {
             return Ok(None);
         }
         self.next_id += 1;
-        self.pending.insert(id, Pending { pipes: req.pipes, kill_on_drop: req.kill_on_drop });
+        let p = Pending { pipes: req.pipes, kill_on_drop: req.kill_on_drop, status };
+        self.pending.insert(id, p);
         Ok(Some(id))
     }
 
@@ -675,15 +779,17 @@ impl Io {
     /// encoded fails the call before anything is sent; a frame that cannot be sent (a fd to
     /// pass is not open) fails it with the ids of the frames sent before it, which are in
     /// flight.
+    /// `status`: status requests (see [`Client::submit_status_many`]).
     fn submit_many(
         &mut self,
         cmds: &[&Command],
+        status: bool,
     ) -> std::result::Result<Vec<u64>, (Vec<u64>, Error)> {
         if let Some(e) = &self.broken {
             return Err((Vec::new(), e.clone()));
         }
         let (reqs, filler) =
-            encode_all(cmds, self.sock.as_raw_fd()).map_err(|e| (Vec::new(), e))?;
+            encode_all(cmds, self.sock.as_raw_fd(), status).map_err(|e| (Vec::new(), e))?;
         self.send_env(&filler, false).map_err(|e| (Vec::new(), e))?;
         let mut ids = Vec::with_capacity(reqs.len());
         let mut reqs = reqs.into_iter().peekable();
@@ -745,10 +851,12 @@ impl Io {
             (Kind::SpawnMany, body)
         };
         let conn_env = if batch.iter().any(|r| r.conn_env) { FLAG_CONN_ENV } else { 0 };
+        // One call's requests are all of a kind (status requests or not).
+        let status = batch.first().is_some_and(|r| r.status);
         let h = Header {
             len: body.len() as u32,
             kind,
-            flags: self.flags() | conn_env,
+            flags: self.flags(status) | conn_env,
             nfds: fds.len() as u8,
             id: self.next_id,
         };
@@ -766,7 +874,8 @@ impl Io {
             .enumerate()
             .map(|(i, r)| {
                 let id = first + i as u64;
-                self.pending.insert(id, Pending { pipes: r.pipes, kill_on_drop: r.kill_on_drop });
+                let p = Pending { pipes: r.pipes, kill_on_drop: r.kill_on_drop, status: r.status };
+                self.pending.insert(id, p);
                 id
             })
             .collect()
@@ -782,7 +891,7 @@ impl Io {
             return Err(e.clone());
         }
         let take = cmds.len().min(super::frame::MAX_BATCH_REPLY);
-        let (reqs, filler) = encode_all(&cmds[..take], self.sock.as_raw_fd())?;
+        let (reqs, filler) = encode_all(&cmds[..take], self.sock.as_raw_fd(), false)?;
         if !self.send_env(&filler, true)? {
             return Ok(None);
         }
@@ -842,7 +951,7 @@ impl Io {
     /// The async face: submit without waiting (`None`: the socket is full, nothing sent).
     #[cfg(feature = "tokio")]
     pub(crate) fn try_submit(&mut self, cmd: &Command) -> Result<Option<u64>> {
-        self.submit_with(cmd, true)
+        self.submit_with(cmd, true, false)
     }
 
     /// The async faces: read what has arrived and turn it into answers, without waiting.
@@ -922,8 +1031,36 @@ impl Io {
             if let Some(e) = &self.broken {
                 return Err(e.clone());
             }
-            if self.pending.is_empty() {
+            if !self.pending.values().any(|p| !p.status) {
                 return Err(Error::invalid("receive", "", "no request in flight"));
+            }
+            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
+                self.broken = Some(e.clone());
+                return Err(e);
+            }
+        }
+    }
+
+    /// The next status request's answer (or, with `id`, that one's, keeping the others).
+    fn receive_status(&mut self, id: Option<u64>) -> Result<(u64, Result<ExitStatus>)> {
+        loop {
+            let pos = match id {
+                None => (!self.statuses.is_empty()).then_some(0),
+                Some(id) => self.statuses.iter().position(|(i, _)| *i == id),
+            };
+            if let Some(d) = pos.and_then(|p| self.statuses.remove(p)) {
+                return Ok(d);
+            }
+            if let Some(e) = &self.broken {
+                return Err(e.clone());
+            }
+            let waiting = match id {
+                None => self.pending.values().any(|p| p.status),
+                Some(id) => self.pending.get(&id).is_some_and(|p| p.status),
+            };
+            if !waiting {
+                let what = id.map_or(String::new(), |id| format!("request {id}"));
+                return Err(Error::invalid("receive", what, "no status request in flight"));
             }
             if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
                 self.broken = Some(e.clone());
@@ -964,9 +1101,10 @@ impl Io {
                 let entries =
                     frames::split_spawned_many(body, frame.fds.len()).map_err(protocol)?;
                 for ((id, pid), pidfd) in entries.into_iter().zip(frame.fds) {
-                    let Some(p) = self.pending.remove(&id) else {
+                    let Some(p) = self.pending.remove(&id).filter(|p| !p.status) else {
                         return Err(protocol(format!(
-                            "an answer to request {id}, which is not in flight"
+                            "a child for request {id}, which is not in flight or is a status \
+                             request"
                         )));
                     };
                     let child = Child::new_remote(pid, pidfd, p.pipes, p.kill_on_drop);
@@ -979,7 +1117,13 @@ impl Io {
             let result = match frame.header.kind {
                 Kind::Exit => {
                     let (pid, status) = reply::decode_exit(body)?;
-                    self.exits.insert(pid, status);
+                    if self.pending.get(&id).is_some_and(|p| p.status) {
+                        // A status request's answer.
+                        self.pending.remove(&id);
+                        self.statuses.push_back((id, Ok(status)));
+                    } else {
+                        self.exits.insert(pid, status);
+                    }
                     continue;
                 }
                 // Id 0 is no request's: the server refused this connection's environment
@@ -998,6 +1142,13 @@ impl Io {
             let Some(p) = self.pending.remove(&id) else {
                 return Err(protocol(format!("an answer to request {id}, which is not in flight")));
             };
+            if p.status {
+                match result {
+                    Err(e) => self.statuses.push_back((id, Err(e))),
+                    Ok(_) => return Err(protocol(format!("a child for status request {id}"))),
+                }
+                continue;
+            }
             let child =
                 result.map(|(pid, pidfd)| Child::new_remote(pid, pidfd, p.pipes, p.kill_on_drop));
             if !self.abandoned.remove(&id) {
@@ -1013,7 +1164,7 @@ struct Request {
     /// command (sent once per frame, the others as repeats).
     bytes: Arc<[u8]>,
     /// The fds to pass (borrowed from the command or from `child_ends`).
-    fds: Vec<RawFd>,
+    fds: Arc<[RawFd]>,
     /// Our ends of the pipes made for it.
     pipes: [Option<OwnedFd>; 3],
     /// The child's ends, passed with the request and closed here once it is sent.
@@ -1021,6 +1172,8 @@ struct Request {
     kill_on_drop: bool,
     /// The command starts from the connection's environment (sent without one).
     conn_env: bool,
+    /// A status request.
+    status: bool,
 }
 
 /// What the caller's process fills in (its cwd, its environment, what its fds 0-2 give an
@@ -1051,8 +1204,21 @@ impl Filler {
     }
 }
 
-/// `conn`: this client's connection, never passed as one of the command's fds.
-fn encode_request(cmd: &Command, filler: &mut Filler, conn: RawFd) -> Result<Request> {
+/// `conn`: this client's connection, never passed as one of the command's fds. `status`: a
+/// status request (no child is handed back, so a pipe would have no other end).
+fn encode_request(
+    cmd: &Command,
+    filler: &mut Filler,
+    conn: RawFd,
+    status: bool,
+) -> Result<Request> {
+    if status && cmd.stdio.iter().any(|s| matches!(s, Some(Stdio::Pipe))) {
+        return Err(Error::invalid(
+            "encode",
+            "Stdio::Pipe",
+            "a status request hands back no child, so no pipe end: spawn it instead",
+        ));
+    }
     let mut pipes: [Option<OwnedFd>; 3] = [None, None, None];
     let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
     let mut fill_stdio: [Option<Filled>; 3] = [None, None, None];
@@ -1115,17 +1281,18 @@ fn encode_request(cmd: &Command, filler: &mut Filler, conn: RawFd) -> Result<Req
     }
     Ok(Request {
         bytes: bytes.into(),
-        fds,
+        fds: fds.into(),
         pipes,
         _child_ends: child_ends,
         kill_on_drop: cmd.kill_on_drop,
         conn_env,
+        status,
     })
 }
 
 /// Encode `cmds` for one call (the cwd and environment read once); the same command again
 /// (spawn N alike) is encoded once, unless it has pipes, which are made per request.
-fn encode_all(cmds: &[&Command], conn: RawFd) -> Result<(Vec<Request>, Filler)> {
+fn encode_all(cmds: &[&Command], conn: RawFd, status: bool) -> Result<(Vec<Request>, Filler)> {
     let mut fill = Filler::default();
     let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
     for (i, c) in cmds.iter().enumerate() {
@@ -1141,10 +1308,11 @@ fn encode_all(cmds: &[&Command], conn: RawFd) -> Result<(Vec<Request>, Filler)> 
                     _child_ends: [None, None, None],
                     kill_on_drop: prev.kill_on_drop,
                     conn_env: prev.conn_env,
+                    status,
                 };
                 reqs.push(copy);
             }
-            _ => reqs.push(encode_request(c, &mut fill, conn)?),
+            _ => reqs.push(encode_request(c, &mut fill, conn, status)?),
         }
     }
     Ok((reqs, fill))

@@ -7,7 +7,7 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 /// The protocol version this build speaks (byte 4 of every header).
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 16;
 /// The largest body a frame may have (4 MiB: room for a command with an environment and
@@ -30,6 +30,12 @@ pub const FLAG_BATCH_REPLY: u8 = 2;
 /// carries a base environment starts from the connection's (the last [`Kind::Env`] frame):
 /// the caller's environment travels once, not in every request.
 pub const FLAG_CONN_ENV: u8 = 4;
+
+/// Request flag: spawn and wait (a `status` request). The server keeps the child's pidfd and
+/// answers once: an [`Kind::Exit`] frame under the request's id when the child has ended, or
+/// an [`Kind::Error`] if it could not start. No Spawned, no pidfd: the caller holds no fd per
+/// child and reads no status from one.
+pub const FLAG_STATUS: u8 = 8;
 
 /// Bytes per entry of a [`Kind::SpawnedMany`] body: the request id (u64 LE) and the pid
 /// (i32 LE).

@@ -10,14 +10,14 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
 use super::frame::{
     self as frames, Expect, FrameError, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV,
-    FLAG_WANT_EXIT, MAX_BATCH_REPLY,
+    FLAG_STATUS, FLAG_WANT_EXIT, MAX_BATCH_REPLY,
 };
 use super::gate::{gate, Peer};
 use super::reply;
@@ -31,6 +31,11 @@ use crate::{ExitStatus, SignalFd};
 /// Requests waiting for the spawner threads beyond which the loop spawns them itself
 /// instead of reading more.
 const QUEUE_LIMIT: usize = 32;
+
+/// Status requests (`FLAG_STATUS`) one connection may have unanswered: their children's
+/// pidfds are the server's to hold until they end. Beyond it a request is refused (an Error,
+/// the connection goes on), so one client cannot take every fd the server may open.
+pub const MAX_STATUS_IN_FLIGHT: usize = 1024;
 
 /// How long a new connection has to answer the challenge.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -253,6 +258,8 @@ impl FrameBatch {
 struct ConnTx {
     sock: UnixStream,
     out: Mutex<VecDeque<Out>>,
+    /// Status requests taken and not answered yet (at most [`MAX_STATUS_IN_FLIGHT`]).
+    statuses: AtomicUsize,
 }
 
 impl ConnTx {
@@ -389,6 +396,8 @@ struct Job {
     id: u64,
     /// The SpawnMany frame it came in, when its client takes batched answers.
     batch: Option<Arc<FrameBatch>>,
+    /// A status request: answered by an Exit frame when the child ends.
+    status: Option<StatusReq>,
     cmd: Command,
 }
 
@@ -480,6 +489,93 @@ struct ChildRec {
     conn: (usize, u32),
     id: u64,
     want_exit: bool,
+    /// The child of a status request: its Exit frame is the request's answer.
+    status: Option<StatusReq>,
+    /// Times its pidfd was readable before the kernel had recorded its exit.
+    early: u32,
+}
+
+/// The children whose pidfd the server watches (in its epoll set, token `T_CHILD | fd`):
+/// every child when the server reaps them, and the children of status requests when the
+/// kernel does. Shared with the spawner threads, which add the children they start for
+/// status requests; the loop thread alone takes them out.
+struct Watched {
+    epoll: Arc<Epoll>,
+    map: Mutex<HashMap<RawFd, ChildRec>>,
+}
+
+impl Watched {
+    fn lock(&self) -> MutexGuard<'_, HashMap<RawFd, ChildRec>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Watch `rec`'s pidfd; the record back if it cannot be (no memory for the epoll entry).
+    fn add(&self, rec: ChildRec) -> std::result::Result<(), ChildRec> {
+        let raw = rec.pidfd.as_raw_fd();
+        let mut map = self.lock();
+        map.insert(raw, rec);
+        // In the map before the epoll set: the loop finds it as soon as it is readable.
+        if self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64).is_err() {
+            return Err(map.remove(&raw).unwrap_or_else(|| unreachable!()));
+        }
+        Ok(())
+    }
+}
+
+/// How a child that could not be watched ended, waited for here (it blocks this thread):
+/// reaped here, or read from its pidfd when the kernel reaps.
+fn wait_now(pidfd: &OwnedFd, kernel_reaps: bool) -> ExitStatus {
+    let ended = if kernel_reaps {
+        let mut p = [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        while matches!(pidfd::poll(&mut p, -1), Err(libc::EINTR)) {}
+        pidfd::exit_info_settled(pidfd.as_fd()).ok().flatten()
+    } else {
+        pidfd::wait(pidfd.as_fd(), false).ok().flatten()
+    };
+    ExitStatus::from(ended.unwrap_or(pidfd::Ended::Exited(-1)))
+}
+
+/// A status request (`FLAG_STATUS`): where its answer (an Exit frame, or an Error) goes.
+/// Alone, it is sent as soon as it comes; a request of a SpawnMany frame flagged
+/// `FLAG_BATCH_REPLY` shares its frame's [`StatusBatch`].
+#[derive(Clone, Default)]
+struct StatusReq(Option<Arc<StatusBatch>>);
+
+/// The status requests of one SpawnMany frame flagged `FLAG_BATCH_REPLY`: their answers
+/// wait here until every request of the frame has one, then go out as one message.
+struct StatusBatch {
+    /// (requests of the frame not answered, the answers' frames so far)
+    state: Mutex<(usize, Vec<u8>)>,
+}
+
+impl StatusReq {
+    /// This request's answer `frame`: what to send now (`None`: held with its frame's).
+    fn answer(&self, frame: Vec<u8>) -> Option<Vec<u8>> {
+        let Some(b) = &self.0 else { return Some(frame) };
+        let mut st = b.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.0 = st.0.saturating_sub(1);
+        st.1.extend_from_slice(&frame);
+        (st.0 == 0).then(|| std::mem::take(&mut st.1))
+    }
+}
+
+/// An Error frame answering request `id`.
+fn error_frame(id: u64, e: &Error) -> Vec<u8> {
+    let mut body = Vec::new();
+    reply::encode_error(e, &mut body);
+    let h = Header { len: body.len() as u32, kind: Kind::Error, flags: 0, nfds: 0, id };
+    let mut out = h.encode().to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// An Exit frame: `pid` ended with `status`; `id` the request that started it.
+fn exit_frame(id: u64, pid: i32, status: ExitStatus) -> Vec<u8> {
+    let body = reply::encode_exit(pid, status);
+    let h = Header { len: body.len() as u32, kind: Kind::Exit, flags: 0, nfds: 0, id };
+    let mut out = h.encode().to_vec();
+    out.extend_from_slice(&body);
+    out
 }
 
 /// A spawn server (see docs/protocol.md). Build it with [`Server::bind`] (the `spawnkit serve`
@@ -817,12 +913,15 @@ impl Drop for SigchldBlocked {
 
 struct Looper<'a> {
     server: &'a Server,
-    epoll: Epoll,
+    epoll: Arc<Epoll>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     live: usize,
     next_gen: u32,
-    children: HashMap<RawFd, ChildRec>,
+    children: Arc<Watched>,
+    /// Exit frames for each connection (index: generation, frames, status answers among
+    /// them), sent together once the loop has handled what epoll returned.
+    exits_out: HashMap<usize, (u32, Vec<u8>, usize)>,
     cmsg: CmsgBuf,
     recv_fds: Vec<OwnedFd>,
     scratch: Vec<u8>,
@@ -855,7 +954,7 @@ impl Drop for Looper<'_> {
 
 impl<'a> Looper<'a> {
     fn new(server: &'a mut Server) -> Result<Looper<'a>> {
-        let epoll = Epoll::new().map_err(|e| sys_err("epoll_create1", e))?;
+        let epoll = Arc::new(Epoll::new().map_err(|e| sys_err("epoll_create1", e))?);
         let ev_in = libc::EPOLLIN as u32;
         if let Some(l) = &server.listener {
             l.set_nonblocking(true).map_err(|e| Error::os("fcntl", "listener", errno_of(&e)))?;
@@ -873,12 +972,13 @@ impl<'a> Looper<'a> {
         let initial = std::mem::take(&mut server.initial);
         let mut looper = Looper {
             server,
-            epoll,
+            epoll: epoll.clone(),
             conns: Vec::new(),
             free: Vec::new(),
             live: 0,
             next_gen: 1,
-            children: HashMap::new(),
+            children: Arc::new(Watched { epoll: epoll.clone(), map: Mutex::new(HashMap::new()) }),
+            exits_out: HashMap::new(),
             cmsg: CmsgBuf::new(),
             recv_fds: Vec::with_capacity(8),
             scratch: Vec::with_capacity(512),
@@ -933,7 +1033,14 @@ impl<'a> Looper<'a> {
         self.jobs.ready.notify_all();
         for job in queued {
             let stopping = Error::unsupported("serve", "the server is stopping");
-            let _ = job.tx.finished(job.id, job.batch.as_deref(), Err(stopping));
+            match &job.status {
+                Some(sreq) => {
+                    let _ = status_answered(&job.tx, sreq, error_frame(job.id, &stopping));
+                }
+                None => {
+                    let _ = job.tx.finished(job.id, job.batch.as_deref(), Err(stopping));
+                }
+            }
             let _ = job.tx.flush();
         }
         self.stop_threads();
@@ -996,6 +1103,7 @@ impl<'a> Looper<'a> {
                     },
                 }
             }
+            self.send_exits();
             self.expire_handshakes();
             // Spawn one queued request here too when the spawner threads are behind.
             self.help_spawners();
@@ -1128,7 +1236,11 @@ impl<'a> Looper<'a> {
             return;
         }
         self.conns[idx] = Some(Conn {
-            tx: Arc::new(ConnTx { sock, out: Mutex::new(VecDeque::new()) }),
+            tx: Arc::new(ConnTx {
+                sock,
+                out: Mutex::new(VecDeque::new()),
+                statuses: AtomicUsize::new(0),
+            }),
             generation,
             peer: Peer { pid, uid, gid },
             state: State::Challenged(ns, Instant::now() + HANDSHAKE_TIMEOUT),
@@ -1148,6 +1260,21 @@ impl<'a> Looper<'a> {
             let _ = self.epoll.delete(c.tx.sock.as_raw_fd());
             self.free.push(idx);
             self.live -= 1;
+            self.exits_out.remove(&idx);
+            if self.kernel_reaps && c.tx.statuses.load(Ordering::Relaxed) > 0 {
+                // Nobody is left to tell how its status children end: their pidfds close now
+                // (the children run on, as a client's do when it drops their pidfds). A
+                // server that reaps keeps watching its own to reap them.
+                let generation = c.generation;
+                let epoll = &self.epoll;
+                self.children.lock().retain(|&raw, rec| {
+                    let gone = rec.status.is_some() && rec.conn == (idx, generation);
+                    if gone {
+                        let _ = epoll.delete(raw);
+                    }
+                    !gone
+                });
+            }
         }
     }
 
@@ -1323,7 +1450,9 @@ impl<'a> Looper<'a> {
                     // The request a Wake frame of this connection announced: sleep again
                     // after it.
                     self.awake.request_from(Instant::now(), (idx, conn.generation));
-                    let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0;
+                    let status = frame.header.flags & FLAG_STATUS != 0;
+                    // A status request's answer is its Exit frame whatever else it asks.
+                    let want_exit = frame.header.flags & FLAG_WANT_EXIT != 0 || status;
                     let batch_reply = frame.header.flags & FLAG_BATCH_REPLY != 0;
                     let conn_env = (frame.header.flags & FLAG_CONN_ENV != 0)
                         .then(|| conn.env.clone().ok_or_else(no_conn_env));
@@ -1333,31 +1462,52 @@ impl<'a> Looper<'a> {
                             Ok(cmds) => cmds,
                             Err(e) => return self.refuse(conn, id, &e),
                         };
-                        if want_exit && self.kernel_reaps {
+                        let refused = if status {
+                            too_many_statuses(&conn.tx, cmds.len())
+                        } else {
+                            (want_exit && self.kernel_reaps).then(no_exit_frames)
+                        };
+                        if let Some(e) = refused {
                             // Every request of the frame gets its answer (the same refusal).
                             for i in 0..cmds.len() {
-                                self.send_error(conn, id.wrapping_add(i as u64), &no_exit_frames());
+                                self.send_error(conn, id.wrapping_add(i as u64), &e);
                             }
                             continue;
                         }
-                        let batch = (batch_reply && cmds.len() > 1 && self.hand_off(conn))
-                            .then(|| FrameBatch::new(cmds.len()));
+                        let batch =
+                            (batch_reply && !status && cmds.len() > 1 && self.hand_off(conn))
+                                .then(|| FrameBatch::new(cmds.len()));
+                        // Status answers of a batch-reply frame go out together, whichever
+                        // thread spawns them.
+                        let sbatch = (status && batch_reply && cmds.len() > 1).then(|| {
+                            Arc::new(StatusBatch { state: Mutex::new((cmds.len(), Vec::new())) })
+                        });
+                        let sreq = status.then_some(StatusReq(sbatch));
                         for (i, cmd) in cmds.into_iter().enumerate() {
                             let sub = id.wrapping_add(i as u64);
-                            self.take_request(conn, idx, sub, want_exit, batch.clone(), cmd);
+                            let asked = (want_exit, sreq.clone());
+                            self.take_request(conn, idx, sub, asked, batch.clone(), cmd);
                         }
                         continue;
                     }
-                    if want_exit && self.kernel_reaps {
+                    let refused = if status {
+                        too_many_statuses(&conn.tx, 1)
+                    } else {
+                        (want_exit && self.kernel_reaps).then(no_exit_frames)
+                    };
+                    if let Some(e) = refused {
                         drop(frame);
-                        self.send_error(conn, id, &no_exit_frames());
+                        self.send_error(conn, id, &e);
                         continue;
                     }
                     let decoded = Command::from_wire(body, frame.fds)
                         .and_then(|c| with_conn_env(c, conn_env.as_ref()))
                         .map(|(c, _)| c);
                     match decoded {
-                        Ok(cmd) => self.take_request(conn, idx, id, want_exit, None, cmd),
+                        Ok(cmd) => {
+                            let asked = (want_exit, status.then(StatusReq::default));
+                            self.take_request(conn, idx, id, asked, None, cmd)
+                        }
                         // Bytes that do not decode: answer once, then close (malformed).
                         Err(e) => return self.refuse(conn, id, &e),
                     }
@@ -1375,12 +1525,13 @@ impl<'a> Looper<'a> {
     }
 
     /// A decoded request: to a spawner thread, or spawned here when there is none.
+    /// `(want_exit, status)`: what the request asked ([`FLAG_WANT_EXIT`], [`FLAG_STATUS`]).
     fn take_request(
         &mut self,
         conn: &mut Conn,
         idx: usize,
         id: u64,
-        want_exit: bool,
+        (want_exit, status): (bool, Option<StatusReq>),
         batch: Option<Arc<FrameBatch>>,
         cmd: Command,
     ) {
@@ -1402,11 +1553,11 @@ impl<'a> Looper<'a> {
         if self.hand_off(conn) && !lone {
             let token = T_CONN | ((conn.generation as u64) << 32) | idx as u64;
             let tx = conn.tx.clone();
-            let job = Job { tx, token, peer: conn.peer, id, batch, cmd };
+            let job = Job { tx, token, peer: conn.peer, id, batch, status, cmd };
             self.jobs.lock().0.push_back(job);
             self.jobs.ready.notify_one();
         } else {
-            self.spawn_one(conn, idx, id, want_exit, cmd);
+            self.spawn_one(conn, idx, id, (want_exit, status), cmd);
         }
     }
 
@@ -1415,14 +1566,44 @@ impl<'a> Looper<'a> {
         conn: &mut Conn,
         idx: usize,
         id: u64,
-        want_exit: bool,
+        (want_exit, status): (bool, Option<StatusReq>),
         mut cmd: Command,
     ) {
         let (pid, pidfd) = match spawn_for(&mut cmd, conn.peer, self.own) {
             Ok(p) => p,
-            Err(e) => return self.send_error(conn, id, &e),
+            Err(e) => {
+                if let Some(sreq) = status {
+                    conn.tx.statuses.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(out) = sreq.answer(error_frame(id, &e)) {
+                        self.send(conn, &[&out]);
+                    }
+                    return;
+                }
+                return self.send_error(conn, id, &e);
+            }
         };
         drop(cmd); // the fds the request passed close now
+        if let Some(sreq) = status {
+            // No answer until it ends: its pidfd is watched here, never sent.
+            let rec = ChildRec {
+                pidfd,
+                pid,
+                conn: (idx, conn.generation),
+                id,
+                want_exit: true,
+                status: Some(sreq),
+                early: 0,
+            };
+            if let Err(rec) = self.children.add(rec) {
+                let st = wait_now(&rec.pidfd, self.kernel_reaps);
+                conn.tx.statuses.fetch_sub(1, Ordering::Relaxed);
+                let sreq = rec.status.unwrap_or_default();
+                if let Some(out) = sreq.answer(exit_frame(id, pid, st)) {
+                    self.send(conn, &[&out]);
+                }
+            }
+            return;
+        }
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
         if self.kernel_reaps {
             // The pidfd goes to the client; the kernel reaps the child when it exits.
@@ -1436,14 +1617,19 @@ impl<'a> Looper<'a> {
             }
             Err(e) => self.send_error(conn, id, &Error::os("fcntl", "F_DUPFD_CLOEXEC pidfd", e)),
         }
-        let raw = pidfd.as_raw_fd();
-        let rec = ChildRec { pidfd, pid, conn: (idx, conn.generation), id, want_exit };
-        if self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64).is_err() {
+        let rec = ChildRec {
+            pidfd,
+            pid,
+            conn: (idx, conn.generation),
+            id,
+            want_exit,
+            status: None,
+            early: 0,
+        };
+        if let Err(rec) = self.children.add(rec) {
             // Cannot watch it: wait for it now rather than leave a zombie.
             let _ = pidfd::wait(rec.pidfd.as_fd(), false);
-            return;
         }
-        self.children.insert(raw, rec);
     }
 
     fn send_error(&mut self, conn: &mut Conn, id: u64, e: &Error) {
@@ -1469,13 +1655,14 @@ impl<'a> Looper<'a> {
         let pool = self.pool_size();
         for _ in 1..self.server.opts.spawn_threads {
             let (jobs, wake, own) = (self.jobs.clone(), w.clone(), self.own);
+            let watched = self.children.clone();
             let watchdog = self.watchdog.clone();
             let t = std::thread::Builder::new()
                 .name("spawnkit-spawner".into())
                 .spawn(move || {
                     watchdog.enroll();
                     crate::sys::pool::enable(pool, watchdog.parked());
-                    spawner(&jobs, &wake, own);
+                    spawner(&jobs, &wake, own, &watched);
                     crate::sys::pool::disable();
                 })
                 .map_err(|e| Error::os("pthread_create", "spawner", errno_of(&e)))?;
@@ -1524,7 +1711,7 @@ impl<'a> Looper<'a> {
                 q.0.pop_front()
             };
             let Some(job) = job else { return };
-            if let Some(token) = run_job(job, self.own, None) {
+            if let Some(token) = run_job(job, self.own, None, &self.children) {
                 self.watch_out(token);
             }
         }
@@ -1556,48 +1743,114 @@ impl<'a> Looper<'a> {
             q.0.pop_front()
         };
         if let Some(job) = job {
-            if let Some(token) = run_job(job, self.own, None) {
+            if let Some(token) = run_job(job, self.own, None, &self.children) {
                 self.watch_out(token);
             }
         }
     }
 
-    /// A child's pidfd is readable: reap it, tell the client if it asked, forget it.
+    /// A child's pidfd is readable: reap it (or, when the kernel reaps, read how it ended),
+    /// tell the client if it asked, forget it.
     fn on_child(&mut self, raw: RawFd) {
-        let Some(rec) = self.children.get(&raw) else { return };
-        let ended = match pidfd::wait(rec.pidfd.as_fd(), true) {
-            Ok(Some(e)) => e,
-            Ok(None) => return,
-            Err(_) => crate::sys::pidfd::Ended::Exited(-1),
+        let rec = {
+            let mut map = self.children.lock();
+            let Some(rec) = map.get_mut(&raw) else { return };
+            let ended = if self.kernel_reaps {
+                // Readable at the exit; the kernel records the status a moment later, at the
+                // reap. Until then the fd stays readable and comes back next turn.
+                let mut info = pidfd::exit_info(rec.pidfd.as_fd());
+                for _ in 0..20 {
+                    if info != Err(libc::ESRCH) && info != Ok(None) {
+                        break;
+                    }
+                    std::thread::yield_now();
+                    info = pidfd::exit_info(rec.pidfd.as_fd());
+                }
+                match info {
+                    Ok(Some(e)) => e,
+                    Ok(None) | Err(libc::ESRCH) if rec.early < EARLY_LIMIT => {
+                        rec.early += 1;
+                        return;
+                    }
+                    _ => crate::sys::pidfd::Ended::Exited(-1),
+                }
+            } else {
+                match pidfd::wait(rec.pidfd.as_fd(), true) {
+                    Ok(Some(e)) => e,
+                    Ok(None) => return,
+                    Err(_) => crate::sys::pidfd::Ended::Exited(-1),
+                }
+            };
+            let _ = self.epoll.delete(raw);
+            let Some(rec) = map.remove(&raw) else { return };
+            (rec, ended)
         };
-        let _ = self.epoll.delete(raw);
-        let Some(rec) = self.children.remove(&raw) else { return };
+        let (rec, ended) = rec;
         if rec.want_exit {
             let (idx, generation) = rec.conn;
-            if let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) {
-                if conn.generation == generation {
-                    let body = reply::encode_exit(rec.pid, ExitStatus::from(ended));
-                    let h = Header {
-                        len: body.len() as u32,
-                        kind: Kind::Exit,
-                        flags: 0,
-                        nfds: 0,
-                        id: rec.id,
-                    };
-                    self.send(&mut conn, &[&h.encode(), &body]);
-                    let ok = self.update_interest(&mut conn, idx);
-                    self.conns[idx] = Some(conn);
-                    if !ok {
-                        self.close(idx);
+            let live = self.conns.get(idx).and_then(Option::as_ref);
+            if live.is_some_and(|c| c.generation == generation) {
+                let out = self.exits_out.entry(idx).or_insert_with(|| (generation, Vec::new(), 0));
+                if out.0 != generation {
+                    *out = (generation, Vec::new(), 0);
+                }
+                let frame = exit_frame(rec.id, rec.pid, ExitStatus::from(ended));
+                match &rec.status {
+                    None => out.1.extend_from_slice(&frame),
+                    Some(sreq) => {
+                        out.2 += 1;
+                        if let Some(all) = sreq.answer(frame) {
+                            out.1.extend_from_slice(&all);
+                        }
                     }
-                } else {
-                    self.conns[idx] = Some(conn);
                 }
             }
         }
         drop(rec);
     }
+
+    /// Send the Exit frames gathered this turn: one message per connection, however many
+    /// children of it ended.
+    fn send_exits(&mut self) {
+        if self.exits_out.is_empty() {
+            return;
+        }
+        for (idx, (generation, bytes, statuses)) in std::mem::take(&mut self.exits_out) {
+            let Some(mut conn) = self.conns.get_mut(idx).and_then(Option::take) else { continue };
+            if conn.generation != generation {
+                self.conns[idx] = Some(conn);
+                continue;
+            }
+            conn.tx.statuses.fetch_sub(statuses, Ordering::Relaxed);
+            if !bytes.is_empty() {
+                self.send(&mut conn, &[&bytes]);
+            }
+            let ok = self.update_interest(&mut conn, idx);
+            self.conns[idx] = Some(conn);
+            if !ok {
+                self.close(idx);
+            }
+        }
+    }
 }
+
+/// The refusal of `n` more status requests of a connection, if they would make more than
+/// [`MAX_STATUS_IN_FLIGHT`] unanswered; else they are counted in.
+fn too_many_statuses(tx: &ConnTx, n: usize) -> Option<Error> {
+    let open = tx.statuses.load(Ordering::Relaxed);
+    if open + n > MAX_STATUS_IN_FLIGHT {
+        return Some(Error::os("serve", "status request", libc::EAGAIN).with_reason(format!(
+            "{open} status requests of this connection are unanswered, at most \
+                 {MAX_STATUS_IN_FLIGHT}: wait for some first"
+        )));
+    }
+    tx.statuses.fetch_add(n, Ordering::Relaxed);
+    None
+}
+
+/// Turns a child's pidfd may come back readable with its exit not yet recorded (each after
+/// 20 yields) before the server gives up on its status (reported as exit code -1).
+const EARLY_LIMIT: u32 = 1000;
 
 /// What every spawn of a server applies, whichever thread makes it.
 #[derive(Debug, Clone, Copy)]
@@ -1677,23 +1930,57 @@ fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> 
     Ok((pid as i32, pidfd))
 }
 
-/// Spawn a queued request and send its reply. If the reply had to queue, the connection's
+/// Spawn a queued request and send its reply (a status request's child goes to `watched`
+/// instead: its answer is its Exit frame). If the reply had to queue, the connection's
 /// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
-fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>) -> Option<u64> {
+fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) -> Option<u64> {
     // A panic here must not lose the answer (nor hold its frame's others forever).
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         spawn_for(&mut job.cmd, job.peer, own)
     }))
     .unwrap_or_else(|_| Err(Error::unsupported("serve", "the spawner thread panicked")));
-    let Job { tx, token, id, batch, cmd, .. } = job;
+    let Job { tx, token, id, batch, status, cmd, .. } = job;
     drop(cmd);
-    if !tx.finished(id, batch.as_deref(), result) {
+    let queued = match (result, status) {
+        (Ok((pid, pidfd)), Some(sreq)) => {
+            let idx = (token & 0xFFFF_FFFF) as usize;
+            let generation = ((token >> 32) & 0x0FFF_FFFF) as u32;
+            let rec = ChildRec {
+                pidfd,
+                pid,
+                conn: (idx, generation),
+                id,
+                want_exit: true,
+                status: Some(sreq),
+                early: 0,
+            };
+            match watched.add(rec) {
+                Ok(()) => false,
+                Err(rec) => {
+                    // Spawner threads serve kernel-reaping servers only.
+                    let st = wait_now(&rec.pidfd, true);
+                    let sreq = rec.status.unwrap_or_default();
+                    status_answered(&tx, &sreq, exit_frame(id, pid, st))
+                }
+            }
+        }
+        (Err(e), Some(sreq)) => status_answered(&tx, &sreq, error_frame(id, &e)),
+        (result, None) => tx.finished(id, batch.as_deref(), result),
+    };
+    if !queued {
         return None;
     }
     if let Some(w) = wake {
         parent::write_all(w.as_raw_fd(), &token.to_ne_bytes());
     }
     Some(token)
+}
+
+/// A status request's answer `frame`, from a thread other than the loop: counted out, and
+/// sent (now, or with its frame's others). True when it had to queue.
+fn status_answered(tx: &ConnTx, sreq: &StatusReq, frame: Vec<u8>) -> bool {
+    tx.statuses.fetch_sub(1, Ordering::Relaxed);
+    sreq.answer(frame).is_some_and(|out| tx.send(&[&out], Vec::new()))
 }
 
 /// The refusal of an Exit-frame request by a server whose kernel reaps.
@@ -1706,7 +1993,7 @@ fn no_exit_frames() -> Error {
 }
 
 /// A spawner thread: take requests until the loop stops.
-fn spawner(jobs: &Jobs, wake: &OwnedFd, own: Own) {
+fn spawner(jobs: &Jobs, wake: &OwnedFd, own: Own, watched: &Watched) {
     loop {
         let job = {
             let mut q = jobs.lock();
@@ -1727,6 +2014,6 @@ fn spawner(jobs: &Jobs, wake: &OwnedFd, own: Own) {
                 q = jobs.ready.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let _ = run_job(job, own, Some(wake));
+        let _ = run_job(job, own, Some(wake), watched);
     }
 }

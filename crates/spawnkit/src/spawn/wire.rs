@@ -322,19 +322,20 @@ impl Command {
             ));
         }
         let mut passed: Vec<RawFd> = Vec::new();
-        let mut pass = |fd: RawFd, what: String| -> Result<u32> {
+        // `what` names the fd in an error only (formatted then, not per request).
+        let mut pass = |fd: RawFd, what: &dyn Fn() -> String| -> Result<u32> {
             if fd < 0 {
-                return Err(Error::invalid("encode", what, "negative fd"));
+                return Err(Error::invalid("encode", what(), "negative fd"));
             }
             passed.push(fd);
             u32::try_from(passed.len() - 1)
-                .map_err(|_| Error::invalid("encode", what, "too many fds"))
+                .map_err(|_| Error::invalid("encode", what(), "too many fds"))
         };
         let mut wire_stdio: [Option<WireStdio>; 3] = [None, None, None];
         for (i, (slot, spec)) in wire_stdio.iter_mut().zip(stdio).enumerate() {
             match fill.and_then(|f| f.stdio[i]) {
                 Some(Filled::Fd(fd)) => {
-                    *slot = Some(WireStdio::Fd(pass(fd, format!("fd {fd} -> {i}"))?));
+                    *slot = Some(WireStdio::Fd(pass(fd, &|| format!("fd {fd} -> {i}"))?));
                     continue;
                 }
                 Some(Filled::Closed) => {
@@ -351,17 +352,19 @@ impl Command {
                 Some(Stdio::Stdout) => Some(WireStdio::Stdout),
                 Some(Stdio::Closed) => Some(WireStdio::Closed),
                 Some(Stdio::File(f)) => {
-                    Some(WireStdio::Fd(pass(f.as_raw_fd(), format!("fd {i}"))?))
+                    Some(WireStdio::Fd(pass(f.as_raw_fd(), &|| format!("fd {i}"))?))
                 }
                 Some(Stdio::Owned(f)) => {
-                    Some(WireStdio::Fd(pass(f.as_raw_fd(), format!("fd {i}"))?))
+                    Some(WireStdio::Fd(pass(f.as_raw_fd(), &|| format!("fd {i}"))?))
                 }
-                Some(Stdio::Fd(fd)) => Some(WireStdio::Fd(pass(*fd, format!("fd {fd} -> {i}"))?)),
+                Some(Stdio::Fd(fd)) => {
+                    Some(WireStdio::Fd(pass(*fd, &|| format!("fd {fd} -> {i}"))?))
+                }
             };
         }
         let mut wire_fds = Vec::with_capacity(fds.len());
         for &(child, parent) in fds {
-            wire_fds.push((child, pass(parent, format!("fd {parent} -> {child}"))?));
+            wire_fds.push((child, pass(parent, &|| format!("fd {parent} -> {child}"))?));
         }
         let wire = WireCommand {
             program: Bytes::of(program),
