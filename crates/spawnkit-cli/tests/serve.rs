@@ -1628,3 +1628,174 @@ fn serve_with_stdout_closed_from_the_start_still_serves() {
     let s = Serve { proc, socket, dir };
     s.still_serves();
 }
+
+/// The probe with `args`, its cwd and environment its own (nothing read from this process).
+fn probe_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new(probe());
+    cmd.args(args).current_dir("/").env_clear();
+    cmd
+}
+
+/// Status requests (spawn and wait, the pidfd kept in the server): each is answered once,
+/// with how its child ended or the local spawn's error, alone, in a batch, beside requests
+/// answered with a child; the server holds no fd for them afterwards.
+#[test]
+fn status_requests_answer_once_with_how_the_child_ended() {
+    let s = Serve::start(&[]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let mut c = s.client();
+    assert_eq!(c.status(&probe_cmd(&["exit", "7"])).unwrap(), ExitStatus::Exited(7));
+    let st = c.status(&probe_cmd(&["kill", "15"])).unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGTERM), "{st}");
+    // The child's view: the client's environment and cwd, as any request.
+    let mut env_check = Command::new("/bin/sh");
+    env_check.args(["-c", "test \"$SPAWNKIT_STATUS_T\" = yes && test \"$PWD\" = /tmp"]);
+    env_check.env("SPAWNKIT_STATUS_T", "yes").current_dir("/tmp");
+    assert_eq!(c.status(&env_check).unwrap(), ExitStatus::Exited(0));
+    // A program that does not exist: the error a local spawn gives.
+    let missing = Command::new("/no/such/program");
+    let e = c.status(&missing).unwrap_err();
+    let local = missing.try_clone().unwrap().spawn().unwrap_err();
+    assert_eq!((e.step(), e.raw_os_error()), (local.step(), local.raw_os_error()), "{e}");
+    // A pipe has no other end to hand back: refused before anything is sent.
+    let mut piped = probe_cmd(&["exit", "0"]);
+    piped.stdout(spawnkit::Stdio::Pipe);
+    let e = c.status(&piped).unwrap_err();
+    assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput, "{e}");
+    // A batch with a failure in it: every request answered, under its own id.
+    let (ok, three, sig) =
+        (probe_cmd(&["exit", "0"]), probe_cmd(&["exit", "3"]), probe_cmd(&["kill", "9"]));
+    let cmds = [&ok, &three, &missing, &sig];
+    let ids = c.submit_status_many(cmds).unwrap();
+    let mut got = BTreeMap::new();
+    for _ in 0..ids.len() {
+        let (id, r) = c.receive_status().unwrap();
+        assert!(got.insert(id, r).is_none(), "request {id} answered twice");
+    }
+    assert_eq!(got.keys().copied().collect::<Vec<_>>(), ids);
+    assert_eq!(*got[&ids[0]].as_ref().unwrap(), ExitStatus::Exited(0));
+    assert_eq!(*got[&ids[1]].as_ref().unwrap(), ExitStatus::Exited(3));
+    assert_eq!(got[&ids[2]].as_ref().unwrap_err().step(), local.step());
+    assert_eq!(got[&ids[3]].as_ref().unwrap().signal(), Some(libc::SIGKILL));
+    let e = c.receive_status().unwrap_err();
+    assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput, "nothing in flight: {e}");
+    // Many, in order, with a window.
+    let many: Vec<Command> = (0..100).map(|i| probe_cmd(&["exit", &(i % 5).to_string()])).collect();
+    let statuses = c.status_many(&many, 16).unwrap();
+    for (i, st) in statuses.into_iter().enumerate() {
+        assert_eq!(st.unwrap(), ExitStatus::Exited(i as i32 % 5), "item {i}");
+    }
+    // Beside a request answered with a child: neither kind waits for the other.
+    let mut child = c.spawn(&probe_cmd(&["sleep", "0.2"])).unwrap();
+    let id = c.submit_status_many([&probe_cmd(&["sleep", "0.1"])]).unwrap()[0];
+    let e = c.receive().unwrap_err(); // no child request in flight: at once, not a hang
+    assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput, "{e}");
+    assert_eq!(c.receive_status().unwrap().0, id);
+    assert!(child.wait().unwrap().success());
+    drop(c);
+    s.settles_at(base);
+    s.still_serves();
+}
+
+/// A client gone with status requests running: the server closes their pidfds at once
+/// (the children run on, as a client's own do when it drops their pidfds); nothing is left
+/// once they end, and the server serves others throughout.
+#[test]
+fn a_closed_connection_leaves_no_status_pidfd() {
+    let s = Serve::start(&[]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let mut c = s.client();
+    let sleeper = probe_cmd(&["sleep", "30"]);
+    c.submit_status_many(std::iter::repeat_n(&sleeper, 5)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.children().len() < 5 {
+        assert!(Instant::now() < deadline, "children: {:?}", s.children());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(s.fd_count() >= base + 5, "the server holds their pidfds while the client is there");
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.fd_count() > base {
+        assert!(Instant::now() < deadline, "{} fds, {base} before", s.fd_count());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let running = s.children();
+    assert_eq!(running.len(), 5, "the children run on: {running:?}");
+    s.still_serves();
+    for pid in running {
+        unsafe_free_kill(pid, libc::SIGKILL);
+    }
+    s.settles_at(base);
+}
+
+/// At most 1,024 status requests unanswered per connection: the next is refused with
+/// EAGAIN and the connection goes on; once they are answered the count is back to 0.
+#[test]
+fn status_requests_beyond_the_cap_are_refused_then_taken_again() {
+    let s = Serve::start(&[]);
+    let mut c = s.client();
+    let cap = spawnkit::serve::MAX_STATUS_IN_FLIGHT;
+    // Requests that fail to start are answered, and counted out, too.
+    let missing: Vec<Command> = (0..cap)
+        .map(|_| {
+            let mut cmd = Command::new("/no/such");
+            cmd.current_dir("/").env_clear();
+            cmd
+        })
+        .collect();
+    for r in c.status_many(&missing, cap).unwrap() {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    }
+    let mut sleeper = Command::new("/bin/sleep");
+    sleeper.arg("1").current_dir("/").env_clear();
+    let ids = c.submit_status_many(std::iter::repeat_n(&sleeper, cap)).unwrap();
+    let over = c.submit_status_many([&probe_cmd(&["exit", "0"])]).unwrap()[0];
+    let (id, r) = c.receive_status().unwrap();
+    assert_eq!(id, over, "the refusal comes first, while the others sleep");
+    let e = r.unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    for _ in &ids {
+        assert!(c.receive_status().unwrap().1.unwrap().success());
+    }
+    let trues: Vec<Command> = (0..cap).map(|_| probe_cmd(&["exit", "0"])).collect();
+    for st in c.status_many(&trues, cap).unwrap() {
+        assert!(st.unwrap().success());
+    }
+}
+
+/// Every flags byte on a valid request (status, Exit frames, batched answers, the
+/// connection's environment, unknown bits, together): the server answers it or closes the
+/// connection, and is left with no fd or child of it.
+#[test]
+fn every_flags_byte_on_a_request_leaves_nothing_behind() {
+    let s = Serve::start(&[]);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let mut cmd = probe_cmd(&["exit", "0"]);
+    cmd.stdin(spawnkit::Stdio::Null).stdout(spawnkit::Stdio::Null).stderr(spawnkit::Stdio::Null);
+    let (body, fds) = cmd.to_wire().unwrap();
+    assert!(fds.is_empty());
+    for flags in 0..=u8::MAX {
+        let mut c = authenticated(&s);
+        let len = body.len() as u32;
+        let h = frame::Header { len, kind: frame::Kind::Spawn, flags, nfds: 0, id: 1 };
+        c.write_all(&h.encode()).unwrap();
+        c.write_all(&body).unwrap();
+        // One answer (a pidfd that comes with it is closed by a plain read), or the close.
+        let mut hdr = [0u8; 16];
+        if c.read_exact(&mut hdr).is_ok() {
+            let n = u32::from_le_bytes(hdr[..4].try_into().unwrap()) as usize;
+            let mut answer = vec![0u8; n];
+            c.read_exact(&mut answer).unwrap();
+            let kinds = [frame::Kind::Spawned, frame::Kind::Exit, frame::Kind::Error];
+            assert!(kinds.iter().any(|k| *k as u8 == hdr[5]), "flags {flags:#x}: kind {}", hdr[5]);
+            if flags & frame::FLAG_STATUS != 0 {
+                assert_eq!(hdr[5], frame::Kind::Exit as u8, "flags {flags:#x}: a status answer");
+            }
+        }
+    }
+    s.settles_at(base);
+    s.still_serves();
+}

@@ -1173,3 +1173,49 @@ fn pidfd_exit_status_after_the_parent_reaps() {
     assert_eq!(polled, [true]);
     assert_eq!(spawnkit::process::pidfd_exit_status(fd).unwrap(), Some(ExitStatus::Exited(3)));
 }
+
+/// Status requests through a server that reaps its own children (a `Server` on a thread of
+/// a bigger program, or a kernel before 6.15): the same answers as through one whose kernel
+/// reaps them.
+#[test]
+fn status_requests_through_a_server_that_reaps() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let mut exit7 = Command::new(probe());
+    exit7.args(["exit", "7"]);
+    assert_eq!(client.status(&exit7).unwrap(), ExitStatus::Exited(7));
+    let mut killself = Command::new(probe());
+    killself.args(["kill", "15"]);
+    let missing = Command::new("/no/such/program");
+    let all = client.status_many([&exit7, &killself, &missing, &exit7], 2).unwrap();
+    assert_eq!(*all[0].as_ref().unwrap(), ExitStatus::Exited(7));
+    assert_eq!(all[1].as_ref().unwrap().signal(), Some(libc::SIGTERM));
+    assert_eq!(all[2].as_ref().unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(*all[3].as_ref().unwrap(), ExitStatus::Exited(7));
+}
+
+/// A batch of status requests is answered in one message once its last child has ended:
+/// the waiting client sleeps about once per batch, not once per child.
+#[test]
+fn a_status_batch_wakes_its_client_about_once() {
+    if !common::alone("a_status_batch_wakes_its_client_about_once") {
+        return;
+    }
+    let mut server = PrivateServer::start().unwrap();
+    let client = server.client();
+    let mut cmd = Command::new("/bin/true");
+    cmd.stdout(Stdio::Null).stderr(Stdio::Null);
+    assert!(client.status(&cmd).unwrap().success()); // warm up: threads and pool exist
+    let sleeps = || voluntary_switches(std::path::Path::new("/proc/thread-self/status"));
+    const BATCHES: u64 = 30;
+    let before = sleeps();
+    for _ in 0..BATCHES {
+        client.submit_status_many(std::iter::repeat_n(&cmd, 16)).unwrap();
+        for _ in 0..16 {
+            assert!(client.receive_status().unwrap().1.unwrap().success());
+        }
+    }
+    let slept = sleeps() - before;
+    // Answered child by child, 16 children would cost up to 16 sleeps each batch.
+    assert!(slept <= 2 * BATCHES, "{slept} sleeps for {BATCHES} batches of 16");
+}

@@ -342,7 +342,7 @@ impl Client {
     /// [`submit_many`](Client::submit_many)); their ids, in order. Each is answered once,
     /// by [`receive_status`](Client::receive_status): how its child ended, or why it did
     /// not start. At most 1,024 may be unanswered on one connection
-    /// (`serve::server::MAX_STATUS_IN_FLIGHT`); beyond, the server refuses them (EAGAIN).
+    /// ([`MAX_STATUS_IN_FLIGHT`](crate::serve::MAX_STATUS_IN_FLIGHT)); beyond, the server refuses them (EAGAIN).
     pub fn submit_status_many<'c>(
         &mut self,
         cmds: impl IntoIterator<Item = &'c Command>,

@@ -6,7 +6,8 @@
 //! - [`auth`]: the 32-byte key and the mutual HMAC-SHA256 challenge-response.
 //! - `gate`: what a client may ask of a process running with the server's rights.
 //! - [`Server`]: the epoll loop (`spawnkit serve`); [`PrivateServer`]: one forked early for
-//!   this process alone; [`Client`]: `spawn(&Command) -> Child`, `submit`/`receive`.
+//!   this process alone; [`Client`]: `spawn(&Command) -> Child`, `submit`/`receive`, and
+//!   `status(&Command) -> ExitStatus` (spawn and wait, the pidfd kept in the server).
 //!
 //! The protocol, byte by byte, and the policy: docs/protocol.md.
 
@@ -25,6 +26,6 @@ pub use private::PrivateServer;
 pub use server::{
     default_socket_dir, default_socket_path, default_spawn_threads, ensure_private_dir,
     kernel_has_pidfd_exit_info, key_path_for, Counts, Server, ServerOptions, Stopper, DEFAULT_POOL,
-    FRAME_TIMEOUT, HANDSHAKE_TIMEOUT,
+    FRAME_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_STATUS_IN_FLIGHT,
 };
 pub use watchdog::EXEC_TIMEOUT;
