@@ -56,7 +56,19 @@ impl Serve {
     }
 
     fn start_at(dir: TempDir, socket: PathBuf, extra: &[&str]) -> Serve {
-        let mut proc = spawnkit_cmd(["serve", "--socket"])
+        Serve::start_with(dir, socket, extra, |_| {})
+    }
+
+    /// With `configure` applied to the `spawnkit serve` command first.
+    fn start_with(
+        dir: TempDir,
+        socket: PathBuf,
+        extra: &[&str],
+        configure: impl FnOnce(&mut StdCommand),
+    ) -> Serve {
+        let mut cmd = spawnkit_cmd(["serve", "--socket"]);
+        configure(&mut cmd);
+        let mut proc = cmd
             .arg(&socket)
             .args(extra)
             .env("SPAWNKIT_SERVER_ONLY", "1")
@@ -1680,12 +1692,18 @@ fn status_requests_answer_once_with_how_the_child_ended() {
     assert_eq!(got[&ids[3]].as_ref().unwrap().signal(), Some(libc::SIGKILL));
     let e = c.receive_status().unwrap_err();
     assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput, "nothing in flight: {e}");
-    // Many, in order, with a window.
+    // Many, in order, with a window; the answer to an earlier request stays for
+    // receive_status, and receive_id refuses a status request's id at once.
+    let earlier = c.submit_status_many([&three]).unwrap()[0];
+    let e = c.receive_id(earlier).unwrap_err();
+    assert_eq!(e.kind(), spawnkit::ErrorKind::InvalidInput, "{e}");
     let many: Vec<Command> = (0..100).map(|i| probe_cmd(&["exit", &(i % 5).to_string()])).collect();
     let statuses = c.status_many(&many, 16).unwrap();
     for (i, st) in statuses.into_iter().enumerate() {
         assert_eq!(st.unwrap(), ExitStatus::Exited(i as i32 % 5), "item {i}");
     }
+    let (id, st) = c.receive_status().unwrap();
+    assert_eq!((id, st.unwrap()), (earlier, ExitStatus::Exited(3)));
     // Beside a request answered with a child: neither kind waits for the other.
     let mut child = c.spawn(&probe_cmd(&["sleep", "0.2"])).unwrap();
     let id = c.submit_status_many([&probe_cmd(&["sleep", "0.1"])]).unwrap()[0];
@@ -1728,12 +1746,30 @@ fn a_closed_connection_leaves_no_status_pidfd() {
         unsafe_free_kill(pid, libc::SIGKILL);
     }
     s.settles_at(base);
+    // Gone with requests still queued for the spawner threads (a client sends 64 and
+    // closes at once): those are not started, and none started is left watched.
+    for _ in 0..10 {
+        let mut c = s.client();
+        c.submit_status_many(std::iter::repeat_n(&sleeper, 64)).unwrap();
+        drop(c);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.fd_count() > base {
+        assert!(Instant::now() < deadline, "{} fds, {base} before", s.fd_count());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for pid in s.children() {
+        unsafe_free_kill(pid, libc::SIGKILL);
+    }
+    s.settles_at(base);
+    s.still_serves();
 }
 
 /// At most 1,024 status requests unanswered per connection: the next is refused with
 /// EAGAIN and the connection goes on; once they are answered the count is back to 0.
 #[test]
 fn status_requests_beyond_the_cap_are_refused_then_taken_again() {
+    assert_eq!(spawnkit::serve::MAX_STATUS_IN_FLIGHT % 64, 0, "whole frames below");
     let s = Serve::start(&[]);
     let mut c = s.client();
     let cap = spawnkit::serve::MAX_STATUS_IN_FLIGHT;
@@ -1748,9 +1784,23 @@ fn status_requests_beyond_the_cap_are_refused_then_taken_again() {
     for r in c.status_many(&missing, cap).unwrap() {
         assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENOENT));
     }
+    // Frames of 64 with one sleeper each: the quick children's answers are held with their
+    // frame's (sent when the sleeper ends), and count until then.
     let mut sleeper = Command::new("/bin/sleep");
-    sleeper.arg("1").current_dir("/").env_clear();
-    let ids = c.submit_status_many(std::iter::repeat_n(&sleeper, cap)).unwrap();
+    sleeper.arg("3").current_dir("/").env_clear();
+    let quick = probe_cmd(&["exit", "0"]);
+    let frame: Vec<&Command> =
+        std::iter::once(&sleeper).chain(std::iter::repeat_n(&quick, 63)).collect();
+    let mut ids = Vec::new();
+    for _ in 0..cap / 64 {
+        ids.extend(c.submit_status_many(frame.iter().copied()).unwrap());
+    }
+    // Until the quick ones have ended (only the 16 sleepers left), so their answers are held.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.children().len() != cap / 64 || s.fd_count() > 64 {
+        assert!(Instant::now() < deadline, "children: {:?}", s.children().len());
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let over = c.submit_status_many([&probe_cmd(&["exit", "0"])]).unwrap()[0];
     let (id, r) = c.receive_status().unwrap();
     assert_eq!(id, over, "the refusal comes first, while the others sleep");
@@ -1798,4 +1848,52 @@ fn every_flags_byte_on_a_request_leaves_nothing_behind() {
     }
     s.settles_at(base);
     s.still_serves();
+}
+
+/// The server as a whole holds the pidfds of at most half its fd limit of status children,
+/// however many connections ask: beyond, EAGAIN naming the limit, and every connection
+/// goes on.
+#[test]
+fn status_children_are_bounded_by_the_servers_fd_limit() {
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::new("srv-nofile");
+    let socket = dir.join("s.sock");
+    let s = Serve::start_with(dir, socket, &[], |cmd| {
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit { rlim_cur: 128, rlim_max: 128 };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    });
+    // No fd passed with them: a batch's fds must fit under the limit as they arrive.
+    let null = || spawnkit::Stdio::Null;
+    let mut sleeper = Command::new("/bin/sleep");
+    sleeper.arg("1").current_dir("/").env_clear().stdin(null()).stdout(null()).stderr(null());
+    let (mut a, mut b) = (s.client(), s.client());
+    let ids = a.submit_status_many(std::iter::repeat_n(&sleeper, 40)).unwrap();
+    // 64 is half of 128: the other connection gets 24 more, then a refusal.
+    let more = b.submit_status_many(std::iter::repeat_n(&sleeper, 24)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.children().len() < 64 {
+        assert!(Instant::now() < deadline, "{} children", s.children().len());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let over = b.submit_status_many([&probe_cmd(&["exit", "0"])]).unwrap()[0];
+    let (id, r) = b.receive_status().unwrap();
+    assert_eq!(id, over, "the refusal comes first");
+    let e = r.unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    assert!(e.to_string().contains("fd limit"), "{e}");
+    for _ in &ids {
+        assert!(a.receive_status().unwrap().1.unwrap().success());
+    }
+    for _ in &more {
+        assert!(b.receive_status().unwrap().1.unwrap().success());
+    }
+    assert!(b.status(&probe_cmd(&["exit", "0"])).unwrap().success(), "taken again");
 }

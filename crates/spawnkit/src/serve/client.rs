@@ -367,7 +367,11 @@ impl Client {
         cmds: impl IntoIterator<Item = &'c Command>,
         window: usize,
     ) -> Result<Vec<Result<ExitStatus>>> {
-        let window = window.clamp(1, super::server::MAX_STATUS_IN_FLIGHT);
+        // The server counts this connection's unanswered status requests, those of earlier
+        // calls too: the window leaves room for them.
+        let max = super::server::MAX_STATUS_IN_FLIGHT;
+        let before = lock(&self.io).pending.values().filter(|p| p.status).count();
+        let window = window.clamp(1, max.saturating_sub(before).max(1));
         let cmds: Vec<&Command> = cmds.into_iter().collect();
         let mut out: Vec<Option<Result<ExitStatus>>> = (0..cmds.len()).map(|_| None).collect();
         let mut index: HashMap<u64, usize> = HashMap::new();
@@ -400,7 +404,8 @@ impl Client {
                 next += room;
                 continue;
             }
-            let (id, r) = io.receive_status(None)?;
+            // One of this call's (answers to earlier requests stay for `receive_status`).
+            let (id, r) = io.receive_status_among(&index)?;
             if let Some(i) = index.remove(&id) {
                 out[i] = Some(r);
             }
@@ -410,7 +415,8 @@ impl Client {
 
     /// Read the answers that have arrived, without waiting, and return the ids of every
     /// answer waiting to be taken (by [`receive_id`](Client::receive_id) or
-    /// [`receive`](Client::receive), which then return at once): for a caller that waits
+    /// [`receive`](Client::receive), or for a status request by
+    /// [`receive_status`](Client::receive_status), which then return at once): for a caller that waits
     /// for the connection's readiness itself, an event loop watching
     /// [`as_raw_fd`](AsRawFd::as_raw_fd). An error if the connection broke.
     pub fn poll_answers(&mut self) -> Result<Vec<u64>> {
@@ -427,6 +433,7 @@ impl Client {
         }
         answered.clear();
         answered.extend(io.done.iter().map(|(id, _)| *id));
+        answered.extend(io.statuses.iter().map(|(id, _)| *id));
         Ok(answered)
     }
 
@@ -1041,6 +1048,28 @@ impl Io {
         }
     }
 
+    /// The first answer to one of `ids`' status requests, keeping the others.
+    fn receive_status_among(
+        &mut self,
+        ids: &HashMap<u64, usize>,
+    ) -> Result<(u64, Result<ExitStatus>)> {
+        loop {
+            if let Some(pos) = self.statuses.iter().position(|(i, _)| ids.contains_key(i)) {
+                return Ok(self.statuses.remove(pos).unwrap_or_else(|| unreachable!()));
+            }
+            if let Some(e) = &self.broken {
+                return Err(e.clone());
+            }
+            if !ids.keys().any(|id| self.pending.get(id).is_some_and(|p| p.status)) {
+                return Err(Error::invalid("receive", "", "no status request in flight"));
+            }
+            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
+                self.broken = Some(e.clone());
+                return Err(e);
+            }
+        }
+    }
+
     /// The next status request's answer (or, with `id`, that one's, keeping the others).
     fn receive_status(&mut self, id: Option<u64>) -> Result<(u64, Result<ExitStatus>)> {
         loop {
@@ -1078,8 +1107,18 @@ impl Io {
             if let Some(e) = &self.broken {
                 return Err(e.clone());
             }
-            if !self.pending.contains_key(&id) {
-                return Err(Error::invalid("receive", format!("request {id}"), "not in flight"));
+            match self.pending.get(&id) {
+                None => {
+                    return Err(Error::invalid("receive", format!("request {id}"), "not in flight"))
+                }
+                Some(p) if p.status => {
+                    return Err(Error::invalid(
+                        "receive",
+                        format!("request {id}"),
+                        "a status request: its answer comes from receive_status",
+                    ))
+                }
+                Some(_) => {}
             }
             if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
                 self.broken = Some(e.clone());

@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -34,8 +34,14 @@ const QUEUE_LIMIT: usize = 32;
 
 /// Status requests (`FLAG_STATUS`) one connection may have unanswered: their children's
 /// pidfds are the server's to hold until they end. Beyond it a request is refused (an Error,
-/// the connection goes on), so one client cannot take every fd the server may open.
+/// EAGAIN; the connection goes on). The server as a whole holds at most half its fd limit
+/// of them (`RLIMIT_NOFILE`, soft), whatever the number of connections.
 pub const MAX_STATUS_IN_FLIGHT: usize = 1024;
+
+/// How long a status child's pidfd may say "ended" before the kernel has recorded how
+/// (`PIDFD_GET_INFO` answers ESRCH for an instant after the exit) before its answer is exit
+/// code -1. Checked again every millisecond meanwhile, not in a spin.
+const LATE_LIMIT: Duration = Duration::from_secs(5);
 
 /// How long a new connection has to answer the challenge.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -258,8 +264,20 @@ impl FrameBatch {
 struct ConnTx {
     sock: UnixStream,
     out: Mutex<VecDeque<Out>>,
-    /// Status requests taken and not answered yet (at most [`MAX_STATUS_IN_FLIGHT`]).
+    /// Status requests taken and not answered yet (at most [`MAX_STATUS_IN_FLIGHT`]; an
+    /// answer held with its frame's others counts until it is sent).
     statuses: AtomicUsize,
+    /// The loop closed the connection: no child of it is watched from now on.
+    closed: AtomicBool,
+}
+
+impl ConnTx {
+    /// `n` status answers sent (never below 0).
+    fn answered(&self, n: usize) {
+        let _ = self
+            .statuses
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
+    }
 }
 
 impl ConnTx {
@@ -491,8 +509,8 @@ struct ChildRec {
     want_exit: bool,
     /// The child of a status request: its Exit frame is the request's answer.
     status: Option<StatusReq>,
-    /// Times its pidfd was readable before the kernel had recorded its exit.
-    early: u32,
+    /// Since when its pidfd has said "ended" with the exit not recorded yet (kernel reaps).
+    late: Option<Instant>,
 }
 
 /// The children whose pidfd the server watches (in its epoll set, token `T_CHILD | fd`):
@@ -502,37 +520,73 @@ struct ChildRec {
 struct Watched {
     epoll: Arc<Epoll>,
     map: Mutex<HashMap<RawFd, ChildRec>>,
+    /// Status children in the map: pidfds the server holds for its clients.
+    held: AtomicUsize,
+    /// The most it holds at once: half the server's fd limit.
+    held_max: usize,
+}
+
+/// What became of a child given to [`Watched::add`].
+enum Added {
+    Watched,
+    /// A status child of a connection already closed: not watched, its pidfd closed (the
+    /// child runs on, as one whose client dropped its pidfd).
+    Dropped,
+    /// No room in the epoll set (ENOMEM, ENOSPC): the record back, with the errno.
+    Unwatched(ChildRec, i32),
 }
 
 impl Watched {
+    fn new(epoll: Arc<Epoll>) -> Watched {
+        let soft = crate::sys::this_process::getrlimit(libc::RLIMIT_NOFILE).map_or(1024, |l| l.0);
+        let held_max = (soft / 2).clamp(16, 1 << 20) as usize;
+        Watched { epoll, map: Mutex::new(HashMap::new()), held: AtomicUsize::new(0), held_max }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<RawFd, ChildRec>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Watch `rec`'s pidfd; the record back if it cannot be (no memory for the epoll entry).
-    fn add(&self, rec: ChildRec) -> std::result::Result<(), ChildRec> {
+    /// Watch `rec`'s pidfd. A status child of `tx` once it is closed is dropped: the loop
+    /// sets `closed` under the same lock before it forgets the connection's children, so
+    /// none is added after that.
+    fn add(&self, rec: ChildRec, tx: &ConnTx) -> Added {
         let raw = rec.pidfd.as_raw_fd();
+        let status = rec.status.is_some();
         let mut map = self.lock();
+        if status && tx.closed.load(Ordering::Relaxed) {
+            return Added::Dropped;
+        }
         map.insert(raw, rec);
         // In the map before the epoll set: the loop finds it as soon as it is readable.
-        if self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64).is_err() {
-            return Err(map.remove(&raw).unwrap_or_else(|| unreachable!()));
+        if let Err(e) = self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64) {
+            return Added::Unwatched(map.remove(&raw).unwrap_or_else(|| unreachable!()), e);
         }
-        Ok(())
+        if status {
+            self.held.fetch_add(1, Ordering::Relaxed);
+        }
+        Added::Watched
+    }
+
+    /// Forget the child of `raw` (out of the epoll set first, so its number is free of it
+    /// before the pidfd closes).
+    fn remove(&self, map: &mut HashMap<RawFd, ChildRec>, raw: RawFd) -> Option<ChildRec> {
+        let rec = map.remove(&raw)?;
+        let _ = self.epoll.delete(raw);
+        if rec.status.is_some() {
+            let _ = self
+                .held
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(1)));
+        }
+        Some(rec)
     }
 }
 
-/// How a child that could not be watched ended, waited for here (it blocks this thread):
-/// reaped here, or read from its pidfd when the kernel reaps.
-fn wait_now(pidfd: &OwnedFd, kernel_reaps: bool) -> ExitStatus {
-    let ended = if kernel_reaps {
-        let mut p = [libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-        while matches!(pidfd::poll(&mut p, -1), Err(libc::EINTR)) {}
-        pidfd::exit_info_settled(pidfd.as_fd()).ok().flatten()
-    } else {
-        pidfd::wait(pidfd.as_fd(), false).ok().flatten()
-    };
-    ExitStatus::from(ended.unwrap_or(pidfd::Ended::Exited(-1)))
+/// The answer to a status request whose child could not be watched (no room in the epoll
+/// set): it runs on, unwatched (its pidfd closes).
+fn unwatched(e: i32) -> Error {
+    Error::os("epoll_ctl", "status child", e)
+        .with_reason("the child started, but the server cannot watch it for its status")
 }
 
 /// A status request (`FLAG_STATUS`): where its answer (an Exit frame, or an Error) goes.
@@ -544,17 +598,19 @@ struct StatusReq(Option<Arc<StatusBatch>>);
 /// The status requests of one SpawnMany frame flagged `FLAG_BATCH_REPLY`: their answers
 /// wait here until every request of the frame has one, then go out as one message.
 struct StatusBatch {
-    /// (requests of the frame not answered, the answers' frames so far)
-    state: Mutex<(usize, Vec<u8>)>,
+    /// (requests of the frame not answered, (the answers' frames so far, how many))
+    state: Mutex<(usize, (Vec<u8>, usize))>,
 }
 
 impl StatusReq {
-    /// This request's answer `frame`: what to send now (`None`: held with its frame's).
-    fn answer(&self, frame: Vec<u8>) -> Option<Vec<u8>> {
-        let Some(b) = &self.0 else { return Some(frame) };
+    /// This request's answer `frame`: what to send now and how many answers it holds
+    /// (`None`: held with its frame's).
+    fn answer(&self, frame: Vec<u8>) -> Option<(Vec<u8>, usize)> {
+        let Some(b) = &self.0 else { return Some((frame, 1)) };
         let mut st = b.state.lock().unwrap_or_else(|e| e.into_inner());
         st.0 = st.0.saturating_sub(1);
-        st.1.extend_from_slice(&frame);
+        st.1 .0.extend_from_slice(&frame);
+        st.1 .1 += 1;
         (st.0 == 0).then(|| std::mem::take(&mut st.1))
     }
 }
@@ -922,6 +978,9 @@ struct Looper<'a> {
     /// Exit frames for each connection (index: generation, frames, status answers among
     /// them), sent together once the loop has handled what epoll returned.
     exits_out: HashMap<usize, (u32, Vec<u8>, usize)>,
+    /// Status children whose pidfd said "ended" before the kernel recorded how: out of the
+    /// epoll set (no spinning on a level-triggered fd), looked at again every millisecond.
+    late: Vec<RawFd>,
     cmsg: CmsgBuf,
     recv_fds: Vec<OwnedFd>,
     scratch: Vec<u8>,
@@ -977,8 +1036,9 @@ impl<'a> Looper<'a> {
             free: Vec::new(),
             live: 0,
             next_gen: 1,
-            children: Arc::new(Watched { epoll: epoll.clone(), map: Mutex::new(HashMap::new()) }),
+            children: Arc::new(Watched::new(epoll.clone())),
             exits_out: HashMap::new(),
+            late: Vec::new(),
             cmsg: CmsgBuf::new(),
             recv_fds: Vec::with_capacity(8),
             scratch: Vec::with_capacity(512),
@@ -1080,8 +1140,15 @@ impl<'a> Looper<'a> {
                 // this thread beside the client on one CPU, the client goes first.
                 std::thread::yield_now();
             }
-            let n =
-                self.epoll.wait(&mut events, if refill || awake { 0 } else { self.timeout_ms() });
+            let timeout = match (refill || awake, self.late.is_empty()) {
+                (true, _) => 0,
+                (false, true) => self.timeout_ms(),
+                (false, false) => match self.timeout_ms() {
+                    0 => 0,
+                    _ => 1,
+                },
+            };
+            let n = self.epoll.wait(&mut events, timeout);
             for ev in &events[..n] {
                 let token = ev.u64;
                 let flags = ev.events;
@@ -1101,6 +1168,14 @@ impl<'a> Looper<'a> {
                         }
                         _ => {}
                     },
+                }
+            }
+            if !self.late.is_empty() {
+                for raw in std::mem::take(&mut self.late) {
+                    // Still the late child (its number not taken by another since).
+                    if self.children.lock().get(&raw).is_some_and(|r| r.late.is_some()) {
+                        self.on_child(raw);
+                    }
                 }
             }
             self.send_exits();
@@ -1240,6 +1315,7 @@ impl<'a> Looper<'a> {
                 sock,
                 out: Mutex::new(VecDeque::new()),
                 statuses: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
             }),
             generation,
             peer: Peer { pid, uid, gid },
@@ -1261,19 +1337,22 @@ impl<'a> Looper<'a> {
             self.free.push(idx);
             self.live -= 1;
             self.exits_out.remove(&idx);
-            if self.kernel_reaps && c.tx.statuses.load(Ordering::Relaxed) > 0 {
-                // Nobody is left to tell how its status children end: their pidfds close now
-                // (the children run on, as a client's do when it drops their pidfds). A
-                // server that reaps keeps watching its own to reap them.
+            // Nobody is left to tell how its status children end: their pidfds close now
+            // (the children run on, as a client's do when it drops their pidfds), and a
+            // spawner thread adds none after this (`closed`, set under the map's lock). A
+            // server that reaps keeps watching its own, to reap them.
+            let mut map = self.children.lock();
+            c.tx.closed.store(true, Ordering::Relaxed);
+            if self.kernel_reaps {
                 let generation = c.generation;
-                let epoll = &self.epoll;
-                self.children.lock().retain(|&raw, rec| {
-                    let gone = rec.status.is_some() && rec.conn == (idx, generation);
-                    if gone {
-                        let _ = epoll.delete(raw);
-                    }
-                    !gone
-                });
+                let gone: Vec<RawFd> = map
+                    .iter()
+                    .filter(|(_, r)| r.status.is_some() && r.conn == (idx, generation))
+                    .map(|(&raw, _)| raw)
+                    .collect();
+                for raw in gone {
+                    drop(self.children.remove(&mut map, raw));
+                }
             }
         }
     }
@@ -1463,7 +1542,7 @@ impl<'a> Looper<'a> {
                             Err(e) => return self.refuse(conn, id, &e),
                         };
                         let refused = if status {
-                            too_many_statuses(&conn.tx, cmds.len())
+                            too_many_statuses(&conn.tx, &self.children, cmds.len())
                         } else {
                             (want_exit && self.kernel_reaps).then(no_exit_frames)
                         };
@@ -1480,7 +1559,8 @@ impl<'a> Looper<'a> {
                         // Status answers of a batch-reply frame go out together, whichever
                         // thread spawns them.
                         let sbatch = (status && batch_reply && cmds.len() > 1).then(|| {
-                            Arc::new(StatusBatch { state: Mutex::new((cmds.len(), Vec::new())) })
+                            let state = Mutex::new((cmds.len(), (Vec::new(), 0)));
+                            Arc::new(StatusBatch { state })
                         });
                         let sreq = status.then_some(StatusReq(sbatch));
                         for (i, cmd) in cmds.into_iter().enumerate() {
@@ -1491,7 +1571,7 @@ impl<'a> Looper<'a> {
                         continue;
                     }
                     let refused = if status {
-                        too_many_statuses(&conn.tx, 1)
+                        too_many_statuses(&conn.tx, &self.children, 1)
                     } else {
                         (want_exit && self.kernel_reaps).then(no_exit_frames)
                     };
@@ -1573,10 +1653,7 @@ impl<'a> Looper<'a> {
             Ok(p) => p,
             Err(e) => {
                 if let Some(sreq) = status {
-                    conn.tx.statuses.fetch_sub(1, Ordering::Relaxed);
-                    if let Some(out) = sreq.answer(error_frame(id, &e)) {
-                        self.send(conn, &[&out]);
-                    }
+                    status_answered(&conn.tx, &sreq, error_frame(id, &e));
                     return;
                 }
                 return self.send_error(conn, id, &e);
@@ -1592,15 +1669,11 @@ impl<'a> Looper<'a> {
                 id,
                 want_exit: true,
                 status: Some(sreq),
-                early: 0,
+                late: None,
             };
-            if let Err(rec) = self.children.add(rec) {
-                let st = wait_now(&rec.pidfd, self.kernel_reaps);
-                conn.tx.statuses.fetch_sub(1, Ordering::Relaxed);
-                let sreq = rec.status.unwrap_or_default();
-                if let Some(out) = sreq.answer(exit_frame(id, pid, st)) {
-                    self.send(conn, &[&out]);
-                }
+            if let Added::Unwatched(rec, e) = self.children.add(rec, &conn.tx) {
+                let answer = unwatched_answer(rec, e, self.kernel_reaps);
+                status_answered(&conn.tx, &answer.0, answer.1);
             }
             return;
         }
@@ -1624,9 +1697,9 @@ impl<'a> Looper<'a> {
             id,
             want_exit,
             status: None,
-            early: 0,
+            late: None,
         };
-        if let Err(rec) = self.children.add(rec) {
+        if let Added::Unwatched(rec, _) = self.children.add(rec, &conn.tx) {
             // Cannot watch it: wait for it now rather than leave a zombie.
             let _ = pidfd::wait(rec.pidfd.as_fd(), false);
         }
@@ -1752,40 +1825,14 @@ impl<'a> Looper<'a> {
     /// A child's pidfd is readable: reap it (or, when the kernel reaps, read how it ended),
     /// tell the client if it asked, forget it.
     fn on_child(&mut self, raw: RawFd) {
-        let rec = {
+        let ended = if self.kernel_reaps { self.recorded_exit(raw) } else { self.reaped(raw) };
+        let Some(ended) = ended else { return };
+        let Some(rec) = ({
             let mut map = self.children.lock();
-            let Some(rec) = map.get_mut(&raw) else { return };
-            let ended = if self.kernel_reaps {
-                // Readable at the exit; the kernel records the status a moment later, at the
-                // reap. Until then the fd stays readable and comes back next turn.
-                let mut info = pidfd::exit_info(rec.pidfd.as_fd());
-                for _ in 0..20 {
-                    if info != Err(libc::ESRCH) && info != Ok(None) {
-                        break;
-                    }
-                    std::thread::yield_now();
-                    info = pidfd::exit_info(rec.pidfd.as_fd());
-                }
-                match info {
-                    Ok(Some(e)) => e,
-                    Ok(None) | Err(libc::ESRCH) if rec.early < EARLY_LIMIT => {
-                        rec.early += 1;
-                        return;
-                    }
-                    _ => crate::sys::pidfd::Ended::Exited(-1),
-                }
-            } else {
-                match pidfd::wait(rec.pidfd.as_fd(), true) {
-                    Ok(Some(e)) => e,
-                    Ok(None) => return,
-                    Err(_) => crate::sys::pidfd::Ended::Exited(-1),
-                }
-            };
-            let _ = self.epoll.delete(raw);
-            let Some(rec) = map.remove(&raw) else { return };
-            (rec, ended)
+            self.children.remove(&mut map, raw)
+        }) else {
+            return;
         };
-        let (rec, ended) = rec;
         if rec.want_exit {
             let (idx, generation) = rec.conn;
             let live = self.conns.get(idx).and_then(Option::as_ref);
@@ -1798,15 +1845,61 @@ impl<'a> Looper<'a> {
                 match &rec.status {
                     None => out.1.extend_from_slice(&frame),
                     Some(sreq) => {
-                        out.2 += 1;
-                        if let Some(all) = sreq.answer(frame) {
+                        if let Some((all, n)) = sreq.answer(frame) {
                             out.1.extend_from_slice(&all);
+                            out.2 += n;
                         }
                     }
                 }
             }
         }
         drop(rec);
+    }
+
+    /// The server reaps: the child of `raw` reaped now, if it has ended.
+    fn reaped(&self, raw: RawFd) -> Option<pidfd::Ended> {
+        let map = self.children.lock();
+        let rec = map.get(&raw)?;
+        match pidfd::wait(rec.pidfd.as_fd(), true) {
+            Ok(Some(e)) => Some(e),
+            Ok(None) => None,
+            Err(_) => Some(pidfd::Ended::Exited(-1)),
+        }
+    }
+
+    /// The kernel reaps: how the child of `raw` ended, once the kernel has recorded it. Its
+    /// pidfd turns readable at the exit and the status is recorded a moment later, at the
+    /// reap: a few yields (the map's lock not held), then it goes on the late list, out of
+    /// the epoll set, looked at every millisecond until [`LATE_LIMIT`] (then exit code -1).
+    fn recorded_exit(&mut self, raw: RawFd) -> Option<pidfd::Ended> {
+        let mut tries = 0;
+        loop {
+            let mut map = self.children.lock();
+            let rec = map.get_mut(&raw)?;
+            match pidfd::exit_info(rec.pidfd.as_fd()) {
+                Ok(Some(e)) => return Some(e),
+                Ok(None) | Err(libc::ESRCH) => {}
+                Err(_) => return Some(pidfd::Ended::Exited(-1)),
+            }
+            let mut p = [libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 }];
+            if !matches!(pidfd::poll(&mut p, 0), Ok(n) if n > 0) {
+                // It runs: an event for a number an ended child had in this same turn.
+                return None;
+            }
+            let now = Instant::now();
+            let since = *rec.late.get_or_insert(now);
+            if now.saturating_duration_since(since) >= LATE_LIMIT {
+                return Some(pidfd::Ended::Exited(-1));
+            }
+            if tries >= 5 {
+                let _ = self.epoll.delete(raw);
+                self.late.push(raw);
+                return None;
+            }
+            drop(map);
+            tries += 1;
+            std::thread::yield_now();
+        }
     }
 
     /// Send the Exit frames gathered this turn: one message per connection, however many
@@ -1821,7 +1914,7 @@ impl<'a> Looper<'a> {
                 self.conns[idx] = Some(conn);
                 continue;
             }
-            conn.tx.statuses.fetch_sub(statuses, Ordering::Relaxed);
+            conn.tx.answered(statuses);
             if !bytes.is_empty() {
                 self.send(&mut conn, &[&bytes]);
             }
@@ -1835,22 +1928,28 @@ impl<'a> Looper<'a> {
 }
 
 /// The refusal of `n` more status requests of a connection, if they would make more than
-/// [`MAX_STATUS_IN_FLIGHT`] unanswered; else they are counted in.
-fn too_many_statuses(tx: &ConnTx, n: usize) -> Option<Error> {
+/// [`MAX_STATUS_IN_FLIGHT`] unanswered on it, or more status children than the server may
+/// hold; else they are counted in.
+fn too_many_statuses(tx: &ConnTx, watched: &Watched, n: usize) -> Option<Error> {
     let open = tx.statuses.load(Ordering::Relaxed);
-    if open + n > MAX_STATUS_IN_FLIGHT {
-        return Some(Error::os("serve", "status request", libc::EAGAIN).with_reason(format!(
+    let held = watched.held.load(Ordering::Relaxed);
+    let why = if open.saturating_add(n) > MAX_STATUS_IN_FLIGHT {
+        format!(
             "{open} status requests of this connection are unanswered, at most \
-                 {MAX_STATUS_IN_FLIGHT}: wait for some first"
-        )));
-    }
-    tx.statuses.fetch_add(n, Ordering::Relaxed);
-    None
+             {MAX_STATUS_IN_FLIGHT}: wait for some first"
+        )
+    } else if held.saturating_add(n) > watched.held_max {
+        format!(
+            "the server holds the pidfds of {held} status children, at most {} (half its fd \
+             limit): wait for some first",
+            watched.held_max
+        )
+    } else {
+        tx.statuses.fetch_add(n, Ordering::Relaxed);
+        return None;
+    };
+    Some(Error::os("serve", "status request", libc::EAGAIN).with_reason(why))
 }
-
-/// Turns a child's pidfd may come back readable with its exit not yet recorded (each after
-/// 20 yields) before the server gives up on its status (reported as exit code -1).
-const EARLY_LIMIT: u32 = 1000;
 
 /// What every spawn of a server applies, whichever thread makes it.
 #[derive(Debug, Clone, Copy)]
@@ -1934,6 +2033,11 @@ fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> 
 /// instead: its answer is its Exit frame). If the reply had to queue, the connection's
 /// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
 fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) -> Option<u64> {
+    if job.status.is_some() && job.tx.closed.load(Ordering::Relaxed) {
+        // Its client is gone and nobody would learn how it ends: not started (the fds it
+        // passed close with it).
+        return None;
+    }
     // A panic here must not lose the answer (nor hold its frame's others forever).
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         spawn_for(&mut job.cmd, job.peer, own)
@@ -1952,15 +2056,14 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
                 id,
                 want_exit: true,
                 status: Some(sreq),
-                early: 0,
+                late: None,
             };
-            match watched.add(rec) {
-                Ok(()) => false,
-                Err(rec) => {
+            match watched.add(rec, &tx) {
+                Added::Watched | Added::Dropped => false,
+                Added::Unwatched(rec, e) => {
                     // Spawner threads serve kernel-reaping servers only.
-                    let st = wait_now(&rec.pidfd, true);
-                    let sreq = rec.status.unwrap_or_default();
-                    status_answered(&tx, &sreq, exit_frame(id, pid, st))
+                    let (sreq, frame) = unwatched_answer(rec, e, true);
+                    status_answered(&tx, &sreq, frame)
                 }
             }
         }
@@ -1976,11 +2079,25 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
     Some(token)
 }
 
-/// A status request's answer `frame`, from a thread other than the loop: counted out, and
-/// sent (now, or with its frame's others). True when it had to queue.
+/// A status request's answer `frame`: sent now, or with its frame's others (then counted
+/// out when it goes). True when it had to queue (the loop must watch for EPOLLOUT).
 fn status_answered(tx: &ConnTx, sreq: &StatusReq, frame: Vec<u8>) -> bool {
-    tx.statuses.fetch_sub(1, Ordering::Relaxed);
-    sreq.answer(frame).is_some_and(|out| tx.send(&[&out], Vec::new()))
+    let Some((out, n)) = sreq.answer(frame) else { return false };
+    tx.answered(n);
+    tx.send(&[&out], Vec::new())
+}
+
+/// The answer for a status child that could not be watched (no room in the epoll set):
+/// when the kernel reaps, an Error (the child runs on, its pidfd closed: never a thread
+/// blocked on it); when the server reaps, it must, so it waits for it here.
+fn unwatched_answer(rec: ChildRec, e: i32, kernel_reaps: bool) -> (StatusReq, Vec<u8>) {
+    let frame = if kernel_reaps {
+        error_frame(rec.id, &unwatched(e))
+    } else {
+        let ended = pidfd::wait(rec.pidfd.as_fd(), false).ok().flatten();
+        exit_frame(rec.id, rec.pid, ExitStatus::from(ended.unwrap_or(pidfd::Ended::Exited(-1))))
+    };
+    (rec.status.unwrap_or_default(), frame)
 }
 
 /// The refusal of an Exit-frame request by a server whose kernel reaps.
