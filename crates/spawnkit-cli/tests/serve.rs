@@ -1770,7 +1770,8 @@ fn a_closed_connection_leaves_no_status_pidfd() {
 #[test]
 fn status_requests_beyond_the_cap_are_refused_then_taken_again() {
     assert_eq!(spawnkit::serve::MAX_STATUS_IN_FLIGHT % 64, 0, "whole frames below");
-    let s = Serve::start(&[]);
+    // Room for the connection's bound under the server's own (half its fd limit).
+    let s = serve_with_nofile(8192);
     let mut c = s.client();
     let cap = spawnkit::serve::MAX_STATUS_IN_FLIGHT;
     // Requests that fail to start are answered, and counted out, too.
@@ -1850,26 +1851,31 @@ fn every_flags_byte_on_a_request_leaves_nothing_behind() {
     s.still_serves();
 }
 
-/// The server as a whole holds the pidfds of at most half its fd limit of status children,
-/// however many connections ask: beyond, EAGAIN naming the limit, and every connection
-/// goes on.
-#[test]
-fn status_children_are_bounded_by_the_servers_fd_limit() {
+/// `spawnkit serve` with its fd limit (soft and hard) at `n`.
+fn serve_with_nofile(n: u64) -> Serve {
     use std::os::unix::process::CommandExt;
     let dir = TempDir::new("srv-nofile");
     let socket = dir.join("s.sock");
-    let s = Serve::start_with(dir, socket, &[], |cmd| {
+    Serve::start_with(dir, socket, &[], move |cmd| {
         // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
         unsafe {
-            cmd.pre_exec(|| {
-                let lim = libc::rlimit { rlim_cur: 128, rlim_max: 128 };
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
                 if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
-    });
+    })
+}
+
+/// The server as a whole holds the pidfds of at most half its fd limit of status children,
+/// however many connections ask: beyond, EAGAIN naming the limit, and every connection
+/// goes on.
+#[test]
+fn status_children_are_bounded_by_the_servers_fd_limit() {
+    let s = serve_with_nofile(128);
     // No fd passed with them: a batch's fds must fit under the limit as they arrive.
     let null = || spawnkit::Stdio::Null;
     let mut sleeper = Command::new("/bin/sleep");
@@ -1896,4 +1902,48 @@ fn status_children_are_bounded_by_the_servers_fd_limit() {
         assert!(b.receive_status().unwrap().1.unwrap().success());
     }
     assert!(b.status(&probe_cmd(&["exit", "0"])).unwrap().success(), "taken again");
+    // Four clients at once, 32 frames of 2 each: admitted or turned away (EAGAIN) as they
+    // come, never more held than the bound, never a spawn failing for want of an fd.
+    let mut short = Command::new("/bin/sleep");
+    short.arg("0.3").current_dir("/").env_clear().stdin(null()).stdout(null()).stderr(null());
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (socket, short) = (s.socket.clone(), short.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&socket).unwrap();
+                let mut n = 0;
+                for _ in 0..32 {
+                    n += c.submit_status_many([&short, &short]).unwrap().len();
+                }
+                let mut turned_away = 0;
+                for _ in 0..n {
+                    match c.receive_status().unwrap().1 {
+                        Ok(st) => assert!(st.success(), "{st}"),
+                        Err(e) => {
+                            assert_eq!(
+                                (e.step(), e.raw_os_error()),
+                                ("serve", Some(libc::EAGAIN)),
+                                "{e}"
+                            );
+                            turned_away += 1;
+                        }
+                    }
+                }
+                turned_away
+            })
+        })
+        .collect();
+    let mut most = 0;
+    while clients.iter().any(|t| !t.is_finished()) {
+        most = most.max(s.children().len());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let turned_away: usize = clients.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(most <= 64, "{most} status children held at once, at most 64");
+    assert!(turned_away > 0, "256 asked at once, 64 at most held: some turned away");
+    // status_many sends again what was turned away, once one of its own is answered.
+    let many: Vec<Command> = (0..150).map(|_| short.try_clone().unwrap()).collect();
+    for r in b.status_many(&many, 150).unwrap() {
+        assert!(r.unwrap().success());
+    }
 }

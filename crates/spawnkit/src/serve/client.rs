@@ -361,7 +361,10 @@ impl Client {
     /// Run all of `cmds` and wait for every one (keeping at most `window` in flight, sent in
     /// batches): their statuses or errors, in order. The spawn-and-wait of a build system or
     /// a test runner, for the least CPU of the calling thread: no fd, no pidfd read per
-    /// child (see [`status`](Client::status)).
+    /// child (see [`status`](Client::status)). A request the server turns away because it
+    /// holds as many status children as it may (EAGAIN, step `serve`) is sent again once
+    /// one of this call's own is answered; with none of them in flight, that error is the
+    /// item's answer.
     pub fn status_many<'c>(
         &mut self,
         cmds: impl IntoIterator<Item = &'c Command>,
@@ -375,39 +378,52 @@ impl Client {
         let cmds: Vec<&Command> = cmds.into_iter().collect();
         let mut out: Vec<Option<Result<ExitStatus>>> = (0..cmds.len()).map(|_| None).collect();
         let mut index: HashMap<u64, usize> = HashMap::new();
-        let mut next = 0;
-        while next < cmds.len() || !index.is_empty() {
+        // Items to send, in order (an item turned away goes back to the front).
+        let mut todo: VecDeque<usize> = (0..cmds.len()).collect();
+        // Items turned away since the last answer of ours: sent again after the next one.
+        let mut refused: Vec<usize> = Vec::new();
+        while !todo.is_empty() || !index.is_empty() {
             // Taken per step, not for the whole call: a remote child reading its Exit frame
             // (a kernel before 6.15) is not held up behind the batch.
             let mut io = lock(&self.io);
-            let room = window.saturating_sub(index.len()).min(cmds.len() - next);
+            let room = window.saturating_sub(index.len()).min(todo.len());
             if room > 0 {
-                let chunk = &cmds[next..next + room];
-                match io.submit_many(chunk, true) {
-                    Ok(ids) => index.extend(ids.into_iter().zip(next..)),
+                let items: Vec<usize> = todo.drain(..room).collect();
+                let chunk: Vec<&Command> = items.iter().map(|&i| cmds[i]).collect();
+                match io.submit_many(&chunk, true) {
+                    Ok(ids) => index.extend(ids.into_iter().zip(items.iter().copied())),
                     Err((_, e)) if io.broken.is_some() => return Err(e),
                     // A command that cannot be encoded or sent: the ones before it that went
                     // out are in flight; the others one by one, so that its error is that
                     // item's alone.
                     Err((sent, _)) => {
                         let done = sent.len();
-                        index.extend(sent.into_iter().zip(next..));
-                        for (k, c) in chunk.iter().enumerate().skip(done) {
-                            match io.submit_many(std::slice::from_ref(c), true) {
-                                Ok(id) => index.extend(id.into_iter().zip(next + k..)),
+                        index.extend(sent.into_iter().zip(items.iter().copied()));
+                        for &i in &items[done..] {
+                            match io.submit_many(std::slice::from_ref(&cmds[i]), true) {
+                                Ok(id) => index.extend(id.into_iter().map(|id| (id, i))),
                                 Err((_, e)) if io.broken.is_some() => return Err(e),
-                                Err((_, e)) => out[next + k] = Some(Err(e)),
+                                Err((_, e)) => out[i] = Some(Err(e)),
                             }
                         }
                     }
                 }
-                next += room;
                 continue;
             }
             // One of this call's (answers to earlier requests stay for `receive_status`).
             let (id, r) = io.receive_status_among(&index)?;
-            if let Some(i) = index.remove(&id) {
-                out[i] = Some(r);
+            let Some(i) = index.remove(&id) else { continue };
+            let turned_away = matches!(&r, Err(e) if e.step() == "serve"
+                && e.raw_os_error() == Some(libc::EAGAIN));
+            if turned_away && !index.is_empty() {
+                refused.push(i);
+                continue;
+            }
+            out[i] = Some(r);
+            // An answer of ours: room again for what was turned away (first, in order).
+            refused.sort_unstable();
+            for i in refused.drain(..).rev() {
+                todo.push_front(i);
             }
         }
         Ok(out.into_iter().map(|r| r.unwrap_or_else(|| Err(protocol("lost")))).collect())
@@ -988,14 +1004,17 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        if !self.pending.contains_key(&id) {
-            return Ok(Some(Err(Error::invalid(
+        match self.pending.get(&id) {
+            None => {
+                Ok(Some(Err(Error::invalid("receive", format!("request {id}"), "not in flight"))))
+            }
+            Some(p) if p.status => Ok(Some(Err(Error::invalid(
                 "receive",
                 format!("request {id}"),
-                "not in flight",
-            ))));
+                "a status request: its answer comes from receive_status",
+            )))),
+            Some(_) => Ok(None),
         }
-        Ok(None)
     }
 
     /// The async face: nobody will take the answer to `id` (its future was dropped). If it
@@ -1005,7 +1024,7 @@ impl Io {
     pub(crate) fn abandon(&mut self, id: u64) {
         if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
             drop(self.done.remove(pos));
-        } else if self.pending.contains_key(&id) {
+        } else if self.pending.get(&id).is_some_and(|p| !p.status) {
             self.abandoned.insert(id);
         }
     }

@@ -511,6 +511,15 @@ struct ChildRec {
     status: Option<StatusReq>,
     /// Since when its pidfd has said "ended" with the exit not recorded yet (kernel reaps).
     late: Option<Instant>,
+    /// Not in the epoll set (no room there): looked at every millisecond instead.
+    polled: bool,
+}
+
+impl ChildRec {
+    /// Looked at from the loop's late list rather than by epoll.
+    fn on_late_list(&self) -> bool {
+        self.late.is_some() || self.polled
+    }
 }
 
 /// The children whose pidfd the server watches (in its epoll set, token `T_CHILD | fd`):
@@ -520,52 +529,88 @@ struct ChildRec {
 struct Watched {
     epoll: Arc<Epoll>,
     map: Mutex<HashMap<RawFd, ChildRec>>,
-    /// Status children in the map: pidfds the server holds for its clients.
+    /// Status requests admitted and not yet over (queued, spawning, or their child in the
+    /// map): the pidfds the server holds, or is about to, for its clients.
     held: AtomicUsize,
-    /// The most it holds at once: half the server's fd limit.
+    /// The most it admits at once: half the server's fd limit.
     held_max: usize,
+    /// The kernel reaps the server's children (else the server must reap every one).
+    kernel_reaps: bool,
+    /// Children a spawner thread could not put in the epoll set: for the loop's late list.
+    unwatched: Mutex<Vec<RawFd>>,
 }
 
 /// What became of a child given to [`Watched::add`].
 enum Added {
+    /// In the epoll set.
     Watched,
-    /// A status child of a connection already closed: not watched, its pidfd closed (the
-    /// child runs on, as one whose client dropped its pidfd).
+    /// No room in the epoll set: on the list the loop looks at every millisecond.
+    Polled,
+    /// A status child of a connection already closed, when the kernel reaps: not watched,
+    /// its pidfd closed (the child runs on, as one whose client dropped its pidfd).
     Dropped,
-    /// No room in the epoll set (ENOMEM, ENOSPC): the record back, with the errno.
-    Unwatched(ChildRec, i32),
 }
 
 impl Watched {
-    fn new(epoll: Arc<Epoll>) -> Watched {
+    fn new(epoll: Arc<Epoll>, kernel_reaps: bool) -> Watched {
         let soft = crate::sys::this_process::getrlimit(libc::RLIMIT_NOFILE).map_or(1024, |l| l.0);
         let held_max = (soft / 2).clamp(16, 1 << 20) as usize;
-        Watched { epoll, map: Mutex::new(HashMap::new()), held: AtomicUsize::new(0), held_max }
+        Watched {
+            epoll,
+            map: Mutex::new(HashMap::new()),
+            held: AtomicUsize::new(0),
+            held_max,
+            kernel_reaps,
+            unwatched: Mutex::new(Vec::new()),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<RawFd, ChildRec>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Watch `rec`'s pidfd. A status child of `tx` once it is closed is dropped: the loop
-    /// sets `closed` under the same lock before it forgets the connection's children, so
-    /// none is added after that.
-    fn add(&self, rec: ChildRec, tx: &ConnTx) -> Added {
+    /// Admit `n` status requests if the server may hold that many more pidfds.
+    fn admit(&self, n: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                (v.saturating_add(n) <= self.held_max).then_some(v + n)
+            })
+            .is_ok()
+    }
+
+    /// An admitted status request is over (its child forgotten, or none was kept).
+    fn release(&self) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(1)));
+    }
+
+    /// Watch `rec`'s pidfd: in the epoll set, or, with no room there (ENOMEM, ENOSPC), on
+    /// the loop's late list (`polled`; a spawner thread's go through `unwatched`). A status
+    /// child of `tx` once it is closed is dropped when the kernel reaps: the loop sets
+    /// `closed` under the same lock before it forgets the connection's children, so none is
+    /// added after that.
+    fn add(&self, mut rec: ChildRec, tx: &ConnTx) -> Added {
         let raw = rec.pidfd.as_raw_fd();
         let status = rec.status.is_some();
         let mut map = self.lock();
-        if status && tx.closed.load(Ordering::Relaxed) {
+        if status && self.kernel_reaps && tx.closed.load(Ordering::Relaxed) {
+            drop(map);
+            self.release();
             return Added::Dropped;
         }
+        // In the epoll set only once in the map: the loop finds it as soon as it is readable.
+        let token = T_CHILD | raw as u64;
+        rec.polled = true;
         map.insert(raw, rec);
-        // In the map before the epoll set: the loop finds it as soon as it is readable.
-        if let Err(e) = self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64) {
-            return Added::Unwatched(map.remove(&raw).unwrap_or_else(|| unreachable!()), e);
+        if self.epoll.add(raw, libc::EPOLLIN as u32, token).is_ok() {
+            if let Some(r) = map.get_mut(&raw) {
+                r.polled = false;
+            }
+            return Added::Watched;
         }
-        if status {
-            self.held.fetch_add(1, Ordering::Relaxed);
-        }
-        Added::Watched
+        self.unwatched.lock().unwrap_or_else(|e| e.into_inner()).push(raw);
+        Added::Polled
     }
 
     /// Forget the child of `raw` (out of the epoll set first, so its number is free of it
@@ -574,19 +619,10 @@ impl Watched {
         let rec = map.remove(&raw)?;
         let _ = self.epoll.delete(raw);
         if rec.status.is_some() {
-            let _ = self
-                .held
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(1)));
+            self.release();
         }
         Some(rec)
     }
-}
-
-/// The answer to a status request whose child could not be watched (no room in the epoll
-/// set): it runs on, unwatched (its pidfd closes).
-fn unwatched(e: i32) -> Error {
-    Error::os("epoll_ctl", "status child", e)
-        .with_reason("the child started, but the server cannot watch it for its status")
 }
 
 /// A status request (`FLAG_STATUS`): where its answer (an Exit frame, or an Error) goes.
@@ -1029,6 +1065,7 @@ impl<'a> Looper<'a> {
             epoll.add(a.as_raw_fd(), ev_in, T_ALIVE).map_err(|e| sys_err("epoll_ctl", e))?;
         }
         let initial = std::mem::take(&mut server.initial);
+        let kernel_reaps = server.opts.kernel_reaps && kernel_has_pidfd_exit_info();
         let mut looper = Looper {
             server,
             epoll: epoll.clone(),
@@ -1036,7 +1073,7 @@ impl<'a> Looper<'a> {
             free: Vec::new(),
             live: 0,
             next_gen: 1,
-            children: Arc::new(Watched::new(epoll.clone())),
+            children: Arc::new(Watched::new(epoll.clone(), kernel_reaps)),
             exits_out: HashMap::new(),
             late: Vec::new(),
             cmsg: CmsgBuf::new(),
@@ -1044,7 +1081,7 @@ impl<'a> Looper<'a> {
             scratch: Vec::with_capacity(512),
             idle_since: Some(Instant::now()),
             awake: Awake::default(),
-            kernel_reaps: server.opts.kernel_reaps && kernel_has_pidfd_exit_info(),
+            kernel_reaps,
             jobs: Arc::new(Jobs::default()),
             spawners: Vec::new(),
             watchdog: super::watchdog::Watchdog::new(
@@ -1095,6 +1132,7 @@ impl<'a> Looper<'a> {
             let stopping = Error::unsupported("serve", "the server is stopping");
             match &job.status {
                 Some(sreq) => {
+                    self.children.release();
                     let _ = status_answered(&job.tx, sreq, error_frame(job.id, &stopping));
                 }
                 None => {
@@ -1140,6 +1178,7 @@ impl<'a> Looper<'a> {
                 // this thread beside the client on one CPU, the client goes first.
                 std::thread::yield_now();
             }
+            self.take_unwatched();
             let timeout = match (refill || awake, self.late.is_empty()) {
                 (true, _) => 0,
                 (false, true) => self.timeout_ms(),
@@ -1154,7 +1193,7 @@ impl<'a> Looper<'a> {
                 let flags = ev.events;
                 match token & KIND_MASK {
                     T_CONN => self.on_conn(token, flags),
-                    T_CHILD => self.on_child((token & 0xFFFF_FFFF) as RawFd),
+                    T_CHILD => self.on_child((token & 0xFFFF_FFFF) as RawFd, true),
                     _ => match token {
                         T_LISTENER => self.accept_all(),
                         T_WAKE => self.on_wake(),
@@ -1170,11 +1209,12 @@ impl<'a> Looper<'a> {
                     },
                 }
             }
+            self.take_unwatched();
             if !self.late.is_empty() {
                 for raw in std::mem::take(&mut self.late) {
-                    // Still the late child (its number not taken by another since).
-                    if self.children.lock().get(&raw).is_some_and(|r| r.late.is_some()) {
-                        self.on_child(raw);
+                    // Still a child of the list (its number not taken by another since).
+                    if self.children.lock().get(&raw).is_some_and(ChildRec::on_late_list) {
+                        self.on_child(raw, false);
                     }
                 }
             }
@@ -1343,7 +1383,8 @@ impl<'a> Looper<'a> {
             // server that reaps keeps watching its own, to reap them.
             let mut map = self.children.lock();
             c.tx.closed.store(true, Ordering::Relaxed);
-            if self.kernel_reaps {
+            // A status child in the map has its request unanswered: none when none is.
+            if self.kernel_reaps && c.tx.statuses.load(Ordering::Relaxed) > 0 {
                 let generation = c.generation;
                 let gone: Vec<RawFd> = map
                     .iter()
@@ -1589,7 +1630,12 @@ impl<'a> Looper<'a> {
                             self.take_request(conn, idx, id, asked, None, cmd)
                         }
                         // Bytes that do not decode: answer once, then close (malformed).
-                        Err(e) => return self.refuse(conn, id, &e),
+                        Err(e) => {
+                            if status {
+                                self.children.release();
+                            }
+                            return self.refuse(conn, id, &e);
+                        }
                     }
                 }
             }
@@ -1653,6 +1699,7 @@ impl<'a> Looper<'a> {
             Ok(p) => p,
             Err(e) => {
                 if let Some(sreq) = status {
+                    self.children.release();
                     status_answered(&conn.tx, &sreq, error_frame(id, &e));
                     return;
                 }
@@ -1670,11 +1717,10 @@ impl<'a> Looper<'a> {
                 want_exit: true,
                 status: Some(sreq),
                 late: None,
+                polled: false,
             };
-            if let Added::Unwatched(rec, e) = self.children.add(rec, &conn.tx) {
-                let answer = unwatched_answer(rec, e, self.kernel_reaps);
-                status_answered(&conn.tx, &answer.0, answer.1);
-            }
+            // Watched (by epoll, or polled from the late list): answered when it ends.
+            self.children.add(rec, &conn.tx);
             return;
         }
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
@@ -1698,11 +1744,11 @@ impl<'a> Looper<'a> {
             want_exit,
             status: None,
             late: None,
+            polled: false,
         };
-        if let Added::Unwatched(rec, _) = self.children.add(rec, &conn.tx) {
-            // Cannot watch it: wait for it now rather than leave a zombie.
-            let _ = pidfd::wait(rec.pidfd.as_fd(), false);
-        }
+        // By epoll, or with no room there polled from the late list: reaped when it ends,
+        // never waited for on this thread.
+        self.children.add(rec, &conn.tx);
     }
 
     fn send_error(&mut self, conn: &mut Conn, id: u64, e: &Error) {
@@ -1824,9 +1870,17 @@ impl<'a> Looper<'a> {
 
     /// A child's pidfd is readable: reap it (or, when the kernel reaps, read how it ended),
     /// tell the client if it asked, forget it.
-    fn on_child(&mut self, raw: RawFd) {
-        let ended = if self.kernel_reaps { self.recorded_exit(raw) } else { self.reaped(raw) };
-        let Some(ended) = ended else { return };
+    /// `first`: from an epoll event (else from the late list).
+    fn on_child(&mut self, raw: RawFd, first: bool) {
+        let ended =
+            if self.kernel_reaps { self.recorded_exit(raw, first) } else { self.reaped(raw) };
+        let Some(ended) = ended else {
+            // Not over yet: back on the late list if it is one of it.
+            if self.children.lock().get(&raw).is_some_and(ChildRec::on_late_list) {
+                self.late.push(raw);
+            }
+            return;
+        };
         let Some(rec) = ({
             let mut map = self.children.lock();
             self.children.remove(&mut map, raw)
@@ -1869,9 +1923,11 @@ impl<'a> Looper<'a> {
 
     /// The kernel reaps: how the child of `raw` ended, once the kernel has recorded it. Its
     /// pidfd turns readable at the exit and the status is recorded a moment later, at the
-    /// reap: a few yields (the map's lock not held), then it goes on the late list, out of
-    /// the epoll set, looked at every millisecond until [`LATE_LIMIT`] (then exit code -1).
-    fn recorded_exit(&mut self, raw: RawFd) -> Option<pidfd::Ended> {
+    /// reap: on an epoll event (`first`) a few yields (the map's lock not held), then it goes
+    /// on the late list, out of the epoll set, looked at once a millisecond until
+    /// [`LATE_LIMIT`] (then exit code -1). A polled child (not in the epoll set) is looked at
+    /// from the list until it ends.
+    fn recorded_exit(&mut self, raw: RawFd, first: bool) -> Option<pidfd::Ended> {
         let mut tries = 0;
         loop {
             let mut map = self.children.lock();
@@ -1882,8 +1938,10 @@ impl<'a> Looper<'a> {
                 Err(_) => return Some(pidfd::Ended::Exited(-1)),
             }
             let mut p = [libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 }];
-            if !matches!(pidfd::poll(&mut p, 0), Ok(n) if n > 0) {
-                // It runs: an event for a number an ended child had in this same turn.
+            // A poll that fails says nothing: taken as ended (the late list bounds it).
+            if matches!(pidfd::poll(&mut p, 0), Ok(0)) {
+                // It runs: a polled child, or an event for a number an ended child had in
+                // this same turn.
                 return None;
             }
             let now = Instant::now();
@@ -1891,15 +1949,20 @@ impl<'a> Looper<'a> {
             if now.saturating_duration_since(since) >= LATE_LIMIT {
                 return Some(pidfd::Ended::Exited(-1));
             }
-            if tries >= 5 {
+            if !first || tries >= 5 {
                 let _ = self.epoll.delete(raw);
-                self.late.push(raw);
                 return None;
             }
             drop(map);
             tries += 1;
             std::thread::yield_now();
         }
+    }
+
+    /// Children a spawner thread could not put in the epoll set: onto the late list.
+    fn take_unwatched(&mut self) {
+        let mut list = self.children.unwatched.lock().unwrap_or_else(|e| e.into_inner());
+        self.late.append(&mut list);
     }
 
     /// Send the Exit frames gathered this turn: one message per connection, however many
@@ -1932,16 +1995,16 @@ impl<'a> Looper<'a> {
 /// hold; else they are counted in.
 fn too_many_statuses(tx: &ConnTx, watched: &Watched, n: usize) -> Option<Error> {
     let open = tx.statuses.load(Ordering::Relaxed);
-    let held = watched.held.load(Ordering::Relaxed);
     let why = if open.saturating_add(n) > MAX_STATUS_IN_FLIGHT {
         format!(
             "{open} status requests of this connection are unanswered, at most \
              {MAX_STATUS_IN_FLIGHT}: wait for some first"
         )
-    } else if held.saturating_add(n) > watched.held_max {
+    } else if !watched.admit(n) {
         format!(
-            "the server holds the pidfds of {held} status children, at most {} (half its fd \
-             limit): wait for some first",
+            "the server holds, or is about to, the pidfds of {} status children, at most {} \
+             (half its fd limit): wait for some first",
+            watched.held.load(Ordering::Relaxed),
             watched.held_max
         )
     } else {
@@ -2036,6 +2099,7 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
     if job.status.is_some() && job.tx.closed.load(Ordering::Relaxed) {
         // Its client is gone and nobody would learn how it ends: not started (the fds it
         // passed close with it).
+        watched.release();
         return None;
     }
     // A panic here must not lose the answer (nor hold its frame's others forever).
@@ -2057,17 +2121,15 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
                 want_exit: true,
                 status: Some(sreq),
                 late: None,
+                polled: false,
             };
-            match watched.add(rec, &tx) {
-                Added::Watched | Added::Dropped => false,
-                Added::Unwatched(rec, e) => {
-                    // Spawner threads serve kernel-reaping servers only.
-                    let (sreq, frame) = unwatched_answer(rec, e, true);
-                    status_answered(&tx, &sreq, frame)
-                }
-            }
+            // Polled: the loop must wake to put it on its late list (the token does it).
+            matches!(watched.add(rec, &tx), Added::Polled)
         }
-        (Err(e), Some(sreq)) => status_answered(&tx, &sreq, error_frame(id, &e)),
+        (Err(e), Some(sreq)) => {
+            watched.release();
+            status_answered(&tx, &sreq, error_frame(id, &e))
+        }
         (result, None) => tx.finished(id, batch.as_deref(), result),
     };
     if !queued {
@@ -2085,19 +2147,6 @@ fn status_answered(tx: &ConnTx, sreq: &StatusReq, frame: Vec<u8>) -> bool {
     let Some((out, n)) = sreq.answer(frame) else { return false };
     tx.answered(n);
     tx.send(&[&out], Vec::new())
-}
-
-/// The answer for a status child that could not be watched (no room in the epoll set):
-/// when the kernel reaps, an Error (the child runs on, its pidfd closed: never a thread
-/// blocked on it); when the server reaps, it must, so it waits for it here.
-fn unwatched_answer(rec: ChildRec, e: i32, kernel_reaps: bool) -> (StatusReq, Vec<u8>) {
-    let frame = if kernel_reaps {
-        error_frame(rec.id, &unwatched(e))
-    } else {
-        let ended = pidfd::wait(rec.pidfd.as_fd(), false).ok().flatten();
-        exit_frame(rec.id, rec.pid, ExitStatus::from(ended.unwrap_or(pidfd::Ended::Exited(-1))))
-    };
-    (rec.status.unwrap_or_default(), frame)
 }
 
 /// The refusal of an Exit-frame request by a server whose kernel reaps.
