@@ -1946,4 +1946,16 @@ fn status_children_are_bounded_by_the_servers_fd_limit() {
     for r in b.status_many(&many, 150).unwrap() {
         assert!(r.unwrap().success());
     }
+    // With another connection holding 10, a message of 64 does not fit (the server admits a
+    // message whole or not at all) and none of the call's own is in flight: smaller ones.
+    let held = a.submit_status_many(std::iter::repeat_n(&sleeper, 10)).unwrap();
+    let mut t = probe_cmd(&["exit", "0"]);
+    t.stdin(null()).stdout(null()).stderr(null());
+    let trues: Vec<Command> = (0..64).map(|_| t.try_clone().unwrap()).collect();
+    for r in b.status_many(&trues, 64).unwrap() {
+        assert!(r.unwrap().success());
+    }
+    for _ in &held {
+        assert!(a.receive_status().unwrap().1.unwrap().success());
+    }
 }

@@ -362,9 +362,10 @@ impl Client {
     /// batches): their statuses or errors, in order. The spawn-and-wait of a build system or
     /// a test runner, for the least CPU of the calling thread: no fd, no pidfd read per
     /// child (see [`status`](Client::status)). A request the server turns away because it
-    /// holds as many status children as it may (EAGAIN, step `serve`) is sent again once
-    /// one of this call's own is answered; with none of them in flight, that error is the
-    /// item's answer.
+    /// holds as many status children as it may (EAGAIN, step `serve`: the server admits or
+    /// turns away a whole message) is sent again once one of this call's own is answered;
+    /// with none of them in flight, again in messages half as large, and that error is the
+    /// item's answer only when it comes to a request sent alone.
     pub fn status_many<'c>(
         &mut self,
         cmds: impl IntoIterator<Item = &'c Command>,
@@ -374,7 +375,7 @@ impl Client {
         // calls too: the window leaves room for them.
         let max = super::server::MAX_STATUS_IN_FLIGHT;
         let before = lock(&self.io).pending.values().filter(|p| p.status).count();
-        let window = window.clamp(1, max.saturating_sub(before).max(1));
+        let mut window = window.clamp(1, max.saturating_sub(before).max(1));
         let cmds: Vec<&Command> = cmds.into_iter().collect();
         let mut out: Vec<Option<Result<ExitStatus>>> = (0..cmds.len()).map(|_| None).collect();
         let mut index: HashMap<u64, usize> = HashMap::new();
@@ -417,6 +418,17 @@ impl Client {
                 && e.raw_os_error() == Some(libc::EAGAIN));
             if turned_away && !index.is_empty() {
                 refused.push(i);
+                continue;
+            }
+            if turned_away && window > 1 {
+                // Nothing of ours in flight and the message still too large for the room the
+                // server has: smaller messages.
+                window = window.div_ceil(2);
+                refused.push(i);
+                refused.sort_unstable();
+                for i in refused.drain(..).rev() {
+                    todo.push_front(i);
+                }
                 continue;
             }
             out[i] = Some(r);

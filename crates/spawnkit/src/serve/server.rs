@@ -1017,6 +1017,8 @@ struct Looper<'a> {
     /// Status children whose pidfd said "ended" before the kernel recorded how: out of the
     /// epoll set (no spinning on a level-triggered fd), looked at again every millisecond.
     late: Vec<RawFd>,
+    /// When the late list was last looked at (once a millisecond at most).
+    late_at: Option<Instant>,
     cmsg: CmsgBuf,
     recv_fds: Vec<OwnedFd>,
     scratch: Vec<u8>,
@@ -1076,6 +1078,7 @@ impl<'a> Looper<'a> {
             children: Arc::new(Watched::new(epoll.clone(), kernel_reaps)),
             exits_out: HashMap::new(),
             late: Vec::new(),
+            late_at: None,
             cmsg: CmsgBuf::new(),
             recv_fds: Vec::with_capacity(8),
             scratch: Vec::with_capacity(512),
@@ -1210,7 +1213,9 @@ impl<'a> Looper<'a> {
                 }
             }
             self.take_unwatched();
-            if !self.late.is_empty() {
+            let due = self.late_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(1));
+            if !self.late.is_empty() && due {
+                self.late_at = Some(Instant::now());
                 for raw in std::mem::take(&mut self.late) {
                     // Still a child of the list (its number not taken by another since).
                     if self.children.lock().get(&raw).is_some_and(ChildRec::on_late_list) {
@@ -1938,10 +1943,13 @@ impl<'a> Looper<'a> {
                 Err(_) => return Some(pidfd::Ended::Exited(-1)),
             }
             let mut p = [libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 }];
-            // A poll that fails says nothing: taken as ended (the late list bounds it).
-            if matches!(pidfd::poll(&mut p, 0), Ok(0)) {
-                // It runs: a polled child, or an event for a number an ended child had in
-                // this same turn.
+            let mut ready = pidfd::poll(&mut p, 0);
+            while ready == Err(libc::EINTR) {
+                ready = pidfd::poll(&mut p, 0);
+            }
+            if !matches!(ready, Ok(n) if n > 0) {
+                // It runs (a polled child, or an event for a number an ended child had in
+                // this same turn), or the poll said nothing: looked at again later.
                 return None;
             }
             let now = Instant::now();
