@@ -491,22 +491,15 @@ fn cpu_batched(
     n: usize,
     batch: usize,
 ) -> Result<f64, String> {
-    let c0 = sys::thread_cpu_us();
     let cmd = tiny(prog, null);
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(batch);
+    cpu_in_batches(n, batch, |k| {
         client.submit_many(std::iter::repeat_n(&cmd, k)).map_err(|e| e.to_string())?;
         let mut children = Vec::with_capacity(k);
         for _ in 0..k {
             children.push(client.receive().map_err(|e| e.to_string())?.1);
         }
-        for c in children {
-            wait_ok(c.map_err(|e| e.to_string())?)?;
-        }
-        left -= k;
-    }
-    Ok(sys::thread_cpu_us() - c0)
+        children.into_iter().try_for_each(|c| wait_ok(c.map_err(|e| e.to_string())?))
+    })
 }
 
 /// The caller's CPU for `n` spawns and waits of the server's status requests
@@ -520,11 +513,8 @@ fn cpu_status(
     n: usize,
     batch: usize,
 ) -> Result<f64, String> {
-    let c0 = sys::thread_cpu_us();
     let cmd = tiny(prog, null);
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(batch);
+    cpu_in_batches(n, batch, |k| {
         client.submit_status_many(std::iter::repeat_n(&cmd, k)).map_err(|e| e.to_string())?;
         for _ in 0..k {
             let st = client.receive_status().map_err(|e| e.to_string())?.1;
@@ -533,6 +523,21 @@ fn cpu_status(
                 return Err(format!("the child ended with {st}"));
             }
         }
+        Ok(())
+    })
+}
+
+/// This thread's CPU for `n` spawns made by `one_batch(k)`, `batch` (or the rest) at a time.
+fn cpu_in_batches(
+    n: usize,
+    batch: usize,
+    mut one_batch: impl FnMut(usize) -> Result<(), String>,
+) -> Result<f64, String> {
+    let c0 = sys::thread_cpu_us();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(batch);
+        one_batch(k)?;
         left -= k;
     }
     Ok(sys::thread_cpu_us() - c0)
