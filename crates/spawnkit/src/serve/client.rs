@@ -124,6 +124,15 @@ fn connect_socket(socket: &Path) -> Result<UnixStream> {
     UnixStream::connect(socket).map_err(|e| io_err("connect", quoted(socket), &e))
 }
 
+/// A status request's id where a child's answer was asked for.
+fn status_id(id: u64) -> Error {
+    Error::invalid(
+        "receive",
+        format!("request {id}"),
+        "a status request: its answer comes from receive_status",
+    )
+}
+
 fn protocol(why: impl Into<String>) -> Error {
     Error::new(ErrorKind::Os, "serve", "connection").with_reason(why)
 }
@@ -335,7 +344,7 @@ impl Client {
             Some(id) => id,
             None => unreachable!("a blocking submit sends or fails"),
         };
-        io.receive_status(Some(id))?.1
+        io.receive_status(|i| i == id)?.1
     }
 
     /// Send status requests for `cmds` in as few messages as the limits allow (as
@@ -355,7 +364,7 @@ impl Client {
     /// how its child ended or why it did not start. Blocks until one arrives; an error if
     /// none is in flight.
     pub fn receive_status(&mut self) -> Result<(u64, Result<ExitStatus>)> {
-        lock(&self.io).receive_status(None)
+        lock(&self.io).receive_status(|_| true)
     }
 
     /// Run all of `cmds` and wait for every one (keeping at most `window` in flight, sent in
@@ -412,7 +421,7 @@ impl Client {
                 continue;
             }
             // One of this call's (answers to earlier requests stay for `receive_status`).
-            let (id, r) = io.receive_status_among(&index)?;
+            let (id, r) = io.receive_status(|i| index.contains_key(&i))?;
             let Some(i) = index.remove(&id) else { continue };
             let turned_away = matches!(&r, Err(e) if e.step() == "serve"
                 && e.raw_os_error() == Some(libc::EAGAIN));
@@ -1020,11 +1029,7 @@ impl Io {
             None => {
                 Ok(Some(Err(Error::invalid("receive", format!("request {id}"), "not in flight"))))
             }
-            Some(p) if p.status => Ok(Some(Err(Error::invalid(
-                "receive",
-                format!("request {id}"),
-                "a status request: its answer comes from receive_status",
-            )))),
+            Some(p) if p.status => Ok(Some(Err(status_id(id)))),
             Some(_) => Ok(None),
         }
     }
@@ -1079,48 +1084,21 @@ impl Io {
         }
     }
 
-    /// The first answer to one of `ids`' status requests, keeping the others.
-    fn receive_status_among(
+    /// The first answer to a status request whose id is `wanted`, keeping the others; an
+    /// error at once when no such request is in flight.
+    fn receive_status(
         &mut self,
-        ids: &HashMap<u64, usize>,
+        wanted: impl Fn(u64) -> bool,
     ) -> Result<(u64, Result<ExitStatus>)> {
         loop {
-            if let Some(pos) = self.statuses.iter().position(|(i, _)| ids.contains_key(i)) {
+            if let Some(pos) = self.statuses.iter().position(|(i, _)| wanted(*i)) {
                 return Ok(self.statuses.remove(pos).unwrap_or_else(|| unreachable!()));
             }
             if let Some(e) = &self.broken {
                 return Err(e.clone());
             }
-            if !ids.keys().any(|id| self.pending.get(id).is_some_and(|p| p.status)) {
+            if !self.pending.iter().any(|(id, p)| p.status && wanted(*id)) {
                 return Err(Error::invalid("receive", "", "no status request in flight"));
-            }
-            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
-                self.broken = Some(e.clone());
-                return Err(e);
-            }
-        }
-    }
-
-    /// The next status request's answer (or, with `id`, that one's, keeping the others).
-    fn receive_status(&mut self, id: Option<u64>) -> Result<(u64, Result<ExitStatus>)> {
-        loop {
-            let pos = match id {
-                None => (!self.statuses.is_empty()).then_some(0),
-                Some(id) => self.statuses.iter().position(|(i, _)| *i == id),
-            };
-            if let Some(d) = pos.and_then(|p| self.statuses.remove(p)) {
-                return Ok(d);
-            }
-            if let Some(e) = &self.broken {
-                return Err(e.clone());
-            }
-            let waiting = match id {
-                None => self.pending.values().any(|p| p.status),
-                Some(id) => self.pending.get(&id).is_some_and(|p| p.status),
-            };
-            if !waiting {
-                let what = id.map_or(String::new(), |id| format!("request {id}"));
-                return Err(Error::invalid("receive", what, "no status request in flight"));
             }
             if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
                 self.broken = Some(e.clone());
@@ -1142,13 +1120,7 @@ impl Io {
                 None => {
                     return Err(Error::invalid("receive", format!("request {id}"), "not in flight"))
                 }
-                Some(p) if p.status => {
-                    return Err(Error::invalid(
-                        "receive",
-                        format!("request {id}"),
-                        "a status request: its answer comes from receive_status",
-                    ))
-                }
+                Some(p) if p.status => return Err(status_id(id)),
                 Some(_) => {}
             }
             if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {

@@ -334,10 +334,7 @@ impl ConnTx {
                 queued |= self.send(&[&h.encode(), &pid.to_le_bytes()], vec![pidfd]);
             }
             (Err(e), b) => {
-                let mut body = Vec::new();
-                reply::encode_error(&e, &mut body);
-                let h = Header { len: body.len() as u32, kind: Kind::Error, flags: 0, nfds: 0, id };
-                queued |= self.send(&[&h.encode(), &body], Vec::new());
+                queued |= self.send(&[&error_frame(id, &e)], Vec::new());
                 if let Some(b) = b {
                     let mut st = b.state.lock().unwrap_or_else(|e| e.into_inner());
                     st.0 = st.0.saturating_sub(1);
@@ -599,14 +596,12 @@ impl Watched {
             self.release();
             return Added::Dropped;
         }
-        // In the epoll set only once in the map: the loop finds it as soon as it is readable.
-        let token = T_CHILD | raw as u64;
-        rec.polled = true;
+        // In the map before the epoll set (both under the lock): the loop finds it as soon as
+        // it is readable.
+        let watched = self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64).is_ok();
+        rec.polled = !watched;
         map.insert(raw, rec);
-        if self.epoll.add(raw, libc::EPOLLIN as u32, token).is_ok() {
-            if let Some(r) = map.get_mut(&raw) {
-                r.polled = false;
-            }
+        if watched {
             return Added::Watched;
         }
         self.unwatched.lock().unwrap_or_else(|e| e.into_inner()).push(raw);
@@ -1182,13 +1177,13 @@ impl<'a> Looper<'a> {
                 std::thread::yield_now();
             }
             self.take_unwatched();
-            let timeout = match (refill || awake, self.late.is_empty()) {
-                (true, _) => 0,
-                (false, true) => self.timeout_ms(),
-                (false, false) => match self.timeout_ms() {
-                    0 => 0,
-                    _ => 1,
-                },
+            let timeout = if refill || awake {
+                0
+            } else if self.late.is_empty() {
+                self.timeout_ms()
+            } else {
+                // Something late: looked at again within a millisecond.
+                (self.timeout_ms() != 0) as i32
             };
             let n = self.epoll.wait(&mut events, timeout);
             for ev in &events[..n] {
@@ -1896,10 +1891,8 @@ impl<'a> Looper<'a> {
             let (idx, generation) = rec.conn;
             let live = self.conns.get(idx).and_then(Option::as_ref);
             if live.is_some_and(|c| c.generation == generation) {
+                // (A closed connection's entry goes with it: never another generation's.)
                 let out = self.exits_out.entry(idx).or_insert_with(|| (generation, Vec::new(), 0));
-                if out.0 != generation {
-                    *out = (generation, Vec::new(), 0);
-                }
                 let frame = exit_frame(rec.id, rec.pid, ExitStatus::from(ended));
                 match &rec.status {
                     None => out.1.extend_from_slice(&frame),
