@@ -672,6 +672,10 @@ pub fn json(res: &Results) -> Value {
             "server_caller_cpu_batch_max/vfork_cpu": "in other_ratios: the same as \
                 server_caller_cpu_children/vfork_cpu with 64 requests per message (a \
                 SpawnMany frame's most), the batch the API allows",
+            "latency: server/local": "in other_ratios: minimum latency through the private \
+                server over spawnkit's local spawn (what the server adds to it)",
+            "latency: local/vfork": "in other_ratios: minimum latency of spawnkit's local \
+                spawn over vfork+exec (server/vfork is the product of the two)",
             "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
                 beside vfork+exec, the floor under the server ratios; and a local \
                 spawnkit.subprocess Popen+wait without its spawn call (Command.spawn_child, \

@@ -141,6 +141,10 @@ impl ServerResults {
         let tp = |id| Self::value(&self.throughput, id, size);
         match key {
             "server/vfork" => div(lat("spawnkit_server"), lat("vfork_exec")),
+            // Its two factors: the server's own addition (the request, the server's wake-up
+            // and its work) over spawnkit's local spawn, and that local spawn over vfork+exec.
+            "latency: server/local" => div(lat("spawnkit_server"), lat("spawnkit_local")),
+            "latency: local/vfork" => div(lat("spawnkit_local"), lat("vfork_exec")),
             // Spawn + wait through the API made for it (status requests: the server holds the
             // pidfds and answers with the statuses), 16 per message.
             "server_caller_cpu/vfork_cpu" => div(cpu("spawnkit_server_status"), cpu("vfork_exec")),
@@ -339,7 +343,9 @@ pub const RATIOS: [Target; 5] = [
 /// the floors under the first two ratios and the Python CPU ratio, all measured in the same
 /// run: with the round trip as it falls (the answering thread is woken where the scheduler
 /// puts it) and with the round trip across two CPUs (a server that works on the other core).
-pub const FLOORS: [&str; 9] = [
+/// Then `server/vfork` in its two factors, from the same latency rows: what the server adds
+/// to spawnkit's local spawn, and what that local spawn adds to vfork+exec.
+pub const FLOORS: [&str; 11] = [
     "server_caller_cpu_children/vfork_cpu",
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
@@ -349,6 +355,8 @@ pub const FLOORS: [&str; 9] = [
     "floor: cross-CPU round trip cpu/vfork_cpu",
     "floor: 16 per message, the kernel's part cpu/vfork_cpu",
     "floor: (py_local_cpu - its spawn call + cross-CPU round trip cpu)/py_local_cpu",
+    "latency: server/local",
+    "latency: local/vfork",
 ];
 
 /// The Python rows that spawn `runs` times per parent size (bench/python_server.py).

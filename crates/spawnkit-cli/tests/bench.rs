@@ -661,6 +661,27 @@ fn server_method_rows_and_ratios() {
             assert!(cpu(num, size) > 0.0 && (got - want).abs() <= 1e-9, "{key} at {size}: {got}");
         }
     }
+    // server/vfork in its two factors, each the ratio of the latency rows' minimums.
+    let lat_min = |id: &str, size: &str| {
+        let row = lat.iter().find(|r| r["id"] == id).expect(id);
+        row["sizes"][size]["min_us"].as_f64().unwrap()
+    };
+    for size in ["0", "1GiB-touched"] {
+        for (key, num, den) in [
+            ("latency: server/local", "spawnkit_server", "spawnkit_local"),
+            ("latency: local/vfork", "spawnkit_local", "vfork_exec"),
+        ] {
+            let want = lat_min(num, size) / lat_min(den, size);
+            let got = v["other_ratios"][key][size].as_f64().unwrap();
+            assert!((got - want).abs() <= 1e-9 * want, "{key} at {size}: {got}, rows: {want}");
+        }
+        let product = ["latency: server/local", "latency: local/vfork"]
+            .iter()
+            .map(|k| v["other_ratios"][*k][size].as_f64().unwrap())
+            .product::<f64>();
+        let whole = v["ratios"]["server/vfork"][size].as_f64().unwrap();
+        assert!((product - whole).abs() <= 1e-9 * whole, "{product} against {whole}");
+    }
     assert!(stdout.contains("spawnkit private server, status, 16 per message"), "{stdout}");
     assert!(stdout.contains("spawnkit private server"), "{stdout}");
     // The round trip held to one CPU and to two, where the machine has two: measured at
