@@ -1870,6 +1870,51 @@ fn serve_with_nofile(n: u64) -> Serve {
     })
 }
 
+/// A server at its fd limit cannot take in the fds passed with a request: the kernel drops
+/// them (`MSG_CTRUNC`). Each request of that message is answered with EMFILE saying so,
+/// nothing is spawned, no fd is left in the server, and the connection goes on serving.
+#[test]
+fn a_request_whose_fds_the_server_cannot_take_is_answered_and_the_connection_goes_on() {
+    use std::os::fd::AsRawFd;
+    let s = serve_with_nofile(64);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let mut c = s.client();
+    // 80 open files of their own: more than the server has room for.
+    let files: Vec<std::fs::File> =
+        (0..80).map(|_| std::fs::File::open("/dev/null").unwrap()).collect();
+    let mut many = probe_cmd(&["exit", "0"]);
+    for (i, f) in files.iter().enumerate() {
+        many.fd(10 + i as i32, f.as_raw_fd());
+    }
+    // The 80 and the three standard streams; a frame of two commands carries both's.
+    let lost = |e: &spawnkit::Error, fds: usize| {
+        e.raw_os_error() == Some(libc::EMFILE)
+            && e.step() == "recvmsg"
+            && e.to_string().contains(&format!("could not take in the {fds} fds"))
+    };
+    let e = c.spawn(&many).unwrap_err();
+    assert!(lost(&e, 83), "{e}");
+    // Two in one message (SpawnMany): each answered so.
+    let answers = c.spawn_many([&many, &many], 16).unwrap();
+    assert_eq!(answers.len(), 2);
+    for a in &answers {
+        assert!(a.as_ref().is_err_and(|e| lost(e, 166)), "{:?}", a.as_ref().err());
+    }
+    // A status request the same.
+    let e = c.status(&many).unwrap_err();
+    assert!(lost(&e, 83), "{e}");
+    assert!(s.children().is_empty(), "nothing spawned: {:?}", s.children());
+    // The connection goes on: requests with fds it can take are served.
+    assert_eq!(c.status(&probe_cmd(&["exit", "3"])).unwrap(), ExitStatus::Exited(3));
+    let mut few = probe_cmd(&["exit", "0"]);
+    few.fd(10, files[0].as_raw_fd());
+    assert!(c.spawn(&few).unwrap().wait().unwrap().success());
+    drop(c);
+    s.settles_at(base);
+    s.still_serves();
+}
+
 /// The server as a whole holds the pidfds of at most half its fd limit of status children,
 /// however many connections ask: beyond, EAGAIN naming the limit, and every connection
 /// goes on.

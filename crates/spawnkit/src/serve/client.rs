@@ -622,7 +622,7 @@ impl Io {
             Ok(r) if r.bytes == 0 => Err(protocol("the server closed the connection")),
             Ok(r) => {
                 self.inbox.filled(r.bytes, self.fds.drain(..));
-                if r.truncated {
+                if r.truncated() {
                     return Err(protocol("control data cut short"));
                 }
                 Ok(true)

@@ -137,6 +137,9 @@ pub enum FrameError {
     FdsMissing { declared: u8, passed: usize },
     /// Fds passed that no frame declared (fd flooding), or control data cut short.
     FdFlood(usize),
+    /// The fds of a message were lost (the receiver at its fd limit) and no frame that
+    /// declares fds begins in it: no request can be told.
+    FdsCut,
 }
 
 impl fmt::Display for FrameError {
@@ -151,6 +154,9 @@ impl fmt::Display for FrameError {
                 write!(f, "frame declares {declared} fds, {passed} passed")
             }
             FrameError::FdFlood(n) => write!(f, "{n} fds passed that no frame declared"),
+            FrameError::FdsCut => {
+                write!(f, "fds lost with a message in which no frame declaring fds begins")
+            }
         }
     }
 }
@@ -203,6 +209,9 @@ pub struct Expect {
 pub struct Frame {
     pub header: Header,
     pub fds: Vec<OwnedFd>,
+    /// Its fds were lost on the way in ([`Inbox::filled_cut`]): `fds` is empty, whatever
+    /// the header declares. The receiver answers the frame's requests with an error.
+    pub fds_lost: bool,
 }
 
 /// The bytes and fds received on one connection, cut into frames.
@@ -219,6 +228,11 @@ pub struct Inbox {
     end: usize,
     fds: VecDeque<OwnedFd>,
     current: Option<Frame>,
+    /// Bytes of the stream before `buf[start]` (taken as frames or headers).
+    taken: u64,
+    /// Where in the stream the bytes of a read whose fds were lost begin and end
+    /// ([`Inbox::filled_cut`]), until the frame they belonged to is read.
+    cut: Option<(u64, u64)>,
 }
 
 impl Default for Inbox {
@@ -230,7 +244,15 @@ impl Default for Inbox {
 impl Inbox {
     /// An empty inbox with a small buffer (it grows for large frames, up to the limit).
     pub fn new() -> Inbox {
-        Inbox { buf: vec![0; 16 * 1024], start: 0, end: 0, fds: VecDeque::new(), current: None }
+        Inbox {
+            buf: vec![0; 16 * 1024],
+            start: 0,
+            end: 0,
+            fds: VecDeque::new(),
+            current: None,
+            taken: 0,
+            cut: None,
+        }
     }
 
     /// Space to receive into (at least `min` bytes; the buffer is compacted or grown, never
@@ -264,6 +286,31 @@ impl Inbox {
     pub fn filled(&mut self, n: usize, fds: impl IntoIterator<Item = OwnedFd>) {
         self.end = (self.end + n).min(self.buf.len());
         self.fds.extend(fds);
+    }
+
+    /// Record that `n` bytes were written into [`spare`](Inbox::spare) by a read whose fds
+    /// were lost (`MSG_CTRUNC`: the receiver is at its fd limit; the caller closes those that
+    /// did come). Fds ride on the first byte of the message that carries their frame's
+    /// header, and one read takes at most one message's fds (with fd-less bytes sent before
+    /// them), so they belonged to the first frame beginning in these bytes that declares
+    /// fds: that frame is returned with [`fds_lost`](Frame::fds_lost) set and no fds, and its
+    /// requests can be answered. No such frame (the next header begins after these bytes)
+    /// is an error ([`FrameError::FdsCut`]). False (nothing recorded) when an earlier cut
+    /// read's frame has not come yet: two at once are not followed.
+    pub fn filled_cut(&mut self, n: usize) -> bool {
+        if self.cut.is_some() {
+            return false;
+        }
+        let at = self.taken + (self.end - self.start) as u64;
+        self.cut = Some((at, at + n as u64));
+        self.filled(n, std::iter::empty());
+        true
+    }
+
+    /// Take `n` bytes off the front (a header or a body).
+    fn take(&mut self, n: usize) {
+        self.start += n;
+        self.taken += n as u64;
     }
 
     /// Append bytes (tests and the proptest; the server receives into `spare`).
@@ -309,15 +356,29 @@ impl Inbox {
                 return Err(FrameError::TooLong(header.len));
             }
             let declared = header.nfds as usize;
-            if (declared > 0 && !expect.fds) || self.fds.len() < declared {
+            // A read lost its fds: the first frame beginning in its bytes that declares fds
+            // is the one they came for; none there, and no one can be told.
+            let here = self.taken;
+            let fds_lost = match self.cut {
+                Some((_, end)) if here >= end => return Err(FrameError::FdsCut),
+                Some((at, _)) => here >= at && declared > 0,
+                None => false,
+            };
+            if fds_lost {
+                if !expect.fds {
+                    return Err(FrameError::FdsCut);
+                }
+                self.cut = None;
+            } else if (declared > 0 && !expect.fds) || self.fds.len() < declared {
                 return Err(FrameError::FdsMissing {
                     declared: header.nfds,
                     passed: self.fds.len(),
                 });
             }
-            let fds: Vec<OwnedFd> = self.fds.drain(..declared).collect();
-            self.start += HEADER_LEN;
-            self.current = Some(Frame { header, fds });
+            let fds: Vec<OwnedFd> =
+                if fds_lost { Vec::new() } else { self.fds.drain(..declared).collect() };
+            self.take(HEADER_LEN);
+            self.current = Some(Frame { header, fds, fds_lost });
         }
         let len = self.current.as_ref().map_or(0, |f| f.header.len as usize);
         if self.end - self.start < len {
@@ -333,9 +394,9 @@ impl Inbox {
             return Err(FrameError::FdFlood(self.fds.len()));
         }
         let Some(frame) = self.current.take() else { return Ok(None) };
-        let body = &self.buf[self.start..self.start + len];
-        self.start += len;
-        Ok(Some((frame, body)))
+        let at = self.start;
+        self.take(len);
+        Ok(Some((frame, &self.buf[at..at + len])))
     }
 
     /// Fds may wait only for a header that has begun to arrive.
@@ -366,10 +427,39 @@ pub fn split_many(
 ) -> Result<Vec<ManyEntry<'_>>, &'static str> {
     let mut out: Vec<ManyEntry<'_>> = Vec::new();
     let mut fds = fds.into_iter();
+    walk_many(body, max, |bytes, nfds| {
+        let entry_fds: Vec<OwnedFd> = fds.by_ref().take(nfds).collect();
+        if entry_fds.len() != nfds {
+            return Err("entries declare more fds than were passed");
+        }
+        out.push((bytes, entry_fds));
+        Ok(())
+    })?;
+    if fds.next().is_some() {
+        return Err("fds passed that no entry declares");
+    }
+    Ok(out)
+}
+
+/// How many commands a [`Kind::SpawnMany`] body holds, checked as [`split_many`] checks it
+/// but for its fds (a frame whose fds were lost on the way in: each command is answered).
+pub fn count_many(body: &[u8], max: usize) -> Result<usize, &'static str> {
+    walk_many(body, max, |_, _| Ok(()))
+}
+
+/// Walk the entries of a [`Kind::SpawnMany`] body: `each(command bytes, fds declared)` per
+/// entry (a repeat hands the entry before it again); how many there were.
+fn walk_many<'a>(
+    body: &'a [u8],
+    max: usize,
+    mut each: impl FnMut(&'a [u8], usize) -> Result<(), &'static str>,
+) -> Result<usize, &'static str> {
+    let mut count = 0usize;
+    let mut last: Option<&'a [u8]> = None;
     let mut rest = body;
     let mut decoded = 0usize;
     while !rest.is_empty() {
-        if out.len() >= max {
+        if count >= max {
             return Err("more commands than one frame may carry");
         }
         if rest.len() < 5 {
@@ -379,8 +469,8 @@ pub fn split_many(
         let nfds = rest[4] as usize;
         rest = &rest[5..];
         let bytes = if len == REPEAT_ENTRY {
-            match out.last() {
-                Some((prev, _)) => *prev,
+            match last {
+                Some(prev) => prev,
                 None => return Err("a repeated entry with none before it"),
             }
         } else {
@@ -396,19 +486,14 @@ pub fn split_many(
         if decoded > MAX_BODY {
             return Err("entries that add up to more than a frame may carry");
         }
-        let entry_fds: Vec<OwnedFd> = fds.by_ref().take(nfds).collect();
-        if entry_fds.len() != nfds {
-            return Err("entries declare more fds than were passed");
-        }
-        out.push((bytes, entry_fds));
+        each(bytes, nfds)?;
+        last = Some(bytes);
+        count += 1;
     }
-    if out.is_empty() {
+    if count == 0 {
         return Err("no command");
     }
-    if fds.next().is_some() {
-        return Err("fds passed that no entry declares");
-    }
-    Ok(out)
+    Ok(count)
 }
 
 /// Split a [`Kind::SpawnedMany`] body: (id, pid) per entry; its fds must number the same.
@@ -547,6 +632,89 @@ mod tests {
         assert_eq!(inbox.next(only_answer).unwrap_err(), FrameError::Kind(16));
     }
 
+    /// One message whose fds were lost (the receiver at its fd limit).
+    fn push_cut(inbox: &mut Inbox, bytes: &[u8]) -> bool {
+        let room = inbox.spare(bytes.len());
+        room[..bytes.len()].copy_from_slice(bytes);
+        inbox.filled_cut(bytes.len())
+    }
+
+    fn spawn_frame(nfds: u8, id: u64, body: &[u8]) -> Vec<u8> {
+        let mut b = hdr(Kind::Spawn, body.len() as u32, nfds, id).to_vec();
+        b.extend_from_slice(body);
+        b
+    }
+
+    #[test]
+    fn a_frame_whose_fds_were_lost_comes_without_them_and_the_next_is_whole() {
+        let mut inbox = Inbox::new();
+        // A first frame, whole, so that the cut one does not begin the stream.
+        inbox.push(&spawn_frame(1, 1, b"a"), [devnull()]);
+        let (frame, _) = inbox.next(ANY).unwrap().unwrap();
+        assert!(!frame.fds_lost && frame.fds.len() == 1);
+        assert!(push_cut(&mut inbox, &spawn_frame(3, 7, b"abc")));
+        let (frame, body) = inbox.next(ANY).unwrap().unwrap();
+        assert!(frame.fds_lost && frame.fds.is_empty(), "{frame:?}");
+        assert_eq!((frame.header.id, frame.header.nfds, body), (7, 3, &b"abc"[..]));
+        // The next frame takes its own fds, as ever.
+        inbox.push(&spawn_frame(1, 8, b"d"), [devnull()]);
+        let (frame, body) = inbox.next(ANY).unwrap().unwrap();
+        assert!(!frame.fds_lost && frame.fds.len() == 1 && body == b"d");
+        assert!(inbox.next(ANY).unwrap().is_none());
+        // Its header in pieces after the cut read's first byte: still that frame.
+        let whole = spawn_frame(2, 9, b"xy");
+        assert!(push_cut(&mut inbox, &whole[..1]));
+        assert!(inbox.next(ANY).unwrap().is_none());
+        inbox.push(&whole[1..], []);
+        let (frame, _) = inbox.next(ANY).unwrap().unwrap();
+        assert!(frame.fds_lost && frame.header.id == 9);
+        // One read that took fd-less frames sent before the message with the fds (a Wake, a
+        // request without fds): those are whole, the first that declares fds lost them.
+        let mut glued = hdr(Kind::Wake, 0, 0, 0).to_vec();
+        glued.extend(spawn_frame(0, 10, b"e"));
+        glued.extend(spawn_frame(4, 11, b"f"));
+        glued.extend(spawn_frame(0, 12, b"g"));
+        assert!(push_cut(&mut inbox, &glued));
+        let mut got = Vec::new();
+        while let Some((frame, _)) = inbox.next(ANY).unwrap() {
+            got.push((frame.header.id, frame.fds_lost, frame.fds.len()));
+        }
+        assert_eq!(got, [(0, false, 0), (10, false, 0), (11, true, 0), (12, false, 0)]);
+    }
+
+    #[test]
+    fn lost_fds_where_no_frame_declaring_fds_begins_are_refused() {
+        // The frame there declares none: the fds were nobody's (told at the next header).
+        let mut inbox = Inbox::new();
+        assert!(push_cut(&mut inbox, &spawn_frame(0, 1, b"ab")));
+        assert!(!inbox.next(ANY).unwrap().unwrap().0.fds_lost);
+        inbox.push(&spawn_frame(0, 2, b"c"), []);
+        assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdsCut);
+        // Where fds may not come at all.
+        let mut inbox = Inbox::new();
+        assert!(push_cut(&mut inbox, &spawn_frame(1, 1, b"ab")));
+        let no_fds = Expect { kinds: &[Kind::Spawn], max_body: 64, fds: false };
+        assert_eq!(inbox.next(no_fds).unwrap_err(), FrameError::FdsCut);
+        // Inside a frame's body, or its header, and no frame begins after: the frame is
+        // whole (its own fds came before), the next header is refused.
+        let whole = spawn_frame(1, 1, b"abcd");
+        for split in [HEADER_LEN + 1, 5] {
+            let mut inbox = Inbox::new();
+            inbox.push(&whole[..split], [devnull()]);
+            assert!(inbox.next(ANY).unwrap().is_none());
+            assert!(push_cut(&mut inbox, &whole[split..]));
+            let (frame, _) = inbox.next(ANY).unwrap().unwrap();
+            assert!(!frame.fds_lost && frame.fds.len() == 1);
+            inbox.push(&spawn_frame(0, 2, b""), []);
+            assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdsCut);
+        }
+        // A second cut message before the first one's frame has begun: not followed.
+        let mut inbox = Inbox::new();
+        assert!(push_cut(&mut inbox, &whole[..5]));
+        assert!(inbox.next(ANY).unwrap().is_none());
+        assert!(!push_cut(&mut inbox, &whole[5..]));
+    }
+
     #[test]
     fn any_names_every_kind() {
         let every: Vec<Kind> = (0..=255u8).filter_map(Kind::from_u8).collect();
@@ -594,17 +762,60 @@ mod tests {
             }
         }
 
+        /// Arbitrary bytes in arbitrary messages, any of which may have lost its fds: the
+        /// decoder never panics, and a frame it returns either has the fds it declares or,
+        /// lost, none and declares some.
+        #[test]
+        fn arbitrary_bytes_some_messages_cut(
+            bytes in proptest::collection::vec(any::<u8>(), 0..600),
+            cuts in proptest::collection::vec((0usize..600, any::<bool>(), 0usize..3), 0..6),
+        ) {
+            let mut inbox = Inbox::new();
+            let mut cuts = cuts;
+            cuts.push((bytes.len(), false, 0));
+            cuts.sort_unstable();
+            let mut at = 0;
+            'outer: for (cut, lost, nfds) in cuts {
+                let cut = cut.min(bytes.len());
+                if cut <= at { continue; }
+                if lost {
+                    if !push_cut(&mut inbox, &bytes[at..cut]) { break; }
+                } else {
+                    inbox.push(&bytes[at..cut], (0..nfds).map(|_| devnull()));
+                }
+                at = cut;
+                loop {
+                    match inbox.next(ANY) {
+                        Ok(Some((frame, body))) => {
+                            prop_assert_eq!(body.len(), frame.header.len as usize);
+                            if frame.fds_lost {
+                                prop_assert!(frame.fds.is_empty() && frame.header.nfds > 0);
+                            } else {
+                                prop_assert_eq!(frame.fds.len(), frame.header.nfds as usize);
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(_) => break 'outer,
+                    }
+                }
+            }
+        }
+
         /// A SpawnMany body of arbitrary bytes with arbitrary fds: never a panic; when it is
         /// accepted, the entries cover the body exactly, every fd belongs to exactly one
-        /// entry, and there are at most `max` of them.
+        /// entry, and there are at most `max` of them. The count without fds
+        /// ([`count_many`]) agrees with every split accepted, and what it refuses the split
+        /// refuses too.
         #[test]
         fn arbitrary_spawn_many_bodies(bytes in proptest::collection::vec(any::<u8>(), 0..300),
                                        nfds in 0usize..6, max in 1usize..8) {
             let fds: Vec<OwnedFd> = (0..nfds).map(|_| devnull()).collect();
+            let counted = count_many(&bytes, max);
             if let Ok(entries) = split_many(&bytes, fds, max) {
                 prop_assert!(!entries.is_empty() && entries.len() <= max);
                 prop_assert_eq!(covered(&entries), bytes.len());
                 prop_assert_eq!(entries.iter().map(|(_, f)| f.len()).sum::<usize>(), nfds);
+                prop_assert_eq!(counted, Ok(entries.len()));
             }
         }
 
@@ -638,6 +849,8 @@ mod tests {
             let fds: Vec<OwnedFd> = (0..total).map(|_| devnull()).collect();
             let entries = split_many(&body, fds, 8).expect("well formed");
             prop_assert_eq!(entries.len(), cmds.len());
+            // Counted without its fds (a frame whose fds were lost): as many.
+            prop_assert_eq!(count_many(&body, 8), Ok(cmds.len()));
             for ((b, f), (want, n)) in entries.iter().zip(&cmds) {
                 prop_assert_eq!(*b, &want[..]);
                 prop_assert_eq!(f.len(), *n as usize);

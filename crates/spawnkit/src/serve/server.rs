@@ -1450,13 +1450,16 @@ impl<'a> Looper<'a> {
                 true,
             );
             match got {
-                Ok(r) if r.bytes == 0 => return false, // EOF (fds with it are dropped)
-                Ok(r) => {
-                    conn.inbox.filled(r.bytes, self.recv_fds.drain(..));
-                    if r.truncated {
+                Ok(r) if r.bytes == 0 || r.foreign => return false, // EOF, or not the protocol
+                // Fds of this message were lost (this server is at its fd limit): those that
+                // came are closed, and the frame the message begins is answered with that.
+                Ok(r) if r.fds_cut => {
+                    self.recv_fds.clear();
+                    if !conn.inbox.filled_cut(r.bytes) {
                         return false;
                     }
                 }
+                Ok(r) => conn.inbox.filled(r.bytes, self.recv_fds.drain(..)),
                 Err(libc::EAGAIN) => break,
                 Err(_) => return false,
             }
@@ -1546,6 +1549,27 @@ impl<'a> Looper<'a> {
                     };
                     conn.frames_done += 1;
                     let id = frame.header.id;
+                    if frame.fds_lost {
+                        // A request whose fds this server could not take in: each of its
+                        // commands is answered so, nothing is spawned, the connection goes on.
+                        let n = match frame.header.kind {
+                            Kind::Spawn => 1,
+                            Kind::SpawnMany => match frames::count_many(body, MAX_BATCH_REPLY) {
+                                Ok(n) => n,
+                                Err(why) => {
+                                    let e = Error::invalid("decode", "SpawnMany", why);
+                                    return self.refuse(conn, id, &e);
+                                }
+                            },
+                            _ => return false,
+                        };
+                        self.awake.request_from(Instant::now(), (idx, conn.generation));
+                        let e = fds_lost(frame.header.nfds);
+                        for i in 0..n {
+                            self.send_error(conn, id.wrapping_add(i as u64), &e);
+                        }
+                        continue;
+                    }
                     if frame.header.kind == Kind::Wake {
                         // A request follows at once: poll for it a little rather than let
                         // this thread's CPU go idle (waking an idle CPU is the slowest part
@@ -2068,6 +2092,15 @@ fn decode_many(
         ));
     }
     Ok(cmds)
+}
+
+/// The answer to a request whose fds did not reach this server: the kernel could not install
+/// them (`MSG_CTRUNC`), this process being at its fd limit.
+fn fds_lost(declared: u8) -> Error {
+    Error::os("recvmsg", "the request's fds", libc::EMFILE).with_reason(format!(
+        "the spawn server could not take in the {declared} fds passed with the request's \
+         frame (its fd limit): nothing was spawned"
+    ))
 }
 
 fn no_conn_env() -> Error {

@@ -19,17 +19,27 @@ impl CmsgBuf {
     }
 }
 
-/// What one recvmsg returned: the byte count (0 = EOF) and whether the control data was cut
-/// (more fds than fit: the kernel closed the rest).
+/// What one recvmsg returned: the byte count (0 = EOF), whether fds that came with it were
+/// lost (`MSG_CTRUNC`: the buffer holds the most a message can carry, so the kernel could not
+/// install them all, the receiver being at its fd limit; those it could are in `fds`, the
+/// rest it closed), and whether control data other than fds came (`foreign`).
 pub(crate) struct Received {
     pub bytes: usize,
-    pub truncated: bool,
+    pub fds_cut: bool,
+    pub foreign: bool,
+}
+
+impl Received {
+    /// Whether the control data is anything but the fds sent, whole.
+    pub fn truncated(&self) -> bool {
+        self.fds_cut || self.foreign
+    }
 }
 
 /// recvmsg(fd, MSG_CMSG_CLOEXEC [| MSG_DONTWAIT]) into `buf`; the fds of every `SCM_RIGHTS`
 /// message are appended to `fds` (close-on-exec from the first instant). Any other control
-/// message is refused by closing nothing and reporting `truncated` (the caller drops the
-/// connection). EINTR is retried.
+/// message is reported as `foreign` (the caller drops the connection), fds the kernel could
+/// not install as `fds_cut`. EINTR is retried.
 pub(crate) fn recv_with_fds(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
@@ -57,7 +67,8 @@ pub(crate) fn recv_with_fds(
         }
         break n as usize;
     };
-    let mut truncated = msg.msg_flags & libc::MSG_CTRUNC != 0;
+    let fds_cut = msg.msg_flags & libc::MSG_CTRUNC != 0;
+    let mut foreign = false;
     // SAFETY: the CMSG_* macros walk the control buffer the kernel just filled, bounded by
     // msg_controllen; each SCM_RIGHTS payload holds (cmsg_len - CMSG_LEN(0)) / 4 fds that are
     // now ours (the kernel installed them in this process).
@@ -73,12 +84,12 @@ pub(crate) fn recv_with_fds(
                 }
             } else {
                 // SCM_CREDENTIALS and the like are not part of the protocol.
-                truncated = true;
+                foreign = true;
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok(Received { bytes: n, truncated })
+    Ok(Received { bytes: n, fds_cut, foreign })
 }
 
 /// sendmsg(fd, MSG_NOSIGNAL [| MSG_DONTWAIT]) of `parts` with `fds` as one `SCM_RIGHTS`
