@@ -215,6 +215,96 @@ async fn server_spawn_many_keeps_every_request_in_flight_and_in_order() {
     }
 }
 
+/// Status requests from the async client (tokio's `Command::status` shape): how each child
+/// ended, in order, a spawn's error as its item's own, a pipe refused before anything is
+/// sent; the server keeps no fd for them afterwards.
+#[tokio::test]
+async fn server_status_and_status_many() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    assert_eq!(client.status(&sh("exit 3")).await.unwrap(), ExitStatus::Exited(3));
+    let server_fds = fds(server.pid());
+    let missing = client.status(&Command::new("/nonexistent/spawnkit-test-program")).await;
+    let e = missing.expect_err("a missing program is an error");
+    assert_eq!((e.step(), e.raw_os_error()), ("execve", Some(libc::ENOENT)), "{e}");
+    let mut piped = sh("echo hi");
+    piped.stdout(Stdio::Pipe);
+    assert!(client.status(&piped).await.is_err(), "nothing would read the pipe");
+    let mut cmds: Vec<Command> = (0..70).map(|i| sh(&format!("exit {}", i % 5))).collect();
+    cmds[9] = Command::new("/nonexistent/spawnkit-test-program");
+    cmds[40] = piped;
+    let results = client.status_many(&cmds).await.expect("the connection holds");
+    assert_eq!(results.len(), 70);
+    for (i, r) in results.into_iter().enumerate() {
+        match i {
+            9 => assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENOENT)),
+            40 => assert!(r.is_err(), "a pipe is that item's error"),
+            _ => assert_eq!(r.unwrap(), ExitStatus::Exited(i as i32 % 5), "item {i}"),
+        }
+    }
+    // Requests answered with a child go on beside them.
+    let id = client.submit(&sh("exit 0")).await.unwrap();
+    let mut child = client.receive(id).await.unwrap();
+    assert!(child.wait().await.unwrap().success());
+    drop(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fds(server.pid()) != server_fds {
+        assert!(
+            Instant::now() < deadline,
+            "{} fds in the server, {server_fds} before",
+            fds(server.pid())
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Eight tasks on two worker threads await status answers on one connection: an answer
+/// one task reads for another wakes that task (each child's code names its task and round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_status_answers_reach_the_task_that_asked() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..15 {
+                let code = (t * 16 + round) % 200;
+                let st = client.status(&sh(&format!("exit {code}"))).await.expect("status");
+                assert_eq!(st, ExitStatus::Exited(code), "task {t} round {round}");
+            }
+        }));
+    }
+    for t in tasks {
+        let r = tokio::time::timeout(Duration::from_secs(60), t).await;
+        r.expect("every task was woken for its answers").expect("task");
+    }
+}
+
+/// A status request whose future is dropped (a timeout) leaves nothing behind: its child
+/// runs on and ends, its answer is dropped when it comes, and the connection serves on.
+#[tokio::test]
+async fn server_status_abandoned_leaves_no_answer_behind() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let marker = common::TempDir::new("status-abandoned");
+    let done = marker.path().join("done");
+    let script = format!("sleep 0.3; : > {}", done.display());
+    let sleeper = sh(&script);
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), client.status(&sleeper));
+    assert!(cancelled.await.is_err(), "the child still sleeps");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done.exists() {
+        assert!(Instant::now() < deadline, "the abandoned child ran on and ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its answer arrives and is dropped while this one is awaited.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(client.status(&sh("exit 4")).await.unwrap(), ExitStatus::Exited(4));
+    assert_eq!(server.client().in_flight(), 0, "nothing pending or kept");
+}
+
 /// Eight tasks on two worker threads share one connection: every answer reaches the task
 /// that asked (the child's output names its task and round).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -928,14 +928,18 @@ impl Io {
     /// The async face's batch: send one frame of the front of `cmds` without waiting. The
     /// ids of the requests sent (a prefix of `cmds`: as many as fit in one frame), or `None`
     /// when the socket is full and nothing went out. A command that cannot be encoded fails
-    /// the call with nothing sent.
+    /// the call with nothing sent. `status`: status requests.
     #[cfg(feature = "tokio")]
-    pub(crate) fn try_submit_frame(&mut self, cmds: &[&Command]) -> Result<Option<Vec<u64>>> {
+    pub(crate) fn try_submit_frame(
+        &mut self,
+        cmds: &[&Command],
+        status: bool,
+    ) -> Result<Option<Vec<u64>>> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
         let take = cmds.len().min(super::frame::MAX_BATCH_REPLY);
-        let (reqs, filler) = encode_all(&cmds[..take], self.sock.as_raw_fd(), false)?;
+        let (reqs, filler) = encode_all(&cmds[..take], self.sock.as_raw_fd(), status)?;
         if !self.send_env(&filler, true)? {
             return Ok(None);
         }
@@ -993,9 +997,10 @@ impl Io {
     }
 
     /// The async face: submit without waiting (`None`: the socket is full, nothing sent).
+    /// `status`: a status request.
     #[cfg(feature = "tokio")]
-    pub(crate) fn try_submit(&mut self, cmd: &Command) -> Result<Option<u64>> {
-        self.submit_with(cmd, true, false)
+    pub(crate) fn try_submit(&mut self, cmd: &Command, status: bool) -> Result<Option<u64>> {
+        self.submit_with(cmd, true, status)
     }
 
     /// The async faces: read what has arrived and turn it into answers, without waiting.
@@ -1004,12 +1009,13 @@ impl Io {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        let before = self.done.len();
+        let (before, statuses_before) = (self.done.len(), self.statuses.len());
         let got = self.recv(true).and_then(|got| self.collect().map(|_| got));
         if let Err(e) = &got {
             self.broken = Some(e.clone());
         }
         answered.extend(self.done.iter().skip(before).map(|(id, _)| *id));
+        answered.extend(self.statuses.iter().skip(statuses_before).map(|(id, _)| *id));
         got
     }
 
@@ -1034,6 +1040,29 @@ impl Io {
         }
     }
 
+    /// The async face: the answer to status request `id` if it has come (as
+    /// [`take_answer`](Io::take_answer)).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn take_status(&mut self, id: u64) -> Result<Option<Result<ExitStatus>>> {
+        if let Some(pos) = self.statuses.iter().position(|(i, _)| *i == id) {
+            return Ok(self.statuses.remove(pos).map(|d| d.1));
+        }
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        match self.pending.get(&id) {
+            None => {
+                Ok(Some(Err(Error::invalid("receive", format!("request {id}"), "not in flight"))))
+            }
+            Some(p) if !p.status => Ok(Some(Err(Error::invalid(
+                "receive",
+                format!("request {id}"),
+                "it asked for a child, not a status: receive its child",
+            )))),
+            Some(_) => Ok(None),
+        }
+    }
+
     /// The async face: nobody will take the answer to `id` (its future was dropped). If it
     /// has come, its child is dropped now (killed if the command asked for `kill_on_drop`);
     /// else when it comes.
@@ -1041,7 +1070,9 @@ impl Io {
     pub(crate) fn abandon(&mut self, id: u64) {
         if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
             drop(self.done.remove(pos));
-        } else if self.pending.get(&id).is_some_and(|p| !p.status) {
+        } else if let Some(pos) = self.statuses.iter().position(|(i, _)| *i == id) {
+            self.statuses.remove(pos);
+        } else if self.pending.contains_key(&id) {
             self.abandoned.insert(id);
         }
     }
@@ -1160,9 +1191,11 @@ impl Io {
                 Kind::Exit => {
                     let (pid, status) = reply::decode_exit(body)?;
                     if self.pending.get(&id).is_some_and(|p| p.status) {
-                        // A status request's answer.
+                        // A status request's answer (nobody's, when abandoned).
                         self.pending.remove(&id);
-                        self.statuses.push_back((id, Ok(status)));
+                        if !self.abandoned.remove(&id) {
+                            self.statuses.push_back((id, Ok(status)));
+                        }
                     } else {
                         self.exits.insert(pid, status);
                     }
@@ -1186,6 +1219,7 @@ impl Io {
             };
             if p.status {
                 match result {
+                    Err(_) if self.abandoned.remove(&id) => {}
                     Err(e) => self.statuses.push_back((id, Err(e))),
                     Ok(_) => return Err(protocol(format!("a child for status request {id}"))),
                 }

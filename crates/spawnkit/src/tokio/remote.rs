@@ -18,7 +18,7 @@ use ::tokio::sync::Notify;
 use super::Child;
 use crate::error::{Error, ErrorKind, Result};
 use crate::serve::client::Io;
-use crate::Command;
+use crate::{Command, ExitStatus};
 
 /// An async connection to a spawn server, on the connection of a [`crate::Client`]. Cheap to
 /// clone; every clone is the same connection, shared by the tasks that hold them.
@@ -114,14 +114,18 @@ impl Client {
     /// returned. Waits only while the socket is full (reading answers meanwhile), never for
     /// the server's answer: the whole request has gone out when this returns.
     pub async fn submit(&self, cmd: &Command) -> Result<u64> {
-        let ids = self.send_whole(|io| Ok(io.try_submit(cmd)?.map(|id| vec![id]))).await?;
+        self.submit_one(cmd, false).await
+    }
+
+    async fn submit_one(&self, cmd: &Command, status: bool) -> Result<u64> {
+        let ids = self.send_whole(|io| Ok(io.try_submit(cmd, status)?.map(|id| vec![id]))).await?;
         Ok(ids[0])
     }
 
     /// The child (or the spawn's error) of request `id`. Cancel-safe: dropping the future
     /// leaves the answer for a later `receive(id)`.
     pub async fn receive(&self, id: u64) -> Result<Child> {
-        let child = self.answer(id, false).await??;
+        let child = self.answer(id, false, Io::take_answer).await??;
         Child::new(child)
     }
 
@@ -131,8 +135,43 @@ impl Client {
     /// (killed if the command is `kill_on_drop`).
     pub async fn spawn(&self, cmd: &Command) -> Result<Child> {
         let id = self.submit(cmd).await?;
-        let child = self.answer(id, true).await??;
+        let child = self.answer(id, true, Io::take_answer).await??;
         Child::new(child)
+    }
+
+    /// Spawn through the server and await how the child ended, as tokio's
+    /// `Command::status`: a status request (docs/protocol.md "Status requests"), the server
+    /// keeping the child's pidfd and answering once. No child handle, no fd for it here.
+    /// The command's streams may not be pipes (nothing would read them): inherit them,
+    /// pass fds or null. Dropping the future once the request is out abandons the answer;
+    /// the child runs on.
+    pub async fn status(&self, cmd: &Command) -> Result<ExitStatus> {
+        let id = self.submit_one(cmd, true).await?;
+        self.answer(id, true, Io::take_status).await?
+    }
+
+    /// Status requests for every command, sent as [`spawn_many`](Client::spawn_many) sends
+    /// (up to 64 in one message, a message's statuses answered together when its last
+    /// child has ended), then how each ended, in order; a command that fails, to encode or
+    /// to spawn, is its own item's error. The server holds at most
+    /// [`MAX_STATUS_IN_FLIGHT`](crate::serve::MAX_STATUS_IN_FLIGHT) of a connection's
+    /// children (and at most half its fd limit in all): beyond, an item's error is EAGAIN,
+    /// and the caller sends the rest later. Dropping the future abandons the answers.
+    pub async fn status_many<'c>(
+        &self,
+        cmds: impl IntoIterator<Item = &'c Command>,
+    ) -> Result<Vec<Result<ExitStatus>>> {
+        let cmds: Vec<&Command> = cmds.into_iter().collect();
+        let (sent, mut all) = self.submit_all(&cmds, true).await?;
+        let mut out = Vec::with_capacity(sent.len());
+        for s in sent {
+            out.push(match s {
+                Ok(id) => self.answer(id, true, Io::take_status).await?,
+                Err(e) => Err(e),
+            });
+        }
+        all.ids.clear();
+        Ok(out)
     }
 
     /// Submit every command (all in flight at once, as far as the socket takes them: up to
@@ -145,11 +184,34 @@ impl Client {
         cmds: impl IntoIterator<Item = &'c Command>,
     ) -> Result<Vec<Result<Child>>> {
         let cmds: Vec<&Command> = cmds.into_iter().collect();
+        let (sent, mut all) = self.submit_all(&cmds, false).await?;
+        let mut out = Vec::with_capacity(sent.len());
+        for s in sent {
+            out.push(match s {
+                Ok(id) => match self.answer(id, true, Io::take_answer).await? {
+                    Ok(child) => Child::new(child),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            });
+        }
+        all.ids.clear();
+        Ok(out)
+    }
+
+    /// Send every command (`status`: as status requests), frame by frame: each item's id,
+    /// or its own error when it cannot be encoded or passed; a guard that abandons the
+    /// requests sent when dropped (the caller empties it once their answers are taken).
+    async fn submit_all(
+        &self,
+        cmds: &[&Command],
+        status: bool,
+    ) -> Result<(Vec<Result<u64>>, Abandon<'_>)> {
         let mut sent: Vec<Result<u64>> = Vec::with_capacity(cmds.len());
         let mut all = Abandon { io: &self.shared.io, ids: Vec::new() };
         let mut next = 0;
         while next < cmds.len() {
-            match self.submit_frame(&cmds[next..]).await {
+            match self.submit_frame(&cmds[next..], status).await {
                 Ok(ids) => {
                     next += ids.len();
                     all.ids.extend_from_slice(&ids);
@@ -161,7 +223,7 @@ impl Client {
                 Err(_) => {
                     let end = (next + crate::serve::frame::MAX_BATCH_REPLY).min(cmds.len());
                     for cmd in &cmds[next..end] {
-                        match self.submit(cmd).await {
+                        match self.submit_one(cmd, status).await {
                             Ok(id) => {
                                 all.ids.push(id);
                                 sent.push(Ok(id));
@@ -174,24 +236,13 @@ impl Client {
                 }
             }
         }
-        let mut out = Vec::with_capacity(sent.len());
-        for s in sent {
-            out.push(match s {
-                Ok(id) => match self.answer(id, true).await? {
-                    Ok(child) => Child::new(child),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            });
-        }
-        all.ids.clear();
-        Ok(out)
+        Ok((sent, all))
     }
 
     /// Send the front of `cmds` as one frame (as many as fit); their ids. Waits only while
     /// the socket is full; the whole frame has gone out when this returns.
-    async fn submit_frame(&self, cmds: &[&Command]) -> Result<Vec<u64>> {
-        self.send_whole(|io| io.try_submit_frame(cmds)).await
+    async fn submit_frame(&self, cmds: &[&Command], status: bool) -> Result<Vec<u64>> {
+        self.send_whole(|io| io.try_submit_frame(cmds, status)).await
     }
 
     /// Send with `try_send` (None: the socket is full, nothing went out), reading answers
@@ -232,9 +283,15 @@ impl Client {
         Ok(ids)
     }
 
-    /// The answer to `id`: the outer error is the connection's, the inner this spawn's.
-    /// With `abandon`, dropping the future abandons the answer.
-    async fn answer(&self, id: u64, abandon: bool) -> Result<Result<crate::Child>> {
+    /// The answer to `id`, looked for with `take` ([`Io::take_answer`] for a child,
+    /// [`Io::take_status`] for a status): the outer error is the connection's, the inner
+    /// this request's. With `abandon`, dropping the future abandons the answer.
+    async fn answer<T>(
+        &self,
+        id: u64,
+        abandon: bool,
+        take: impl Fn(&mut Io, u64) -> Result<Option<Result<T>>>,
+    ) -> Result<Result<T>> {
         let sh = &*self.shared;
         let ids = if abandon { vec![id] } else { Vec::new() };
         let mut guard = Abandon { io: &sh.io, ids };
@@ -246,7 +303,7 @@ impl Client {
             notified.as_mut().enable();
             let tail_waits = {
                 let mut io = lock(&sh.io);
-                let found = io.take_answer(id);
+                let found = take(&mut io, id);
                 if let Err(e) = &found {
                     drop(io);
                     sh.answered.notify_waiters();
