@@ -2004,3 +2004,101 @@ fn status_children_are_bounded_by_the_servers_fd_limit() {
         assert!(a.receive_status().unwrap().1.unwrap().success());
     }
 }
+
+/// Two requests with fds pipelined to a server at its fd limit (the server stopped while
+/// they are sent): `prefix`, an Env frame sent before them fills the server's first read up
+/// to 5 bytes into the first request's header, so the next read, with the rest of it and the
+/// second request, loses fds while the first is still pending; `second_cut`, the second
+/// request carries more fds than the server can take too. How many answers come.
+fn pipelined_requests(prefix: bool, second_cut: bool) -> usize {
+    use std::os::fd::AsRawFd;
+    let s = serve_with_nofile(64);
+    s.still_serves();
+    let mut c = authenticated(&s);
+    let files: Vec<std::fs::File> =
+        (0..80).map(|_| std::fs::File::open("/dev/null").unwrap()).collect();
+    let mut many = probe_cmd(&["exit", "0"]);
+    for (i, f) in files.iter().enumerate() {
+        many.fd(10 + i as i32, f.as_raw_fd());
+    }
+    let (body, fds) = many.to_wire().unwrap();
+    let req = |id: u64| {
+        let mut b = header(frame::Kind::Spawn, body.len() as u32, fds.len() as u8, id).to_vec();
+        b.extend_from_slice(&body);
+        b
+    };
+    // An Env frame of 16 KiB less 5 bytes in all: the server's first read (16 KiB of room)
+    // ends 5 bytes into the first request's header.
+    let mut env = Vec::new();
+    for k in 16000..16400 {
+        let v = "x".repeat(k);
+        let e = env_body_long(&[("A", &v)]);
+        if e.len() + 16 == 16 * 1024 - 5 {
+            env = e;
+            break;
+        }
+    }
+    assert!(!env.is_empty());
+    unsafe_free_kill(s.pid(), libc::SIGSTOP);
+    if prefix {
+        let mut f = header(frame::Kind::Env, env.len() as u32, 0, 0).to_vec();
+        f.extend_from_slice(&env);
+        send_fds(&c, &f, &[]);
+    }
+    send_fds(&c, &req(1), &fds);
+    if second_cut {
+        send_fds(&c, &req(2), &fds);
+    } else {
+        let (b2, f2) = probe_cmd(&["exit", "0"]).to_wire().unwrap();
+        let mut b = header(frame::Kind::Spawn, b2.len() as u32, f2.len() as u8, 2).to_vec();
+        b.extend_from_slice(&b2);
+        send_fds(&c, &b, &f2);
+    }
+    unsafe_free_kill(s.pid(), libc::SIGCONT);
+    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    read_replies(&mut c, 2)
+}
+
+/// Each of them is answered (EMFILE, or spawned), however the reads fall.
+#[test]
+fn pipelined_requests_whose_fds_are_lost_are_each_answered() {
+    assert_eq!(pipelined_requests(false, true), 2, "without the Env frame");
+    assert_eq!(pipelined_requests(true, true), 2, "both cut, the first still pending");
+    assert_eq!(pipelined_requests(true, false), 2, "the second's fds taken in");
+}
+
+/// Only Spawn and SpawnMany may lose their fds and go on: an Env or a Wake frame declaring
+/// fds that were lost, or lost fds on a frame declaring none, close the connection, and
+/// nothing stays behind in the server.
+#[test]
+fn lost_fds_on_frames_that_may_not_carry_them_close_the_connection() {
+    use std::os::fd::AsRawFd;
+    let s = serve_with_nofile(64);
+    s.still_serves();
+    let base = s.quiet_fds();
+    let files: Vec<std::fs::File> =
+        (0..83).map(|_| std::fs::File::open("/dev/null").unwrap()).collect();
+    let raw: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
+    let env = env_body(&[("A", "b")]);
+    // Env declaring 83 fds.
+    let mut c = authenticated(&s);
+    let mut f = header(frame::Kind::Env, env.len() as u32, 83, 0).to_vec();
+    f.extend_from_slice(&env);
+    send_fds(&c, &f, &raw);
+    closed(&mut c);
+    // Wake declaring 83 fds.
+    let mut c = authenticated(&s);
+    send_fds(&c, &header(frame::Kind::Wake, 0, 83, 0), &raw);
+    closed(&mut c);
+    // A Spawn declaring none, 83 fds on it (lost); the next frame's header is refused.
+    let mut c = authenticated(&s);
+    let req = refused_request(1);
+    let mut r = req.clone();
+    r[7] = 0;
+    send_fds(&c, &r, &raw);
+    assert_eq!(read_replies(&mut c, 1), 1);
+    send_fds(&c, &refused_request(2), &[]);
+    closed(&mut c);
+    s.settles_at(base);
+    s.still_serves();
+}

@@ -1554,7 +1554,11 @@ impl<'a> Looper<'a> {
                         // commands is answered so, nothing is spawned, the connection goes on.
                         let n = match frame.header.kind {
                             Kind::Spawn => 1,
-                            Kind::SpawnMany => match frames::count_many(body, MAX_BATCH_REPLY) {
+                            Kind::SpawnMany => match frames::count_many(
+                                body,
+                                MAX_BATCH_REPLY,
+                                frame.header.nfds as usize,
+                            ) {
                                 Ok(n) => n,
                                 Err(why) => {
                                     let e = Error::invalid("decode", "SpawnMany", why);
