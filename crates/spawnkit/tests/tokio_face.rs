@@ -220,7 +220,8 @@ async fn server_spawn_many_keeps_every_request_in_flight_and_in_order() {
 /// sent; the server keeps no fd for them afterwards.
 #[tokio::test]
 async fn server_status_and_status_many() {
-    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    // No pool: its parked children's pidfds, made after start, would move the count.
+    let mut server = spawnkit::PrivateServer::start_with_pool(Some(0)).expect("private server");
     let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
     let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
     assert_eq!(client.status(&sh("exit 3")).await.unwrap(), ExitStatus::Exited(3));
@@ -280,6 +281,60 @@ async fn server_status_answers_reach_the_task_that_asked() {
         let r = tokio::time::timeout(Duration::from_secs(60), t).await;
         r.expect("every task was woken for its answers").expect("task");
     }
+}
+
+/// A status answer that another task reads wakes the task that asked (current-thread
+/// runtime, so it is deterministic): task A awaits a status; its answer arrives while the
+/// runtime is blocked; B's first poll reads the socket, A's answer with it. The socket is
+/// drained by then, so A's readiness wait is not woken: only the client's notice of answers
+/// read can wake A.
+#[tokio::test]
+async fn server_status_answer_read_by_another_task_wakes_the_asker() {
+    use std::future::Future;
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let a_client = client.clone();
+    let a = tokio::spawn(async move { a_client.status(&sh("exit 7")).await });
+    // Let A send and go to sleep (its child not ended yet).
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    // A's answer comes while nobody turns the reactor.
+    std::thread::sleep(Duration::from_millis(300));
+    // B: one poll, which reads the socket (A's answer) and waits for its own child.
+    let long = sh("sleep 5");
+    let mut b = std::pin::pin!(client.status(&long));
+    std::future::poll_fn(|cx| {
+        assert!(b.as_mut().poll(cx).is_pending());
+        std::task::Poll::Ready(())
+    })
+    .await;
+    let r = tokio::time::timeout(Duration::from_secs(2), a).await;
+    let st = r.expect("A was never woken for the answer B read").expect("task");
+    assert_eq!(st.unwrap(), ExitStatus::Exited(7));
+}
+
+/// A fd that is not open, in the middle of a status_many: that item's error (EBADF), the
+/// others' statuses in order, and the connection goes on.
+#[tokio::test]
+async fn server_status_many_bad_fd_is_its_items_error() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let mut cmds: Vec<Command> = (0..70).map(|i| sh(&format!("exit {}", i % 5))).collect();
+    cmds[10].stdin(Stdio::Fd(987));
+    cmds[66].stdin(Stdio::Fd(987));
+    let results = client.status_many(&cmds).await.expect("the connection holds");
+    for (i, r) in results.into_iter().enumerate() {
+        match i {
+            10 | 66 => {
+                let e = r.unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+            }
+            _ => assert_eq!(r.unwrap(), ExitStatus::Exited(i as i32 % 5), "item {i}"),
+        }
+    }
+    assert_eq!(client.status(&sh("exit 2")).await.unwrap(), ExitStatus::Exited(2));
+    assert_eq!(server.client().in_flight(), 0);
 }
 
 /// A status request whose future is dropped (a timeout) leaves nothing behind: its child

@@ -6,7 +6,8 @@
 //! (`AsyncFd::readable`/`writable`, which wake every waiter and unregister when dropped), and
 //! a task that reads answers meant for others wakes them all through a `Notify` (each then
 //! looks for its own answer). A task whose future is dropped after its request went out
-//! abandons the answer: its child is dropped when it comes (killed if `kill_on_drop`).
+//! abandons the answer: its child is dropped when it comes (killed if `kill_on_drop`); a
+//! status request's answer is dropped when it comes (its child runs on).
 
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -140,11 +141,13 @@ impl Client {
     }
 
     /// Spawn through the server and await how the child ended, as tokio's
-    /// `Command::status`: a status request (docs/protocol.md "Status requests"), the server
-    /// keeping the child's pidfd and answering once. No child handle, no fd for it here.
-    /// The command's streams may not be pipes (nothing would read them): inherit them,
-    /// pass fds or null. Dropping the future once the request is out abandons the answer;
-    /// the child runs on.
+    /// `Command::status` does: a status request (docs/protocol.md "Status requests"), the
+    /// server keeping the child's pidfd and answering once. No child handle, no fd for it
+    /// here. Two differences from tokio: the command's streams may not be pipes (nothing
+    /// would read them: inherit them, pass fds or null), and dropping the future once the
+    /// request is out abandons only the answer: the child runs on, even with
+    /// `kill_on_drop` (no handle here can kill it). A caller that may give up on a child
+    /// (a timeout) and wants it killed spawns it with [`spawn`](Client::spawn) instead.
     pub async fn status(&self, cmd: &Command) -> Result<ExitStatus> {
         let id = self.submit_one(cmd, true).await?;
         self.answer(id, true, Io::take_status).await?
@@ -156,7 +159,10 @@ impl Client {
     /// to spawn, is its own item's error. The server holds at most
     /// [`MAX_STATUS_IN_FLIGHT`](crate::serve::MAX_STATUS_IN_FLIGHT) of a connection's
     /// children (and at most half its fd limit in all): beyond, an item's error is EAGAIN,
-    /// and the caller sends the rest later. Dropping the future abandons the answers.
+    /// and the caller sends the rest later (unlike the blocking `status_many`, which
+    /// sends them again itself). A server at its fd limit answers a message whose fds it
+    /// could not take in with EMFILE for each of its items. Dropping the future abandons
+    /// the answers (the children run on).
     pub async fn status_many<'c>(
         &self,
         cmds: impl IntoIterator<Item = &'c Command>,
