@@ -133,6 +133,14 @@ fn status_id(id: u64) -> Error {
     )
 }
 
+fn child_id(id: u64) -> Error {
+    Error::invalid(
+        "receive",
+        format!("request {id}"),
+        "it asked for a child, not a status: receive its child",
+    )
+}
+
 fn protocol(why: impl Into<String>) -> Error {
     Error::new(ErrorKind::Os, "serve", "connection").with_reason(why)
 }
@@ -1028,16 +1036,7 @@ impl Io {
         if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
             return Ok(self.done.remove(pos).map(|d| d.1));
         }
-        if let Some(e) = &self.broken {
-            return Err(e.clone());
-        }
-        match self.pending.get(&id) {
-            None => {
-                Ok(Some(Err(Error::invalid("receive", format!("request {id}"), "not in flight"))))
-            }
-            Some(p) if p.status => Ok(Some(Err(status_id(id)))),
-            Some(_) => Ok(None),
-        }
+        Ok(self.unanswerable(id, false)?.map(Err))
     }
 
     /// The async face: the answer to status request `id` if it has come (as
@@ -1047,20 +1046,23 @@ impl Io {
         if let Some(pos) = self.statuses.iter().position(|(i, _)| *i == id) {
             return Ok(self.statuses.remove(pos).map(|d| d.1));
         }
+        Ok(self.unanswerable(id, true)?.map(Err))
+    }
+
+    /// Why request `id`, not answered yet, never will be as asked (`status`: with a status):
+    /// the connection's error when it broke; this request's own when it is not in flight or
+    /// asked for the other sort of answer; `None` while its answer may still come.
+    fn unanswerable(&self, id: u64, status: bool) -> Result<Option<Error>> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        match self.pending.get(&id) {
-            None => {
-                Ok(Some(Err(Error::invalid("receive", format!("request {id}"), "not in flight"))))
+        Ok(match self.pending.get(&id) {
+            None => Some(Error::invalid("receive", format!("request {id}"), "not in flight")),
+            Some(p) if p.status != status => {
+                Some(if status { child_id(id) } else { status_id(id) })
             }
-            Some(p) if !p.status => Ok(Some(Err(Error::invalid(
-                "receive",
-                format!("request {id}"),
-                "it asked for a child, not a status: receive its child",
-            )))),
-            Some(_) => Ok(None),
-        }
+            Some(_) => None,
+        })
     }
 
     /// The async face: nobody will take the answer to `id` (its future was dropped). If it
@@ -1144,15 +1146,8 @@ impl Io {
             if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
                 return self.done.remove(pos).map(|d| d.1).unwrap_or_else(|| unreachable!());
             }
-            if let Some(e) = &self.broken {
-                return Err(e.clone());
-            }
-            match self.pending.get(&id) {
-                None => {
-                    return Err(Error::invalid("receive", format!("request {id}"), "not in flight"))
-                }
-                Some(p) if p.status => return Err(status_id(id)),
-                Some(_) => {}
+            if let Some(e) = self.unanswerable(id, false)? {
+                return Err(e);
             }
             if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
                 self.broken = Some(e.clone());

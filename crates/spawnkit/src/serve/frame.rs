@@ -561,7 +561,7 @@ mod tests {
         Header { len, kind, flags: 0, nfds, id }.encode()
     }
 
-    fn devnull() -> OwnedFd {
+    pub(super) fn devnull() -> OwnedFd {
         std::fs::File::open("/dev/null").unwrap().into()
     }
 
@@ -646,15 +646,16 @@ mod tests {
         assert_eq!(inbox.next(only_answer).unwrap_err(), FrameError::Kind(16));
     }
 
-    /// One message whose fds were lost (the receiver at its fd limit).
-    fn push_cut(inbox: &mut Inbox, bytes: &[u8]) -> bool {
+    /// One read whose fds were lost (the receiver at its fd limit).
+    pub(super) fn push_cut(inbox: &mut Inbox, bytes: &[u8]) -> bool {
         let room = inbox.spare(bytes.len());
         room[..bytes.len()].copy_from_slice(bytes);
         inbox.filled_cut(bytes.len())
     }
 
-    fn spawn_frame(nfds: u8, id: u64, body: &[u8]) -> Vec<u8> {
-        let mut b = hdr(Kind::Spawn, body.len() as u32, nfds, id).to_vec();
+    /// A whole frame: its header and `body`.
+    pub(super) fn framed(kind: Kind, nfds: u8, id: u64, body: &[u8]) -> Vec<u8> {
+        let mut b = hdr(kind, body.len() as u32, nfds, id).to_vec();
         b.extend_from_slice(body);
         b
     }
@@ -663,20 +664,20 @@ mod tests {
     fn a_frame_whose_fds_were_lost_comes_without_them_and_the_next_is_whole() {
         let mut inbox = Inbox::new();
         // A first frame, whole, so that the cut one does not begin the stream.
-        inbox.push(&spawn_frame(1, 1, b"a"), [devnull()]);
+        inbox.push(&framed(Kind::Spawn, 1, 1, b"a"), [devnull()]);
         let (frame, _) = inbox.next(ANY).unwrap().unwrap();
         assert!(!frame.fds_lost && frame.fds.len() == 1);
-        assert!(push_cut(&mut inbox, &spawn_frame(3, 7, b"abc")));
+        assert!(push_cut(&mut inbox, &framed(Kind::Spawn, 3, 7, b"abc")));
         let (frame, body) = inbox.next(ANY).unwrap().unwrap();
         assert!(frame.fds_lost && frame.fds.is_empty(), "{frame:?}");
         assert_eq!((frame.header.id, frame.header.nfds, body), (7, 3, &b"abc"[..]));
         // The next frame takes its own fds, as ever.
-        inbox.push(&spawn_frame(1, 8, b"d"), [devnull()]);
+        inbox.push(&framed(Kind::Spawn, 1, 8, b"d"), [devnull()]);
         let (frame, body) = inbox.next(ANY).unwrap().unwrap();
         assert!(!frame.fds_lost && frame.fds.len() == 1 && body == b"d");
         assert!(inbox.next(ANY).unwrap().is_none());
         // Its header in pieces after the cut read's first byte: still that frame.
-        let whole = spawn_frame(2, 9, b"xy");
+        let whole = framed(Kind::Spawn, 2, 9, b"xy");
         assert!(push_cut(&mut inbox, &whole[..1]));
         assert!(inbox.next(ANY).unwrap().is_none());
         inbox.push(&whole[1..], []);
@@ -685,9 +686,9 @@ mod tests {
         // One read that took fd-less frames sent before the message with the fds (a Wake, a
         // request without fds): those are whole, the first that declares fds lost them.
         let mut glued = hdr(Kind::Wake, 0, 0, 0).to_vec();
-        glued.extend(spawn_frame(0, 10, b"e"));
-        glued.extend(spawn_frame(4, 11, b"f"));
-        glued.extend(spawn_frame(0, 12, b"g"));
+        glued.extend(framed(Kind::Spawn, 0, 10, b"e"));
+        glued.extend(framed(Kind::Spawn, 4, 11, b"f"));
+        glued.extend(framed(Kind::Spawn, 0, 12, b"g"));
         assert!(push_cut(&mut inbox, &glued));
         let mut got = Vec::new();
         while let Some((frame, _)) = inbox.next(ANY).unwrap() {
@@ -700,18 +701,18 @@ mod tests {
     fn lost_fds_where_no_frame_declaring_fds_begins_are_refused() {
         // The frame there declares none: the fds were nobody's (told at the next header).
         let mut inbox = Inbox::new();
-        assert!(push_cut(&mut inbox, &spawn_frame(0, 1, b"ab")));
+        assert!(push_cut(&mut inbox, &framed(Kind::Spawn, 0, 1, b"ab")));
         assert!(!inbox.next(ANY).unwrap().unwrap().0.fds_lost);
-        inbox.push(&spawn_frame(0, 2, b"c"), []);
+        inbox.push(&framed(Kind::Spawn, 0, 2, b"c"), []);
         assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdsCut);
         // Where fds may not come at all.
         let mut inbox = Inbox::new();
-        assert!(push_cut(&mut inbox, &spawn_frame(1, 1, b"ab")));
+        assert!(push_cut(&mut inbox, &framed(Kind::Spawn, 1, 1, b"ab")));
         let no_fds = Expect { kinds: &[Kind::Spawn], max_body: 64, fds: false };
         assert_eq!(inbox.next(no_fds).unwrap_err(), FrameError::FdsCut);
         // Inside a frame's body, or its header, and no frame begins after: the frame is
         // whole (its own fds came before), the next header is refused.
-        let whole = spawn_frame(1, 1, b"abcd");
+        let whole = framed(Kind::Spawn, 1, 1, b"abcd");
         for split in [HEADER_LEN + 1, 5] {
             let mut inbox = Inbox::new();
             inbox.push(&whole[..split], [devnull()]);
@@ -719,7 +720,7 @@ mod tests {
             assert!(push_cut(&mut inbox, &whole[split..]));
             let (frame, _) = inbox.next(ANY).unwrap().unwrap();
             assert!(!frame.fds_lost && frame.fds.len() == 1);
-            inbox.push(&spawn_frame(0, 2, b""), []);
+            inbox.push(&framed(Kind::Spawn, 0, 2, b""), []);
             assert_eq!(inbox.next(ANY).unwrap_err(), FrameError::FdsCut);
         }
         // More cut reads pending at once than any sender following the protocol leaves:
@@ -968,6 +969,7 @@ mod tests {
 /// sender and of the kernel's reads, against hostile frames, and across the buffer's moves.
 #[cfg(test)]
 mod cut_tests {
+    use super::tests::{devnull, framed, push_cut};
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
@@ -978,22 +980,6 @@ mod cut_tests {
         max_body: MAX_BODY,
         fds: true,
     };
-
-    fn devnull() -> OwnedFd {
-        std::fs::File::open("/dev/null").unwrap().into()
-    }
-
-    fn frame(kind: Kind, nfds: u8, id: u64, body: &[u8]) -> Vec<u8> {
-        let mut b = Header { len: body.len() as u32, kind, flags: 0, nfds, id }.encode().to_vec();
-        b.extend_from_slice(body);
-        b
-    }
-
-    fn push_cut(inbox: &mut Inbox, bytes: &[u8]) -> bool {
-        let room = inbox.spare(bytes.len());
-        room[..bytes.len()].copy_from_slice(bytes);
-        inbox.filled_cut(bytes.len())
-    }
 
     /// One message in the model's socket: its bytes, how far they were read, its fds (taken
     /// with its first byte read), and the frame it belongs to.
@@ -1023,10 +1009,10 @@ mod cut_tests {
     #[test]
     fn two_cut_reads_pending_at_once_are_both_followed() {
         let mut inbox = Inbox::new();
-        let f1 = frame(Kind::Spawn, 3, 1, b"abc");
-        let f2 = frame(Kind::Spawn, 2, 2, b"de");
+        let f1 = framed(Kind::Spawn, 3, 1, b"abc");
+        let f2 = framed(Kind::Spawn, 2, 2, b"de");
         // Read A: fd-less bytes sent before (a whole Env frame), then F1's first 5 bytes.
-        let mut a = frame(Kind::Env, 0, 0, b"env");
+        let mut a = framed(Kind::Env, 0, 0, b"env");
         a.extend_from_slice(&f1[..5]);
         assert!(push_cut(&mut inbox, &a));
         let (fr, _) = inbox.next(REQ).unwrap().unwrap();
@@ -1042,7 +1028,7 @@ mod cut_tests {
         }
         assert_eq!(seen, [(1, true, 0), (2, true, 0)]);
         // And the next frame takes its own fds.
-        inbox.push(&frame(Kind::Spawn, 1, 3, b"f"), [devnull()]);
+        inbox.push(&framed(Kind::Spawn, 1, 3, b"f"), [devnull()]);
         let (f, _) = inbox.next(REQ).unwrap().unwrap();
         assert!(!f.fds_lost && f.fds.len() == 1);
     }
@@ -1053,7 +1039,7 @@ mod cut_tests {
     fn cut_positions_across_compaction_and_growth() {
         let mut inbox = Inbox::new();
         let big = vec![7u8; 100_000];
-        let env = frame(Kind::Env, 0, 0, &big);
+        let env = framed(Kind::Env, 0, 0, &big);
         // Arrive in pieces of 3000 so the buffer compacts and grows.
         let mut off = 0;
         let mut got_env = false;
@@ -1069,8 +1055,8 @@ mod cut_tests {
             }
         }
         let mut cut = env[off..].to_vec();
-        cut.extend(frame(Kind::Spawn, 0, 5, b"z"));
-        cut.extend(frame(Kind::Spawn, 4, 6, b"yy"));
+        cut.extend(framed(Kind::Spawn, 0, 5, b"z"));
+        cut.extend(framed(Kind::Spawn, 4, 6, b"yy"));
         assert!(push_cut(&mut inbox, &cut));
         let mut seen = Vec::new();
         while let Some((f, body)) = inbox.next(REQ).unwrap() {
@@ -1081,7 +1067,7 @@ mod cut_tests {
             seen,
             [(Kind::Env, 0, false, 100_000), (Kind::Spawn, 5, false, 1), (Kind::Spawn, 6, true, 2)]
         );
-        inbox.push(&frame(Kind::Spawn, 1, 7, b"w"), [devnull()]);
+        inbox.push(&framed(Kind::Spawn, 1, 7, b"w"), [devnull()]);
         let (f, _) = inbox.next(REQ).unwrap().unwrap();
         assert!(!f.fds_lost && f.fds.len() == 1);
     }
@@ -1091,8 +1077,8 @@ mod cut_tests {
     #[test]
     fn queued_fds_go_to_the_header_that_began_before_the_cut() {
         let mut inbox = Inbox::new();
-        let f1 = frame(Kind::Spawn, 2, 1, b"abc");
-        let f2 = frame(Kind::Spawn, 3, 2, b"de");
+        let f1 = framed(Kind::Spawn, 2, 1, b"abc");
+        let f2 = framed(Kind::Spawn, 3, 2, b"de");
         inbox.push(&f1[..3], [devnull(), devnull()]);
         assert!(inbox.next(REQ).unwrap().is_none());
         let mut b = f1[3..].to_vec();
@@ -1124,7 +1110,7 @@ mod cut_tests {
                 let len = if kind == Kind::Wake { 0 } else { len };
                 let mut b = Header { len: len as u32, kind, flags: 0, nfds, id }.encode().to_vec();
                 b.extend((0..len).map(|j| j as u8));
-                let fds: Vec<OwnedFd> = (0..nfds).map(|_| std::fs::File::open("/dev/null").unwrap().into()).collect();
+                let fds: Vec<OwnedFd> = (0..nfds).map(|_| devnull()).collect();
                 for f in &fds { owner.insert(f.as_raw_fd(), id); }
                 let split = split.min(b.len());
                 if split > 0 && split < b.len() {
@@ -1214,7 +1200,7 @@ mod cut_tests {
                     sp[..n].copy_from_slice(data);
                     if !inbox.filled_cut(n) { break; }
                 } else {
-                    inbox.push(data, (0..nfds).map(|_| -> OwnedFd { std::fs::File::open("/dev/null").unwrap().into() }));
+                    inbox.push(data, (0..nfds).map(|_| devnull()));
                 }
                 loop {
                     calls += 1;

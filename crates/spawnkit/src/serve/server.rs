@@ -1552,25 +1552,10 @@ impl<'a> Looper<'a> {
                     if frame.fds_lost {
                         // A request whose fds this server could not take in: each of its
                         // commands is answered so, nothing is spawned, the connection goes on.
-                        let n = match frame.header.kind {
-                            Kind::Spawn => 1,
-                            Kind::SpawnMany => match frames::count_many(
-                                body,
-                                MAX_BATCH_REPLY,
-                                frame.header.nfds as usize,
-                            ) {
-                                Ok(n) => n,
-                                Err(why) => {
-                                    let e = Error::invalid("decode", "SpawnMany", why);
-                                    return self.refuse(conn, id, &e);
-                                }
-                            },
-                            _ => return false,
-                        };
-                        self.awake.request_from(Instant::now(), (idx, conn.generation));
-                        let e = fds_lost(frame.header.nfds);
-                        for i in 0..n {
-                            self.send_error(conn, id.wrapping_add(i as u64), &e);
+                        match lost_requests(&frame.header, body) {
+                            Ok(Some(n)) => self.answer_lost_fds(conn, idx, &frame.header, n),
+                            Ok(None) => return false,
+                            Err(e) => return self.refuse(conn, id, &e),
                         }
                         continue;
                     }
@@ -1667,6 +1652,16 @@ impl<'a> Looper<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// The `n` requests of a frame whose fds this server could not take in, each answered
+    /// so ([`fds_lost`]).
+    fn answer_lost_fds(&mut self, conn: &mut Conn, idx: usize, h: &Header, n: usize) {
+        self.awake.request_from(Instant::now(), (idx, conn.generation));
+        let e = fds_lost(h.nfds);
+        for i in 0..n {
+            self.send_error(conn, h.id.wrapping_add(i as u64), &e);
         }
     }
 
@@ -2096,6 +2091,19 @@ fn decode_many(
         ));
     }
     Ok(cmds)
+}
+
+/// How many requests a frame whose fds were lost (`Frame::fds_lost`) holds: `None` for a
+/// kind that may not lose them and go on (the connection closes), an error for a SpawnMany
+/// that does not count out (malformed).
+fn lost_requests(h: &Header, body: &[u8]) -> Result<Option<usize>> {
+    match h.kind {
+        Kind::Spawn => Ok(Some(1)),
+        Kind::SpawnMany => frames::count_many(body, MAX_BATCH_REPLY, h.nfds as usize)
+            .map(Some)
+            .map_err(|why| Error::invalid("decode", "SpawnMany", why)),
+        _ => Ok(None),
+    }
 }
 
 /// The answer to a request whose fds did not reach this server: the kernel could not install

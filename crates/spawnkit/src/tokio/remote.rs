@@ -169,15 +169,9 @@ impl Client {
     ) -> Result<Vec<Result<ExitStatus>>> {
         let cmds: Vec<&Command> = cmds.into_iter().collect();
         let (sent, mut all) = self.submit_all(&cmds, true).await?;
-        let mut out = Vec::with_capacity(sent.len());
-        for s in sent {
-            out.push(match s {
-                Ok(id) => self.answer(id, true, Io::take_status).await?,
-                Err(e) => Err(e),
-            });
-        }
+        let statuses = self.answers(sent, Io::take_status).await?;
         all.ids.clear();
-        Ok(out)
+        Ok(statuses)
     }
 
     /// Submit every command (all in flight at once, as far as the socket takes them: up to
@@ -191,17 +185,25 @@ impl Client {
     ) -> Result<Vec<Result<Child>>> {
         let cmds: Vec<&Command> = cmds.into_iter().collect();
         let (sent, mut all) = self.submit_all(&cmds, false).await?;
+        let children = self.answers(sent, Io::take_answer).await?;
+        all.ids.clear();
+        Ok(children.into_iter().map(|c| c.and_then(Child::new)).collect())
+    }
+
+    /// The answers to the requests `sent` (looked for with `take`), in order; an item that
+    /// was not sent keeps its error.
+    async fn answers<T>(
+        &self,
+        sent: Vec<Result<u64>>,
+        take: impl Fn(&mut Io, u64) -> Result<Option<Result<T>>> + Copy,
+    ) -> Result<Vec<Result<T>>> {
         let mut out = Vec::with_capacity(sent.len());
         for s in sent {
             out.push(match s {
-                Ok(id) => match self.answer(id, true, Io::take_answer).await? {
-                    Ok(child) => Child::new(child),
-                    Err(e) => Err(e),
-                },
+                Ok(id) => self.answer(id, true, take).await?,
                 Err(e) => Err(e),
             });
         }
-        all.ids.clear();
         Ok(out)
     }
 
