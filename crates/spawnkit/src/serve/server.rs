@@ -2123,7 +2123,12 @@ fn no_conn_env() -> Error {
 fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> {
     let euid = own.euid;
     gate(cmd, peer, euid)?;
-    cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
+    // Every strategy starts the child with the server's handled signals at their default
+    // action (clone3 clears them as it makes the child; clone(2), fork and posix_spawn reset
+    // them), so of the signals the command wants at their default only those the server
+    // ignores need a reset, and every one the server ignores does (see `Own::ignored`):
+    // exactly the ignored set, one rt_sigaction each in the child.
+    cmd.sig_default = own.ignored;
     let child = super::watchdog::watched(|| {
         if peer.uid == euid {
             cmd.spawn()

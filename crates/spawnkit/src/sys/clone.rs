@@ -13,6 +13,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use super::in_child::{child_main, pool_main, ChildCtx, Dock};
 use super::raw::check;
 use super::stack::Stack;
+use super::SignalsBlocked;
 
 /// `CLONE_CLEAR_SIGHAND` (Linux 5.5): reset handled signals to SIG_DFL in the child.
 pub(crate) const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
@@ -62,10 +63,14 @@ pub(crate) struct Cloned {
 /// return at once, the child running on `stack` in this address space.
 ///
 /// `ctx.reset_handlers` is set here to match the syscall used: clone3 clears handlers with
-/// `CLONE_CLEAR_SIGHAND`; clone(2) leaves it to the child.
+/// `CLONE_CLEAR_SIGHAND`, in the kernel, as the child is made, so no handler of ours can ever
+/// run in it, and the calling thread's mask is left alone (the child starts with it and
+/// installs the requested one before execve). clone(2) leaves the reset to the child: all
+/// signals are blocked in the calling thread around that call, so the child starts with all
+/// blocked until it has reset them (rule 4 of sys/mod.rs).
 ///
 /// # Safety
-/// All signals must be blocked in the calling thread, and `ctx` must satisfy the child's
+/// `ctx` must satisfy the child's
 /// rules (sys/mod.rs): every pointer valid until the child has exec'd or exited, which with
 /// `vfork` is when this returns, and without it is for the caller to wait for (EOF on a
 /// close-on-exec pipe in `ctx.notify_fd`) before `ctx`, `stack` or anything they point to is
@@ -86,7 +91,7 @@ pub(crate) unsafe fn clone_vfork(
             return Err(libc::ENOSYS);
         }
         // SAFETY: the caller's contract.
-        return unsafe { clone_legacy(ctx, stack, flags | extra) };
+        return unsafe { clone_legacy_blocked(ctx, stack, flags | extra) };
     }
     // SAFETY: the caller's contract.
     match unsafe { clone3(ctx, stack, flags | extra, cgroup) } {
@@ -98,7 +103,7 @@ pub(crate) unsafe fn clone_vfork(
         // if clone(2) then works, so a genuine clone3 error is still reported as such.
         Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)) if !needs_clone3 => {
             // SAFETY: the caller's contract.
-            match unsafe { clone_legacy(ctx, stack, flags | extra) } {
+            match unsafe { clone_legacy_blocked(ctx, stack, flags | extra) } {
                 Ok(c) => {
                     CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
                     Ok(c)
@@ -111,6 +116,18 @@ pub(crate) unsafe fn clone_vfork(
 }
 
 const BASE_FLAGS: u64 = libc::CLONE_VM as u64 | libc::CLONE_PIDFD as u64;
+
+/// clone(2) with all signals blocked in the calling thread for the call: the child starts
+/// with that mask (the parent's handlers are still installed in it until it resets them).
+unsafe fn clone_legacy_blocked(
+    ctx: &mut ChildCtx<'_>,
+    stack: &Stack,
+    flags: u64,
+) -> Result<Cloned, i32> {
+    let _blocked = SignalsBlocked::new();
+    // SAFETY: the caller's contract; signals are blocked.
+    unsafe { clone_legacy(ctx, stack, flags) }
+}
 
 const CHILD_MAIN: unsafe extern "C" fn(*const ChildCtx<'_>) -> ! = child_main;
 

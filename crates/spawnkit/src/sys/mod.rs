@@ -26,10 +26,13 @@
 //!    parent's frame.
 //! 3. **No panics, no unwinding, no Rust std.** The child's code uses no indexing that can
 //!    panic, only `get` and iterators, and wrapping arithmetic.
-//! 4. **Signals are blocked** in the parent thread around the clone (all 64, including glibc's
-//!    internal ones), so no handler of the parent can run on the child's stack. The child
-//!    resets handled signals to `SIG_DFL` (`CLONE_CLEAR_SIGHAND`, or by hand on the `clone`
-//!    fallback) and installs the requested mask only just before `execve`.
+//! 4. **No handler of the parent runs in the child.** clone3's `CLONE_CLEAR_SIGHAND` resets
+//!    every handled signal to `SIG_DFL` as the kernel makes the child, so a signal that
+//!    reaches it before `execve` takes its default action (or stays ignored), as it would
+//!    after; the child starts with the calling thread's mask. On the `clone` fallback the
+//!    handlers are inherited: all 64 signals (glibc's internal ones included) are blocked in
+//!    the calling thread around the call, so the child starts with all blocked and resets the
+//!    handled ones by hand. Either way it installs the requested mask just before `execve`.
 //! 5. **Its own stack**: an `mmap`'d region with a `PROT_NONE` guard page below it, so the
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
 //! 6. **No thread-local storage**: the child runs with the calling thread's TLS register, and
@@ -246,11 +249,10 @@ pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static st
     }
     let (vfork, flags) = (notify.is_none(), plan.clone_flags);
     let cloned = stack::with_stack(|stack| {
-        let _blocked = SignalsBlocked::new();
         // Without CLONE_VFORK, the wait for EOF below comes before this closure returns (and
         // with it `stack`) and before `ctx` or `report` is touched again.
-        // SAFETY: signals are blocked; `ctx`, `report`, `scratch` and `stack` outlive the
-        // child's use of them (CLONE_VFORK returns only after execve or exit).
+        // SAFETY: `ctx`, `report`, `scratch` and `stack` outlive the child's use of them
+        // (CLONE_VFORK returns only after execve or exit).
         let cloned = unsafe { clone::clone_vfork(&mut ctx, stack, flags, cgroup, vfork) }?;
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
             // Only the child holds the write end now: EOF comes when it execs or exits.
@@ -348,7 +350,6 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
         _scratch: scratch,
         stack: Some(stack),
     };
-    let _blocked = SignalsBlocked::new();
     // No fork() of this process between the pipe and the close of our write end (see
     // forklock.rs): else a process that never execs could hold the write end.
     let _window = forklock::Window::open();
@@ -357,7 +358,7 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
     unsafe { (*launch.ctx).set_notify(&rd, &wr) };
     let (st, flags, cgroup) =
         (launch.stack.as_ref().expect("set above"), plan.clone_flags, plan.cgroup);
-    // SAFETY: signals are blocked; the Launch waits for EOF before freeing what the child uses.
+    // SAFETY: the Launch waits for EOF before freeing what the child uses.
     let cloned = unsafe { clone::clone_vfork(&mut *launch.ctx, st, flags, cgroup, false) };
     // Only the child holds the write end now: EOF comes when it execs or exits.
     drop(wr);
