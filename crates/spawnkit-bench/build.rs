@@ -3,8 +3,9 @@
 //!   calls), compiled with the C compiler the `cc` crate picks for the target and embedded in
 //!   the binary (`include_bytes!` from OUT_DIR);
 //! - `herd`: bench/herd.c, N sleeping processes for `spawnkit bench ps`, built the same way;
-//! - `baselines.c`: fork+exec, vfork+exec, posix_spawnp, system(), popen(), as a static
-//!   library linked into the binary.
+//! - `baselines.c`: fork+exec, vfork+exec, posix_spawnp, system(), popen(), and
+//!   `floor_server.c`, the design floor under the spawn server's latency, as a static library
+//!   linked into the binary.
 //!
 //! Nothing is downloaded: gcc (or whatever `CC` names) builds both.
 
@@ -18,12 +19,15 @@ fn main() {
     let tiny_src = bench.join("tinychild.c");
     let herd_src = bench.join("herd.c");
     let baselines = bench.join("baselines.c");
+    let floor_server = bench.join("floor_server.c");
     println!("cargo:rerun-if-changed={}", tiny_src.display());
     println!("cargo:rerun-if-changed={}", herd_src.display());
     println!("cargo:rerun-if-changed={}", baselines.display());
+    println!("cargo:rerun-if-changed={}", floor_server.display());
 
     cc::Build::new()
         .file(&baselines)
+        .file(&floor_server)
         .opt_level(2)
         .warnings(true)
         .extra_warnings(true)

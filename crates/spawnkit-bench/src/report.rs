@@ -677,7 +677,10 @@ pub fn json(res: &Results) -> Value {
             "latency: local/vfork": "in other_ratios: minimum latency of spawnkit's local \
                 spawn over vfork+exec (server/vfork is the product of the two)",
             "floor: ...": "in other_ratios: what a socketpair round trip with no spawn costs \
-                beside vfork+exec, the floor under the server ratios; and a local \
+                beside vfork+exec, the floor under the server ratios; the latency of a minimal \
+                pooled spawn server in C (bench/floor_server.c) over vfork+exec, the design \
+                under server/vfork, alone and plus a Rust caller's copy of its environment \
+                (std::env::vars_os, timed alone: floor_env_copy); and a local \
                 spawnkit.subprocess Popen+wait without its spawn call (Command.spawn_child, \
                 timed alone) plus that round trip's CPU, over the whole local Popen+wait: the \
                 floor under py_server_cpu/py_local_cpu",
@@ -743,6 +746,14 @@ fn server_json(sv: &ServerResults) -> Value {
         "floor_socket_round_trip": {"measures": "a 512-byte write and a 64-byte reply over a \
                                      Unix socketpair to a thread answering at once (no fds, \
                                      no spawn)", "sizes": floor},
+        "floor_env_copy": {
+            "measures": "std::env::vars_os().collect() and its drop, timed alone: what a Rust \
+                         caller pays to copy its environment, safely, before it can send it \
+                         (the minimal pooled server's C client reads environ unlocked)",
+            "sizes": sv.env_copy.iter().map(|(s, st)| (s.key().to_string(),
+                json!({"min_us": st.min_us, "median_us": st.median_us, "runs": st.runs})))
+                .collect::<Map<String, Value>>(),
+        },
         "floor_batch_kernel": {
             "measures": "the caller's CPU per child (µs) for 16 requests in one message with \
                          no library: a 2 KiB request written, one answer carrying 16 pidfds \
@@ -953,6 +964,14 @@ fn print_server(o: &mut Text, sv: &ServerResults, runs: usize, iterations: usize
         }
         writeln!(o);
     }
+    write!(o, "{:<w$}", "floor: Rust's environment copy (vars_os)");
+    for s in sizes {
+        match sv.env_copy.get(&s) {
+            Some(st) => write!(o, " | {:>9} {:>9}", fmt_us(st.min_us), fmt_us(st.median_us)),
+            None => write!(o, " | {:>9} {:>9}", "-", "-"),
+        }
+    }
+    writeln!(o);
     writeln!(o, "   (min, median; the forkserver row: Process(no-op).start() + join())");
     writeln!(o);
     writeln!(o, "== Spawn server: the calling thread's CPU per spawn + wait (its CPU clock), µs");

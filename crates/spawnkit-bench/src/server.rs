@@ -15,6 +15,9 @@
 //!   children not yet waited for), vfork+exec and the local spawn in a spawn-and-wait loop;
 //! * the floor under the server's latency: one round trip over a Unix socketpair to a thread
 //!   that answers at once (a request-sized write, a reply-sized read; no fds, no spawn);
+//! * the design floor under it: a latency row through a minimal pooled spawn server in C
+//!   (bench/floor_server.c, forked beside the private server), and what a Rust caller pays to
+//!   copy its environment before it can send it (`std::env::vars_os`, timed alone);
 //! * Python (bench/python_server.py, embedded): `spawnkit.subprocess.Popen` local and through a
 //!   private `spawnkit.Server`, and CPython's multiprocessing forkserver start, for scale.
 //!
@@ -57,9 +60,14 @@ enum Way {
     Vfork,
     Local,
     Server,
+    /// The minimal pooled server in C (latency only).
+    Floor,
 }
 
 const WAYS: [Way; 3] = [Way::Vfork, Way::Local, Way::Server];
+
+/// The latency rows: the ways, and the design floor beside them.
+const LAT_WAYS: [Way; 4] = [Way::Vfork, Way::Local, Way::Server, Way::Floor];
 
 impl Way {
     fn id(self) -> &'static str {
@@ -67,6 +75,7 @@ impl Way {
             Way::Vfork => "vfork_exec",
             Way::Local => "spawnkit_local",
             Way::Server => "spawnkit_server",
+            Way::Floor => "floor_pooled_server",
         }
     }
 
@@ -75,12 +84,14 @@ impl Way {
             Way::Vfork => "vfork+exec",
             Way::Local => "spawnkit local (clone-vfork)",
             Way::Server => "spawnkit private server",
+            Way::Floor => "floor: minimal pooled server in C",
         }
     }
 
     fn kind(self) -> &'static str {
         match self {
             Way::Vfork => "baseline",
+            Way::Floor => "floor",
             _ => "spawnkit",
         }
     }
@@ -113,6 +124,9 @@ pub struct ServerResults {
     /// The kernel's part of [`IN_FLIGHT`] requests in one message (`batch_floor`): the
     /// caller's CPU per child, µs (none with one CPU).
     pub floor_batch: BTreeMap<Size, f64>,
+    /// `std::env::vars_os().collect()` alone: what a Rust caller pays to copy its environment
+    /// before sending it (safely: under std's lock), µs.
+    pub env_copy: BTreeMap<Size, Stats>,
     /// What a connection costs before its first request (`None`: not measured, with a note).
     pub connection: Option<Connection>,
     /// multiprocessing's forkserver: Process(no-op).start() + join(), µs.
@@ -145,6 +159,17 @@ impl ServerResults {
             // and its work) over spawnkit's local spawn, and that local spawn over vfork+exec.
             "latency: server/local" => div(lat("spawnkit_server"), lat("spawnkit_local")),
             "latency: local/vfork" => div(lat("spawnkit_local"), lat("vfork_exec")),
+            // The design under the server row, with none of spawnkit in it (bench/
+            // floor_server.c); and the same plus the copy of the environment a Rust caller
+            // cannot send without (std::env::vars_os: the C client reads `environ` unlocked,
+            // which only a program with one thread may).
+            "floor: minimal pooled server/vfork" => {
+                div(lat("floor_pooled_server"), lat("vfork_exec"))
+            }
+            "floor: (minimal pooled server + Rust's environment copy)/vfork" => {
+                let env = self.env_copy.get(&size).map(|s| s.min_us);
+                div(lat("floor_pooled_server").zip(env).map(|(a, b)| a + b), lat("vfork_exec"))
+            }
             // Spawn + wait through the API made for it (status requests: the server holds the
             // pidfds and answers with the statuses), 16 per message.
             "server_caller_cpu/vfork_cpu" => div(cpu("spawnkit_server_status"), cpu("vfork_exec")),
@@ -345,7 +370,7 @@ pub const RATIOS: [Target; 5] = [
 /// puts it) and with the round trip across two CPUs (a server that works on the other core).
 /// Then `server/vfork` in its two factors, from the same latency rows: what the server adds
 /// to spawnkit's local spawn, and what that local spawn adds to vfork+exec.
-pub const FLOORS: [&str; 11] = [
+pub const FLOORS: [&str; 13] = [
     "server_caller_cpu_children/vfork_cpu",
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
@@ -357,6 +382,8 @@ pub const FLOORS: [&str; 11] = [
     "floor: (py_local_cpu - its spawn call + cross-CPU round trip cpu)/py_local_cpu",
     "latency: server/local",
     "latency: local/vfork",
+    "floor: minimal pooled server/vfork",
+    "floor: (minimal pooled server + Rust's environment copy)/vfork",
 ];
 
 /// The Python rows that spawn `runs` times per parent size (bench/python_server.py).
@@ -364,19 +391,20 @@ const PY_ROWS: usize = 4;
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
-    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + 6 * runs;
+    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + 8 * runs;
     SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 }) + 2 * runs
 }
 
-/// The private server, started by [`start`] before anything else of the run.
-pub struct Early(PrivateServer);
+/// The private server and the floor server, started by [`start`] before anything else of
+/// the run (the floor server's failure to start only skips its row).
+pub struct Early(PrivateServer, Result<sys::FloorServer, String>);
 
 /// Fork the private server now, while this process is small and has one thread.
 /// `pool`: its children made ahead of time per spawning thread (`None`: the default).
 pub fn start(pool: Option<usize>) -> Result<Early, String> {
-    PrivateServer::start_with_pool(pool)
-        .map(Early)
-        .map_err(|e| format!("private spawn server: {e}"))
+    let server =
+        PrivateServer::start_with_pool(pool).map_err(|e| format!("private spawn server: {e}"))?;
+    Ok(Early(server, sys::FloorServer::start()))
 }
 
 fn tiny(prog: &CStr, out_fd: RawFd) -> Command {
@@ -398,6 +426,7 @@ fn wait_ok(mut child: spawnkit::Child) -> Result<(), String> {
 fn latency_once(
     way: Way,
     client: &mut Client,
+    floor: Option<&sys::FloorServer>,
     prog: &CStr,
     r: RawFd,
     w: RawFd,
@@ -420,6 +449,13 @@ fn latency_once(
             .map_err(|e| e.to_string())?;
             let read = sys::read_exact(r, &mut buf);
             wait_ok(child)?;
+            read?;
+        }
+        Way::Floor => {
+            let floor = floor.ok_or("no floor server")?;
+            let (_, pidfd) = floor.spawn(prog, w)?;
+            let read = sys::read_exact(r, &mut buf);
+            sys::FloorServer::wait(pidfd);
             read?;
         }
     }
@@ -468,6 +504,7 @@ fn spawn_wait(
                 }
             }
         }
+        Way::Floor => return Err("the design floor has a latency row only".into()),
     }
     Ok(())
 }
@@ -740,10 +777,20 @@ pub fn run(
     forkserver_runs: usize,
     progress: &Progress,
 ) -> Result<ServerResults, String> {
-    let Early(mut server) = early;
+    let Early(mut server, floor_server) = early;
+    let mut notes = Vec::new();
+    let floor_server = match floor_server {
+        Ok(f) => Some(f),
+        Err(e) => {
+            notes.push(format!("the minimal pooled server (the design floor) did not start: {e}"));
+            None
+        }
+    };
+    let lat_ways: Vec<Way> =
+        LAT_WAYS.iter().copied().filter(|w| *w != Way::Floor || floor_server.is_some()).collect();
     let server_pid = server.pid();
     let client = server.client();
-    let mut lat: Vec<BTreeMap<Size, Stats>> = vec![BTreeMap::new(); WAYS.len()];
+    let mut lat: Vec<BTreeMap<Size, Stats>> = vec![BTreeMap::new(); lat_ways.len()];
     let mut cpu: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
     let mut cpu_max: BTreeMap<Size, f64> = BTreeMap::new();
     let mut cpu_status_row: BTreeMap<Size, f64> = BTreeMap::new();
@@ -751,6 +798,7 @@ pub fn run(
     let mut floor = BTreeMap::new();
     let mut floor_pinned = BTreeMap::new();
     let mut floor_batch = BTreeMap::new();
+    let mut env_copy = BTreeMap::new();
     for size in SIZES {
         progress.phase(&format!("server, {}", size.label()));
         let ballast = match size {
@@ -759,17 +807,35 @@ pub fn run(
         };
         let (r, w) = sys::pipe()?;
         // (a) latency
-        let mut samples: Vec<Vec<i64>> = vec![Vec::with_capacity(runs); WAYS.len()];
+        let mut samples: Vec<Vec<i64>> = vec![Vec::with_capacity(runs); lat_ways.len()];
         for round in 0..runs.div_ceil(BLOCK) {
-            for k in 0..WAYS.len() {
-                let i = (round + k) % WAYS.len();
+            for k in 0..lat_ways.len() {
+                let i = (round + k) % lat_ways.len();
+                let way = lat_ways[i];
                 for _ in 0..BLOCK.min(runs - samples[i].len()) {
-                    let ns = latency_once(WAYS[i], client, prog, r.as_raw_fd(), w.as_raw_fd())
-                        .map_err(|e| format!("server latency, {}: {e}", WAYS[i].name()))?;
+                    let (rd, wr) = (r.as_raw_fd(), w.as_raw_fd());
+                    let ns = latency_once(way, client, floor_server.as_ref(), prog, rd, wr)
+                        .map_err(|e| format!("server latency, {}: {e}", way.name()))?;
                     samples[i].push(ns);
                     progress.inc(1);
                 }
             }
+        }
+        if floor_server.is_none() {
+            progress.inc(runs as u64);
+        }
+        // what a Rust caller pays to copy its environment (the floor's C client does not)
+        let mut ns = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t0 = sys::mono_ns();
+            let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> =
+                std::hint::black_box(std::env::vars_os().collect());
+            drop(vars); // freeing the copy is the caller's too
+            ns.push(sys::mono_ns() - t0);
+        }
+        progress.inc(runs as u64);
+        if let Some(s) = Stats::of(ns) {
+            env_copy.insert(size, s);
         }
         for (i, ns) in samples.into_iter().enumerate() {
             if let Some(s) = Stats::of(ns) {
@@ -853,7 +919,7 @@ pub fn run(
     }
     let mut res = ServerResults {
         server_pid,
-        latency: WAYS
+        latency: lat_ways
             .iter()
             .zip(lat)
             .map(|(w, sizes)| LatencyRow {
@@ -887,6 +953,7 @@ pub fn run(
                     Way::Server => format!("spawnkit private server, {IN_FLIGHT} in flight"),
                     Way::Local => "spawnkit local, spawn+wait loop".into(),
                     Way::Vfork => "vfork+exec, spawn+wait loop".into(),
+                    Way::Floor => w.name().into(),
                 };
                 ValueRow { id: w.id().into(), name, values }
             })
@@ -895,10 +962,11 @@ pub fn run(
         floor,
         floor_pinned,
         floor_batch,
+        env_copy,
         connection: None,
         forkserver: None,
         python_version: None,
-        notes: Vec::new(),
+        notes,
     };
     drop(server);
     progress.phase("server, connections");

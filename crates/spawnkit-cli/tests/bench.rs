@@ -559,6 +559,9 @@ fn ps_rows_measured_or_skipped_with_a_reason() {
 }
 
 const SERVER_ROWS: [&str; 3] = ["vfork_exec", "spawnkit_local", "spawnkit_server"];
+/// The latency rows: the server rows and the design floor (bench/floor_server.c).
+const SERVER_LAT_ROWS: [&str; 4] =
+    ["vfork_exec", "spawnkit_local", "spawnkit_server", "floor_pooled_server"];
 const SERVER_RATIOS: [&str; 5] = [
     "server/vfork",
     "server_caller_cpu/vfork_cpu",
@@ -593,7 +596,8 @@ fn server_method_rows_and_ratios() {
     let sv = &v["server"];
     let lat = sv["latency"]["rows"].as_array().unwrap();
     let rust: Vec<&Value> = lat.iter().filter(|r| r["kind"] != "python").collect();
-    assert_eq!(rust.iter().map(|r| r["id"].as_str().unwrap()).collect::<Vec<_>>(), SERVER_ROWS);
+    let ids: Vec<&str> = rust.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, SERVER_LAT_ROWS);
     for section in ["caller_cpu", "throughput"] {
         let rows = &sv[section]["rows"];
         for id in SERVER_ROWS {
@@ -681,7 +685,19 @@ fn server_method_rows_and_ratios() {
             .product::<f64>();
         let whole = v["ratios"]["server/vfork"][size].as_f64().unwrap();
         assert!((product - whole).abs() <= 1e-9 * whole, "{product} against {whole}");
+        // The design floor: its row over vfork+exec's, alone and plus the environment copy
+        // timed alone (floor_env_copy).
+        let floor = lat_min("floor_pooled_server", size) / lat_min("vfork_exec", size);
+        let got = v["other_ratios"]["floor: minimal pooled server/vfork"][size].as_f64().unwrap();
+        assert!((got - floor).abs() <= 1e-9 * floor, "pooled floor at {size}: {got}, {floor}");
+        let env = sv["floor_env_copy"]["sizes"][size]["min_us"].as_f64().unwrap();
+        assert!(env > 0.0, "{}", sv["floor_env_copy"]);
+        let want = (lat_min("floor_pooled_server", size) + env) / lat_min("vfork_exec", size);
+        let key = "floor: (minimal pooled server + Rust's environment copy)/vfork";
+        let got = v["other_ratios"][key][size].as_f64().unwrap();
+        assert!((got - want).abs() <= 1e-9 * want, "{key} at {size}: {got}, {want}");
     }
+    assert!(stdout.contains("floor: minimal pooled server in C"), "{stdout}");
     assert!(stdout.contains("spawnkit private server, status, 16 per message"), "{stdout}");
     assert!(stdout.contains("spawnkit private server"), "{stdout}");
     // The round trip held to one CPU and to two, where the machine has two: measured at

@@ -291,6 +291,41 @@ extern "C" {
     fn bl_system(prog: *const c_char, out_fd: c_int) -> c_int;
     fn bl_popen(prog: *const c_char, handle: *mut *mut c_void) -> c_int;
     fn bl_pclose(handle: *mut c_void) -> c_int;
+    fn fs_start() -> c_int;
+    fn fs_spawn(sock: c_int, prog: *const c_char, out_fd: c_int, pidfd: *mut c_int) -> c_int;
+    fn fs_wait(pidfd: c_int) -> c_int;
+}
+
+/// The design floor under the spawn server's latency (bench/floor_server.c): a minimal pooled
+/// spawn server in C, a process of its own, reached over a socketpair.
+pub struct FloorServer {
+    sock: OwnedFd,
+}
+
+impl FloorServer {
+    /// Fork it now (call while this process is small, as the private server is started).
+    pub fn start() -> Result<FloorServer, String> {
+        // SAFETY: fs_start forks; the child runs only the C server loop and never returns.
+        let fd = check("floor server", unsafe { fs_start() })?;
+        // SAFETY: fs_start returned a new socket fd that nothing else owns.
+        Ok(FloorServer { sock: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Start `prog` through it with stdout on `out_fd` (this process's cwd, environment,
+    /// stdin and stderr): the pid and the child's pidfd, for [`FloorServer::wait`].
+    pub fn spawn(&self, prog: &std::ffi::CStr, out_fd: RawFd) -> Result<(c_int, c_int), String> {
+        let mut pidfd: c_int = -1;
+        // SAFETY: the socket is ours, `prog` a live NUL-terminated string, `out_fd` open;
+        // fs_spawn writes the received pidfd into `pidfd`.
+        let pid = unsafe { fs_spawn(self.sock.as_raw_fd(), prog.as_ptr(), out_fd, &mut pidfd) };
+        check("floor server spawn", pid).map(|pid| (pid, pidfd))
+    }
+
+    /// Wait until the child behind `pidfd` (from [`FloorServer::spawn`]) has ended; closes it.
+    pub fn wait(pidfd: c_int) {
+        // SAFETY: `pidfd` came from fs_spawn and is closed here, once.
+        unsafe { fs_wait(pidfd) };
+    }
 }
 
 /// The C baselines (bench/baselines.c). Each returns a pid (system(): a wait status, popen():
