@@ -256,8 +256,9 @@ static void serve(int s)
 }
 
 /* Fork the floor server now (while this process is small) and return the client's end of
- * its socket, or -errno. It exits when that end is closed, or when this process dies. */
-int fs_start(void)
+ * its socket, or -errno; its pid goes to *PID (the caller reaps it: it exits when that end
+ * is closed, or when this process dies). */
+int fs_start(int *pid_out)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -286,6 +287,7 @@ int fs_start(void)
         _exit(0);
     }
     close(sv[1]);
+    *pid_out = pid;
     return sv[0];
 }
 

@@ -78,7 +78,7 @@ fn every_method_every_row_in_the_json_file() {
     let v = read_json(&json);
 
     // Server and async: run by `all` too (checked in detail below).
-    assert_eq!(ids(&v["server"]["latency"]["rows"]), SERVER_ROWS);
+    assert_eq!(ids(&v["server"]["latency"]["rows"]), SERVER_LAT_ROWS);
     assert_eq!(ids(&v["async"]["rows"]), ASYNC_ROWS);
     // Mp: run by `all` too, every row skipped with --no-python, the ratio keys there.
     assert_eq!(ids(&v["mp"]["rows"]), MP_ROWS);

@@ -291,40 +291,55 @@ extern "C" {
     fn bl_system(prog: *const c_char, out_fd: c_int) -> c_int;
     fn bl_popen(prog: *const c_char, handle: *mut *mut c_void) -> c_int;
     fn bl_pclose(handle: *mut c_void) -> c_int;
-    fn fs_start() -> c_int;
+    fn fs_start(pid: *mut c_int) -> c_int;
     fn fs_spawn(sock: c_int, prog: *const c_char, out_fd: c_int, pidfd: *mut c_int) -> c_int;
     fn fs_wait(pidfd: c_int) -> c_int;
 }
 
 /// The design floor under the spawn server's latency (bench/floor_server.c): a minimal pooled
-/// spawn server in C, a process of its own, reached over a socketpair.
+/// spawn server in C, a process of its own, reached over a socketpair; reaped when dropped
+/// (its socket closed, it exits).
 pub struct FloorServer {
-    sock: OwnedFd,
+    sock: Option<OwnedFd>,
+    pid: c_int,
 }
 
 impl FloorServer {
     /// Fork it now (call while this process is small, as the private server is started).
     pub fn start() -> Result<FloorServer, String> {
-        // SAFETY: fs_start forks; the child runs only the C server loop and never returns.
-        let fd = check("floor server", unsafe { fs_start() })?;
+        let mut pid: c_int = -1;
+        // SAFETY: fs_start forks; the child runs only the C server loop and never returns;
+        // the child's pid is written into `pid`.
+        let fd = check("floor server", unsafe { fs_start(&mut pid) })?;
         // SAFETY: fs_start returned a new socket fd that nothing else owns.
-        Ok(FloorServer { sock: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(FloorServer { sock: Some(unsafe { OwnedFd::from_raw_fd(fd) }), pid })
     }
 
     /// Start `prog` through it with stdout on `out_fd` (this process's cwd, environment,
     /// stdin and stderr): the pid and the child's pidfd, for [`FloorServer::wait`].
     pub fn spawn(&self, prog: &std::ffi::CStr, out_fd: RawFd) -> Result<(c_int, c_int), String> {
+        let sock = self.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
         let mut pidfd: c_int = -1;
         // SAFETY: the socket is ours, `prog` a live NUL-terminated string, `out_fd` open;
         // fs_spawn writes the received pidfd into `pidfd`.
-        let pid = unsafe { fs_spawn(self.sock.as_raw_fd(), prog.as_ptr(), out_fd, &mut pidfd) };
+        let pid = unsafe { fs_spawn(sock, prog.as_ptr(), out_fd, &mut pidfd) };
         check("floor server spawn", pid).map(|pid| (pid, pidfd))
     }
 
     /// Wait until the child behind `pidfd` (from [`FloorServer::spawn`]) has ended; closes it.
+    /// (The floor server's children are its own: it ignores SIGCHLD, the kernel reaps them.)
     pub fn wait(pidfd: c_int) {
         // SAFETY: `pidfd` came from fs_spawn and is closed here, once.
         unsafe { fs_wait(pidfd) };
+    }
+}
+
+impl Drop for FloorServer {
+    fn drop(&mut self) {
+        // EOF on its socket ends the server; reap it here, or a later `waitpid(-1)` (the
+        // async method's floor row) would find it.
+        drop(self.sock.take());
+        let _ = waitpid(self.pid);
     }
 }
 
