@@ -27,8 +27,10 @@
  * that name the failed step, checking which of the caller's fds are open, close-on-exec
  * everywhere else, signal dispositions, the watchdog, reaping.
  *
- * The server ignores SIGCHLD (the kernel reaps its children); the client learns a child's
- * end from its pidfd (readable once it has exited).
+ * The server reaps its children after each answer (it does not ignore SIGCHLD: its children
+ * would inherit that); the client learns a child's end from its pidfd (readable once it has
+ * exited). A parked child killed before `park` stores its tid would leave the server waiting:
+ * nothing here sends it a signal.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,6 +45,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <linux/futex.h>
 
@@ -252,6 +255,9 @@ static void serve(int s)
             close(fds[i]);
         if (park() < 0)
             _exit(1);
+        /* the children that have ended since (off the next request's path) */
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
     }
 }
 
@@ -281,7 +287,6 @@ int fs_start(int *pid_out)
         if (keep > 3)
             syscall(SYS_close_range, 3, keep - 1, 0);
         syscall(SYS_close_range, keep + 1, ~0U, 0);
-        signal(SIGCHLD, SIG_IGN);
         dock.server = getpid();
         serve(sv[1]);
         _exit(0);

@@ -327,7 +327,7 @@ impl FloorServer {
     }
 
     /// Wait until the child behind `pidfd` (from [`FloorServer::spawn`]) has ended; closes it.
-    /// (The floor server's children are its own: it ignores SIGCHLD, the kernel reaps them.)
+    /// (The floor server's children are its own: it reaps them.)
     pub fn wait(pidfd: c_int) {
         // SAFETY: `pidfd` came from fs_spawn and is closed here, once.
         unsafe { fs_wait(pidfd) };

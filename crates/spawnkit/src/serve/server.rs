@@ -891,7 +891,7 @@ impl Server {
         // A server that owns its process (`kernel_reaps`: `spawnkit serve`, a private
         // server) blocks SIGCHLD in all its threads. A child's exit sends SIGCHLD to the
         // thread that made the child; while that thread has every signal blocked (around a
-        // clone) the kernel does not drop it as ignored but hands it to a thread that does
+        // clone(2) fallback or a pool child's clone) the kernel does not drop it as ignored but hands it to a thread that does
         // not block it, waking that thread (the watchdog, say) once per exit for nothing.
         // Blocked everywhere (the watchdog and spawner threads inherit this thread's mask),
         // it stays pending, once, and wakes no one. A server on a thread of a bigger process
@@ -2123,12 +2123,7 @@ fn no_conn_env() -> Error {
 fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> {
     let euid = own.euid;
     gate(cmd, peer, euid)?;
-    // Every strategy starts the child with the server's handled signals at their default
-    // action (clone3 clears them as it makes the child; clone(2), fork and posix_spawn reset
-    // them), so of the signals the command wants at their default only those the server
-    // ignores need a reset, and every one the server ignores does (see `Own::ignored`):
-    // exactly the ignored set, one rt_sigaction each in the child.
-    cmd.sig_default = own.ignored;
+    cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
     let child = super::watchdog::watched(|| {
         if peer.uid == euid {
             cmd.spawn()

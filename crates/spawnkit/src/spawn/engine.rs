@@ -330,3 +330,53 @@ fn clone_error(plan: &Plan, step: &'static str, errno: i32) -> Error {
         None => err,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SigSet, Signal, Step};
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+
+    /// A signal the command blocks that comes before execve (here its death signal, sent by
+    /// the ParentDeathSignal step to the child itself: the plan is told its parent is pid 1,
+    /// so the step finds it "gone") stays pending into the program on every strategy. On the
+    /// clone-vfork strategy the child starts with the caller's mask (clone3 clears the
+    /// handlers; nothing is blocked around it), so it must block the command's mask first.
+    #[test]
+    fn a_blocked_signal_sent_before_exec_stays_pending_into_the_program() {
+        for strategy in [Strategy::ForkExec, Strategy::CloneVfork] {
+            let (r, w) = crate::sys::parent::pipe().unwrap();
+            // grep, not a shell: dash clears its signal mask as it starts.
+            let mut cmd = Command::new("grep");
+            cmd.args(["-E", "^(SigPnd|ShdPnd|SigBlk)", "/proc/self/status"])
+                .stdout(Stdio::Fd(w.as_raw_fd()))
+                .strategy(strategy)
+                .signal_mask(SigSet::empty().with(Signal::USR1))
+                .parent_death_signal(Signal::USR1);
+            let mut plan = Plan::build(&cmd).unwrap();
+            let mut faked = 0;
+            for step in plan.steps.iter_mut() {
+                if let Step::ParentDeathSignal { parent, .. } = step {
+                    *parent = 1;
+                    faked += 1;
+                }
+            }
+            assert_eq!(faked, 1, "{strategy}: the plan has one ParentDeathSignal step");
+            let mut child = spawn_planned(&mut cmd, plan).unwrap();
+            drop(cmd);
+            drop(w);
+            let status = child.wait().unwrap();
+            let mut out = String::new();
+            std::fs::File::from(r).read_to_string(&mut out).unwrap();
+            assert!(status.success(), "{strategy}: {status} (killed before exec?)\n{out}");
+            let usr1 = 1u64 << (libc::SIGUSR1 - 1);
+            let field = |name: &str| {
+                let line = out.lines().find(|l| l.starts_with(name)).expect(name);
+                u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+            };
+            assert_eq!(field("SigBlk:") & usr1, usr1, "{strategy}: {out}");
+            assert_eq!((field("SigPnd:") | field("ShdPnd:")) & usr1, usr1, "{strategy}: {out}");
+        }
+    }
+}

@@ -32,7 +32,9 @@
 //!    after; the child starts with the calling thread's mask. On the `clone` fallback the
 //!    handlers are inherited: all 64 signals (glibc's internal ones included) are blocked in
 //!    the calling thread around the call, so the child starts with all blocked and resets the
-//!    handled ones by hand. Either way it installs the requested mask just before `execve`.
+//!    handled ones by hand. Either way it blocks the requested mask first (a signal the
+//!    command blocks stays pending into the program) and installs exactly that mask just
+//!    before `execve`.
 //! 5. **Its own stack**: an `mmap`'d region with a `PROT_NONE` guard page below it, so the
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
 //! 6. **No thread-local storage**: the child runs with the calling thread's TLS register, and
@@ -350,6 +352,9 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
         _scratch: scratch,
         stack: Some(stack),
     };
+    // The fork lock's window is opened with all signals blocked (forklock.rs: a handler that
+    // forked inside it would wait for this thread's own window for ever).
+    let _blocked = SignalsBlocked::new();
     // No fork() of this process between the pipe and the close of our write end (see
     // forklock.rs): else a process that never execs could hold the write end.
     let _window = forklock::Window::open();
