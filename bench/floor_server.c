@@ -167,6 +167,24 @@ static long read_request(int s, int *fds, int *nfds)
     return (long)(want - 4);
 }
 
+/* One sendmsg of LEN bytes at BUF with the N fds at FDS (SCM_RIGHTS). */
+static ssize_t send_with_fds(int s, void *buf, size_t len, const int *fds, int n)
+{
+    char cbuf[CMSG_SPACE(3 * sizeof(int))];
+    struct iovec iov = {buf, len};
+    struct msghdr m = {0};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = cbuf;
+    m.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
+    return sendmsg(s, &m, MSG_NOSIGNAL);
+}
+
 static void serve(int s)
 {
     stack_mem = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE,
@@ -236,19 +254,7 @@ static void serve(int s)
             sc(SYS_futex, (long)&dock.tid, FUTEX_WAIT, t, 0);
         /* the pid, or the exec's -errno when the child exited instead */
         int32_t pid = dock.err ? dock.err : parked_pid;
-        char cbuf[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {&pid, sizeof pid};
-        struct msghdr m = {0};
-        m.msg_iov = &iov;
-        m.msg_iovlen = 1;
-        m.msg_control = cbuf;
-        m.msg_controllen = sizeof cbuf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &parked_pidfd, sizeof(int));
-        if (sendmsg(s, &m, MSG_NOSIGNAL) < 0)
+        if (send_with_fds(s, &pid, sizeof pid, &parked_pidfd, 1) < 0)
             _exit(0);
         close(parked_pidfd);
         for (int i = 0; i < 3; i++)
@@ -328,19 +334,7 @@ int fs_spawn(int sock, const char *prog, int out_fd, int *pidfd)
     uint32_t len = (uint32_t)(p - msg - 4);
     memcpy(msg, &len, 4);
     int fds[3] = {0, out_fd, 2};
-    char cbuf[CMSG_SPACE(sizeof fds)];
-    struct iovec iov = {msg, (size_t)(p - msg)};
-    struct msghdr m = {0};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = cbuf;
-    m.msg_controllen = sizeof cbuf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof fds);
-    memcpy(CMSG_DATA(c), fds, sizeof fds);
-    if (sendmsg(sock, &m, MSG_NOSIGNAL) != p - msg)
+    if (send_with_fds(sock, msg, (size_t)(p - msg), fds, 3) != p - msg)
         return -EIO;
     int32_t pid;
     char rbuf[CMSG_SPACE(sizeof(int))];
