@@ -191,6 +191,7 @@ unsafe fn clone3(
     cgroup: Option<i32>,
 ) -> Result<Cloned, i32> {
     ctx.reset_handlers = false;
+    ctx.mask_inherited = true;
     let mut pidfd: i32 = -1;
     let into_cgroup = if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 };
     let args = CloneArgs {
@@ -224,6 +225,7 @@ unsafe fn clone3(
 /// As for [`clone_vfork`]; `flags` as for [`clone3`].
 unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, flags: u64) -> Result<Cloned, i32> {
     ctx.reset_handlers = true;
+    ctx.mask_inherited = false;
     let mut pidfd: i32 = -1;
     let flags = flags | libc::SIGCHLD as u64;
     // SAFETY: clone(2) with CLONE_PIDFD stores the pidfd through `parent_tid` (the third

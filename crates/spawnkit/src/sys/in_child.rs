@@ -53,6 +53,9 @@ pub(crate) struct ChildCtx<'a> {
     pub sigmask: u64,
     /// Reset every handled signal to SIG_DFL by hand (clone without CLONE_CLEAR_SIGHAND, fork).
     pub reset_handlers: bool,
+    /// The child starts with the calling thread's mask (clone3, which blocks nothing around
+    /// the clone), not with all signals blocked (clone(2), fork, a pool child).
+    pub mask_inherited: bool,
     pub report: *mut Report,
     /// Slots for fds moved out of the way by `DupAway`.
     pub scratch: *mut i32,
@@ -241,8 +244,8 @@ fn run(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
     // A clone3 child starts with the caller's mask, not with all blocked: what the command
     // asks to block is blocked first, so a signal it blocks that comes before execve (its own
     // death signal, sent by the ParentDeathSignal step) stays pending into the program, as on
-    // every other path. One system call, only when a mask is asked for.
-    if ctx.sigmask != 0 {
+    // every other path. One system call, only there and only when a mask is asked for.
+    if ctx.mask_inherited && ctx.sigmask != 0 {
         block(ctx.sigmask).map_err(|e| (STEP_SIGNALS, e, 0))?;
     }
     if ctx.reset_handlers {

@@ -32,9 +32,9 @@
 //!    after; the child starts with the calling thread's mask. On the `clone` fallback the
 //!    handlers are inherited: all 64 signals (glibc's internal ones included) are blocked in
 //!    the calling thread around the call, so the child starts with all blocked and resets the
-//!    handled ones by hand. Either way it blocks the requested mask first (a signal the
-//!    command blocks stays pending into the program) and installs exactly that mask just
-//!    before `execve`.
+//!    handled ones by hand. A clone3 child, starting with the caller's mask, blocks the
+//!    requested one first (a signal the command blocks stays pending into the program);
+//!    every child installs exactly the requested mask just before `execve`.
 //! 5. **Its own stack**: an `mmap`'d region with a `PROT_NONE` guard page below it, so the
 //!    child never writes to the parent thread's frames (the stack-clobbering bug Go fixed).
 //! 6. **No thread-local storage**: the child runs with the calling thread's TLS register, and
@@ -201,6 +201,7 @@ fn context<'a>(
         envp,
         sigmask: plan.sigmask,
         reset_handlers: true,
+        mask_inherited: false,
         report: report as *mut Report,
         scratch: scratch.as_mut_ptr(),
         scratch_len: scratch.len(),
