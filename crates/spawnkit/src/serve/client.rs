@@ -607,11 +607,18 @@ impl Io {
     /// socket is also woken each time the server reads a request of ours and frees send
     /// space (the socket has one wait queue), which costs this thread a wake-up and a sleep
     /// per request; `poll`'s wait sees the wake-up's POLLOUT and stays asleep.
+    ///
+    /// With one request in flight (a lone spawn just sent, or a status request), its answer
+    /// cannot be there yet, so `poll` comes first: a `recvmsg` tried first would only say
+    /// EAGAIN, one system call on a lone request's path when the client and the server share
+    /// a CPU. With more in flight, answers are often waiting already: tried first.
     fn recv_waiting(&mut self) -> Result<bool> {
+        let mut try_first = self.pending.len() > 1;
         loop {
-            if self.recv(true)? {
+            if try_first && self.recv(true)? {
                 return Ok(true);
             }
+            try_first = true;
             let mut p =
                 [libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
             match pidfd::poll(&mut p, -1) {
