@@ -1219,3 +1219,71 @@ fn a_status_batch_wakes_its_client_about_once() {
     // Answered child by child, 16 children would cost up to 16 sleeps each batch.
     assert!(slept <= 2 * BATCHES, "{slept} sleeps for {BATCHES} batches of 16");
 }
+
+/// A thread waiting on the connection holds up no other thread. With Exit frames (a kernel
+/// before 6.15), a child's `wait` reads its status from the connection; a status request
+/// waits there for its child's end. Both used to wait in `poll` holding the connection's
+/// lock, so another thread's spawn, or another child's wait, waited for that child to end.
+#[test]
+fn a_wait_on_the_connection_holds_up_no_other_thread() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    client.use_exit_frames(true);
+    let mut exit7 = Command::new(probe());
+    exit7.args(["exit", "7"]);
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "60"]);
+    let mut long = client.spawn(&sleeper).unwrap();
+    let long_pid = long.id() as i32;
+    // A thread waits for the long child's Exit frame.
+    let waiter = std::thread::spawn(move || long.wait());
+    std::thread::sleep(Duration::from_millis(100));
+    // Meanwhile three threads spawn, one by one, and each waits for its own children.
+    let client = std::sync::Arc::new(std::sync::Mutex::new(client));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, tx) = (client.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let mut exit7 = Command::new(probe());
+                exit7.args(["exit", "7"]);
+                for _ in 0..20 {
+                    let child = client.lock().unwrap().spawn(&exit7);
+                    tx.send(child.and_then(|mut c| c.wait())).unwrap();
+                }
+            })
+        })
+        .collect();
+    for _ in 0..60 {
+        let status = rx.recv_timeout(Duration::from_secs(20)).expect("held up by another wait");
+        assert_eq!(status.unwrap(), ExitStatus::Exited(7));
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(!waiter.is_finished(), "the long child's wait returned before it ended");
+    // A status request waiting for its child's end (one that reads its stdin until EOF)
+    // holds up no child's wait.
+    let done = client.lock().unwrap().spawn(&exit7).unwrap();
+    let (r, w) = std::io::pipe().unwrap();
+    let mut cat = Command::new(probe());
+    cat.arg("cat").stdin(Stdio::Owned(r.into())).stdout(Stdio::Null);
+    let status_client = client.clone();
+    let status = std::thread::spawn(move || status_client.lock().unwrap().status(&cat));
+    std::thread::sleep(Duration::from_millis(100));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let done_waiter = std::thread::spawn(move || {
+        let mut done = done;
+        tx.send(done.wait()).unwrap();
+    });
+    let s = rx.recv_timeout(Duration::from_secs(20)).expect("held up by a status request");
+    assert_eq!(s.unwrap(), ExitStatus::Exited(7));
+    done_waiter.join().unwrap();
+    assert!(!status.is_finished(), "the status request returned before its child ended");
+    drop(w); // its child reads EOF and ends
+    assert!(status.join().unwrap().unwrap().success());
+    // And the long child's wait gets its status when it ends.
+    // SAFETY: kill takes integers; the server has not reaped the child (it runs).
+    assert_eq!(unsafe { libc::kill(long_pid, libc::SIGKILL) }, 0);
+    assert_eq!(waiter.join().unwrap().unwrap().signal(), Some(libc::SIGKILL));
+}

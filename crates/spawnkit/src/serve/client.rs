@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
@@ -61,6 +61,11 @@ struct Pending {
 /// standard stream left `Inherit` this process's own fd 0, 1 or 2 (passed by `SCM_RIGHTS`).
 /// `Stdio::Pipe` pipes are made here; the child's ends are passed. Fds of `Stdio::File`,
 /// `Stdio::Owned` and maps are passed as duplicates and stay open in the command.
+///
+/// The children may be waited for on other threads while this thread goes on spawning: a
+/// thread that waits on the connection (a child's `wait` reading its Exit frame on a kernel
+/// before 6.15, a [`status`](Client::status) request waiting for its child's end, an
+/// answer) sleeps without holding it.
 pub struct Client {
     io: Arc<Mutex<Io>>,
 }
@@ -95,6 +100,17 @@ pub(crate) struct Io {
     /// When [`Client::wake`] last sent a Wake frame: the next lone request within
     /// [`EARLY_WAKE`] of it sends none of its own.
     woken_at: Option<Instant>,
+    /// A thread waits in `poll` for the connection's next bytes without holding its lock
+    /// ([`next_bytes`]); the other threads that wait for bytes wait for its news instead.
+    reader: bool,
+    /// How many threads wait on `news`.
+    waiting: usize,
+    /// Signalled when the reader's wait ends (bytes taken, or not): the waiting threads look
+    /// again.
+    news: Arc<Condvar>,
+    /// Raised when a thread reads the connection while the reader waits without the lock
+    /// (what the reader waits for may be among what was read): made at the first such wait.
+    kick: Option<OwnedFd>,
 }
 
 /// How long after [`Client::wake`] a lone request counts on that Wake frame rather than
@@ -205,6 +221,10 @@ impl Client {
             abandoned: std::collections::HashSet::new(),
             env_sent: None,
             woken_at: None,
+            reader: false,
+            waiting: 0,
+            news: Arc::new(Condvar::new()),
+            kick: None,
         };
         io.handshake(key)?;
         Ok(Client { io: Arc::new(Mutex::new(io)) })
@@ -248,13 +268,13 @@ impl Client {
     /// The next answer: the request's id and its child or error (in the order the server
     /// answered). Blocks until one arrives; an error if none is in flight.
     pub fn receive(&mut self) -> Result<(u64, Result<Child>)> {
-        let (id, child) = lock(&self.io).receive()?;
+        let (id, child) = wait_for(&self.io, Io::next_answer)?;
         Ok((id, child.map(|c| self.watched(c))))
     }
 
     /// The answer to request `id`, keeping others for [`receive`](Client::receive).
     pub fn receive_id(&mut self, id: u64) -> Result<Child> {
-        let child = lock(&self.io).receive_id(id)?;
+        let child = wait_for(&self.io, |io| io.answer_to(id))?;
         Ok(self.watched(child))
     }
 
@@ -352,7 +372,9 @@ impl Client {
             Some(id) => id,
             None => unreachable!("a blocking submit sends or fails"),
         };
-        io.receive_status(|i| i == id)?.1
+        let (io, (_, status)) = wait_until(&self.io, io, |io| io.status_answer(|i| i == id))?;
+        drop(io);
+        status
     }
 
     /// Send status requests for `cmds` in as few messages as the limits allow (as
@@ -372,7 +394,7 @@ impl Client {
     /// how its child ended or why it did not start. Blocks until one arrives; an error if
     /// none is in flight.
     pub fn receive_status(&mut self) -> Result<(u64, Result<ExitStatus>)> {
-        lock(&self.io).receive_status(|_| true)
+        wait_for(&self.io, |io| io.status_answer(|_| true))
     }
 
     /// Run all of `cmds` and wait for every one (keeping at most `window` in flight, sent in
@@ -429,7 +451,9 @@ impl Client {
                 continue;
             }
             // One of this call's (answers to earlier requests stay for `receive_status`).
-            let (id, r) = io.receive_status(|i| index.contains_key(&i))?;
+            let wanted = |io: &mut Io| io.status_answer(|i| index.contains_key(&i));
+            let (io, (id, r)) = wait_until(&self.io, io, wanted)?;
+            drop(io);
             let Some(i) = index.remove(&id) else { continue };
             let turned_away = matches!(&r, Err(e) if e.step() == "serve"
                 && e.raw_os_error() == Some(libc::EAGAIN));
@@ -512,8 +536,8 @@ impl AsRawFd for Client {
     }
 }
 
-/// How a remote child waits for its Exit frame: it reads the connection itself (under its
-/// lock), keeping every other frame for the client.
+/// How a remote child waits for its Exit frame: it reads the connection itself, keeping
+/// every other frame for the client, and without holding the connection while it sleeps.
 pub(crate) struct ExitWatch(Arc<Mutex<Io>>);
 
 impl ExitWatch {
@@ -521,6 +545,7 @@ impl ExitWatch {
     /// forever; a past one: only what has arrived).
     pub(crate) fn wait(&self, pid: i32, deadline: Option<Instant>) -> Result<Option<ExitStatus>> {
         let mut io = lock(&self.0);
+        let mut looked = false;
         loop {
             if let Some(s) = io.exits.remove(&pid) {
                 return Ok(Some(s));
@@ -528,28 +553,133 @@ impl ExitWatch {
             if let Some(e) = &io.broken {
                 return Err(e.clone());
             }
-            let ms = match deadline {
-                None => -1,
-                Some(d) => {
-                    d.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128)
-                        as i32
-                }
-            };
-            let fd = io.sock.as_raw_fd();
-            let mut p = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
-            match pidfd::poll(&mut p, ms) {
-                Ok(0) => return Ok(None),
-                Ok(_) | Err(libc::EINTR) => {}
-                Err(e) => return Err(Error::os("poll", "server connection", e)),
+            if looked && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
             }
-            if p[0].revents != 0 {
-                if let Err(e) = io.recv(true).and_then(|_| io.collect()) {
-                    io.broken = Some(e.clone());
-                    return Err(e);
-                }
-            }
+            io = next_bytes(&self.0, io, deadline)?;
+            looked = true;
         }
     }
+}
+
+/// Wait until `take` finds what the caller waits for in the connection `shared` (locked as
+/// `io`), reading the connection meanwhile ([`next_bytes`]); the connection, still locked,
+/// and what was found.
+fn wait_until<'a, T>(
+    shared: &'a Mutex<Io>,
+    mut io: MutexGuard<'a, Io>,
+    mut take: impl FnMut(&mut Io) -> Result<Option<T>>,
+) -> Result<(MutexGuard<'a, Io>, T)> {
+    loop {
+        if let Some(t) = take(&mut io)? {
+            return Ok((io, t));
+        }
+        io = next_bytes(shared, io, None)?;
+    }
+}
+
+/// [`wait_until`] from a connection not locked yet, and leaving it unlocked.
+fn wait_for<T>(shared: &Mutex<Io>, take: impl FnMut(&mut Io) -> Result<Option<T>>) -> Result<T> {
+    let (io, t) = wait_until(shared, lock(shared), take)?;
+    drop(io);
+    Ok(t)
+}
+
+/// Milliseconds until `deadline` for `poll` (rounded up; `None`: -1, forever).
+fn poll_ms(deadline: Option<Instant>) -> i32 {
+    match deadline {
+        None => -1,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        }
+    }
+}
+
+/// Wait for the server's next bytes and take them, without holding the connection's lock
+/// while asleep: other threads go on using the connection meanwhile (another thread's
+/// spawn, a child's wait for its Exit frame, a status request's wait for its child's end).
+/// One thread at a time waits in `poll` (the reader); the others that wait for bytes wait
+/// for its news (a condition variable) rather than reading themselves. A thread that reads
+/// the connection under the lock while the reader sleeps (a send that found the socket
+/// full, the async face) raises the reader's kick, so what it took is looked at. Returns the
+/// connection locked again when bytes were taken, when the reader's wait ended, or when
+/// `deadline` passed: the caller looks again.
+///
+/// It waits in `poll` for POLLIN rather than in a blocking `recvmsg`: a thread asleep in
+/// `recvmsg` on a Unix socket is also woken each time the server reads a request of ours and
+/// frees send space (the socket has one wait queue), which costs this thread a wake-up and a
+/// sleep per request; `poll`'s wait sees the wake-up's POLLOUT and stays asleep.
+///
+/// With one request in flight (a lone spawn just sent, a status request, a child's Exit
+/// frame), its answer cannot be there yet, so `poll` comes first: a `recvmsg` tried first
+/// would only say EAGAIN, one system call on a lone request's path when the client and the
+/// server share a CPU. With more in flight, answers are often waiting already: tried first.
+fn next_bytes<'a>(
+    shared: &'a Mutex<Io>,
+    mut io: MutexGuard<'a, Io>,
+    deadline: Option<Instant>,
+) -> Result<MutexGuard<'a, Io>> {
+    if let Some(e) = &io.broken {
+        return Err(e.clone());
+    }
+    let ms = poll_ms(deadline);
+    if io.reader {
+        // Another thread waits for the connection's bytes: its news, when it has some.
+        if ms == 0 {
+            return Ok(io);
+        }
+        io.waiting += 1;
+        let news = io.news.clone();
+        io = match deadline {
+            None => news.wait(io).unwrap_or_else(|e| e.into_inner()),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                news.wait_timeout(io, left).unwrap_or_else(|e| e.into_inner()).0
+            }
+        };
+        io.waiting -= 1;
+        return Ok(io);
+    }
+    if ms == 0 {
+        // Only what has come.
+        io.take_bytes()?;
+        return Ok(io);
+    }
+    if io.pending.len() > 1 && io.take_bytes()? {
+        return Ok(io);
+    }
+    if io.kick.is_none() {
+        io.kick = parent::eventfd().ok();
+    }
+    let kick = io.kick.as_ref().map(|k| k.as_raw_fd());
+    // Without a kick (no eventfd could be made), looked at again every 10 ms.
+    let ms = if kick.is_some() { ms } else { ms.clamp(0, 10) + 10 * i32::from(ms < 0) };
+    let mut p = [
+        libc::pollfd { fd: io.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        // (A negative fd is left out by poll.)
+        libc::pollfd { fd: kick.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+    ];
+    io.reader = true;
+    drop(io);
+    // The socket and the kick stay open: `shared` (this connection) outlives the call.
+    let r = pidfd::poll(&mut p, ms);
+    let mut io = lock(shared);
+    io.reader = false;
+    if p[1].revents != 0 {
+        if let Some(k) = &io.kick {
+            parent::eventfd_take(k);
+        }
+    }
+    let out = match r {
+        Ok(_) if p[0].revents != 0 => io.take_bytes().map(drop),
+        Ok(_) | Err(libc::EINTR) => Ok(()),
+        Err(e) => Err(Error::os("poll", "server connection", e)),
+    };
+    if io.waiting > 0 {
+        io.news.notify_all();
+    }
+    out.map(|()| io)
 }
 
 impl Io {
@@ -602,34 +732,25 @@ impl Io {
         }
     }
 
-    /// Wait for the server's next bytes and take them (one recvmsg). Waits in `poll` for
-    /// POLLIN rather than in a blocking `recvmsg`: a thread asleep in `recvmsg` on a Unix
-    /// socket is also woken each time the server reads a request of ours and frees send
-    /// space (the socket has one wait queue), which costs this thread a wake-up and a sleep
-    /// per request; `poll`'s wait sees the wake-up's POLLOUT and stays asleep.
-    ///
-    /// With one request in flight (a lone spawn just sent, or a status request), its answer
-    /// cannot be there yet, so `poll` comes first: a `recvmsg` tried first would only say
-    /// EAGAIN, one system call on a lone request's path when the client and the server share
-    /// a CPU. With more in flight, answers are often waiting already: tried first.
-    fn recv_waiting(&mut self) -> Result<bool> {
-        let mut try_first = self.pending.len() > 1;
-        loop {
-            if try_first && self.recv(true)? {
-                return Ok(true);
-            }
-            try_first = true;
-            let mut p =
-                [libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-            match pidfd::poll(&mut p, -1) {
-                Ok(_) | Err(libc::EINTR) => {}
-                Err(e) => return Err(Error::os("poll", "server connection", e)),
-            }
+    /// Take what has come (one recvmsg, not waiting) into answers; false when nothing had.
+    /// A failure breaks the connection.
+    fn take_bytes(&mut self) -> Result<bool> {
+        let got = self.recv(true).and_then(|got| self.collect().map(|()| got));
+        if let Err(e) = &got {
+            self.broken = Some(e.clone());
         }
+        got
     }
 
     /// One recvmsg into the inbox; an error on EOF.
     fn recv(&mut self, dontwait: bool) -> Result<bool> {
+        if self.reader {
+            // Another thread waits for the connection's bytes without the lock: what this
+            // read takes may be what it waits for, so it looks again ([`next_bytes`]).
+            if let Some(k) = &self.kick {
+                parent::eventfd_raise(k);
+            }
+        }
         self.fds.clear();
         let spare = self.inbox.spare(4096);
         match sock::recv_with_fds(self.sock.as_fd(), spare, &mut self.fds, &mut self.cmsg, dontwait)
@@ -1104,62 +1225,48 @@ impl Io {
         &self.sock
     }
 
-    /// The next answer: the request's id and its child or error (in the order the server
-    /// answered). Blocks until one arrives; an error if none is in flight.
-    fn receive(&mut self) -> Result<(u64, Result<Child>)> {
-        loop {
-            if let Some(d) = self.done.pop_front() {
-                return Ok(d);
-            }
-            if let Some(e) = &self.broken {
-                return Err(e.clone());
-            }
-            if !self.pending.values().any(|p| !p.status) {
-                return Err(Error::invalid("receive", "", "no request in flight"));
-            }
-            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
-                self.broken = Some(e.clone());
-                return Err(e);
-            }
+    /// The next answer, if one has come: the request's id and its child or error (in the
+    /// order the server answered); an error if none is in flight.
+    fn next_answer(&mut self) -> Result<Option<(u64, Result<Child>)>> {
+        if let Some(d) = self.done.pop_front() {
+            return Ok(Some(d));
         }
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        if !self.pending.values().any(|p| !p.status) {
+            return Err(Error::invalid("receive", "", "no request in flight"));
+        }
+        Ok(None)
     }
 
-    /// The first answer to a status request whose id is `wanted`, keeping the others; an
-    /// error at once when no such request is in flight.
-    fn receive_status(
+    /// The first answer to a status request whose id is `wanted`, if one has come, keeping
+    /// the others; an error when no such request is in flight.
+    fn status_answer(
         &mut self,
         wanted: impl Fn(u64) -> bool,
-    ) -> Result<(u64, Result<ExitStatus>)> {
-        loop {
-            if let Some(pos) = self.statuses.iter().position(|(i, _)| wanted(*i)) {
-                return Ok(self.statuses.remove(pos).unwrap_or_else(|| unreachable!()));
-            }
-            if let Some(e) = &self.broken {
-                return Err(e.clone());
-            }
-            if !self.pending.iter().any(|(id, p)| p.status && wanted(*id)) {
-                return Err(Error::invalid("receive", "", "no status request in flight"));
-            }
-            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
-                self.broken = Some(e.clone());
-                return Err(e);
-            }
+    ) -> Result<Option<(u64, Result<ExitStatus>)>> {
+        if let Some(pos) = self.statuses.iter().position(|(i, _)| wanted(*i)) {
+            return Ok(self.statuses.remove(pos));
         }
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        if !self.pending.iter().any(|(id, p)| p.status && wanted(*id)) {
+            return Err(Error::invalid("receive", "", "no status request in flight"));
+        }
+        Ok(None)
     }
 
-    /// The answer to request `id`, keeping others for [`receive`](Client::receive).
-    fn receive_id(&mut self, id: u64) -> Result<Child> {
-        loop {
-            if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
-                return self.done.remove(pos).map(|d| d.1).unwrap_or_else(|| unreachable!());
-            }
-            if let Some(e) = self.unanswerable(id, false)? {
-                return Err(e);
-            }
-            if let Err(e) = self.recv_waiting().and_then(|_| self.collect()) {
-                self.broken = Some(e.clone());
-                return Err(e);
-            }
+    /// The answer to request `id`, if it has come, keeping the others for
+    /// [`next_answer`](Io::next_answer); an error if it cannot come.
+    fn answer_to(&mut self, id: u64) -> Result<Option<Child>> {
+        if let Some(pos) = self.done.iter().position(|(i, _)| *i == id) {
+            return self.done.remove(pos).map(|d| d.1).transpose();
+        }
+        match self.unanswerable(id, false)? {
+            Some(e) => Err(e),
+            None => Ok(None),
         }
     }
 

@@ -16,6 +16,33 @@ pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), i32> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK): a counter one thread raises ([`eventfd_raise`])
+/// to wake another polling it for POLLIN, which takes it back to 0 ([`eventfd_take`]).
+pub(crate) fn eventfd() -> Result<OwnedFd, i32> {
+    // SAFETY: eventfd takes integers and returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: the fd was just created.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Add 1 to an eventfd's counter (readable from now on). Cannot block (nonblocking, and the
+/// counter would have to reach 2^64 - 1 first).
+pub(crate) fn eventfd_raise(fd: &impl AsRawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live local.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Take an eventfd's counter back to 0 (not readable any more); nothing if it was 0.
+pub(crate) fn eventfd_take(fd: &impl AsRawFd) {
+    let mut n: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live local (EAGAIN when the counter is 0).
+    unsafe { libc::read(fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+}
+
 /// open("/dev/null", O_RDWR|O_CLOEXEC).
 pub(crate) fn dev_null() -> Result<OwnedFd, i32> {
     // SAFETY: NUL-terminated path; open returns a new fd or -1.
