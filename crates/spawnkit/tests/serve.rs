@@ -1287,3 +1287,74 @@ fn a_wait_on_the_connection_holds_up_no_other_thread() {
     assert_eq!(unsafe { libc::kill(long_pid, libc::SIGKILL) }, 0);
     assert_eq!(waiter.join().unwrap().unwrap().signal(), Some(libc::SIGKILL));
 }
+
+/// A server that reaps its own children (a server on a thread, as here; every server on a
+/// kernel before 6.15) does not spin on a child it cannot reap yet: a child traced by
+/// another process that has ended stays a zombie, its pidfd readable, until its tracer
+/// lets it go; only then can the server reap it. Meanwhile the server looks at it again
+/// once a millisecond, not in a loop, and when the tracer is gone it is reaped and its
+/// client learns how it ended.
+#[test]
+fn a_traced_zombie_does_not_spin_the_server() {
+    // In a process of its own: the process's CPU time is the server's.
+    if !common::alone("a_traced_zombie_does_not_spin_the_server") {
+        return;
+    }
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "60"]);
+    let mut child = client.spawn(&sleeper).unwrap();
+    let pid = child.id();
+    // Another process traces it (PTRACE_SEIZE), says so, and holds it until its stdin ends.
+    let mut tracer = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes, sys\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             if libc.ptrace(0x4206, int(sys.argv[1]), None, None) != 0:\n\
+             \x20   sys.exit('PTRACE_SEIZE: errno %d' % ctypes.get_errno())\n\
+             print('seized', flush=True)\n\
+             sys.stdin.read()\n",
+        ])
+        .arg(pid.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(tracer.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "seized");
+    child.kill().unwrap();
+    // Its pidfd turns readable (it has ended); it is a zombie the server cannot reap.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().split(' ').nth(2)
+        != Some("Z")
+    {
+        assert!(std::time::Instant::now() < deadline, "the child never became a zombie");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let cpu = || {
+        // SAFETY: a zeroed rusage is valid (integers only).
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage writes one rusage struct.
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) }, 0);
+        let t = |v: libc::timeval| Duration::new(v.tv_sec as u64, v.tv_usec as u32 * 1000);
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    let before = cpu();
+    std::thread::sleep(Duration::from_millis(500));
+    let used = cpu() - before;
+    assert_eq!(child.try_wait().unwrap(), None, "reaped while traced");
+    // Spinning, the server's thread would use about all of the 500 ms.
+    assert!(used < Duration::from_millis(150), "the server used {used:?} of CPU in 500 ms");
+    // The tracer goes: the server reaps the child, and the client learns how it ended.
+    drop(tracer.stdin.take());
+    assert!(tracer.wait().unwrap().success());
+    let status = child.wait_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(status.and_then(|s| s.signal()), Some(libc::SIGKILL));
+}

@@ -506,7 +506,8 @@ struct ChildRec {
     want_exit: bool,
     /// The child of a status request: its Exit frame is the request's answer.
     status: Option<StatusReq>,
-    /// Since when its pidfd has said "ended" with the exit not recorded yet (kernel reaps).
+    /// Since when its pidfd has said "ended" with the exit not recorded yet (kernel reaps),
+    /// or with the child not reapable yet (the server reaps; a traced zombie).
     late: Option<Instant>,
     /// Not in the epoll set (no room there): looked at every millisecond instead.
     polled: bool,
@@ -1895,8 +1896,11 @@ impl<'a> Looper<'a> {
     /// tell the client if it asked, forget it.
     /// `first`: from an epoll event (else from the late list).
     fn on_child(&mut self, raw: RawFd, first: bool) {
-        let ended =
-            if self.kernel_reaps { self.recorded_exit(raw, first) } else { self.reaped(raw) };
+        let ended = if self.kernel_reaps {
+            self.recorded_exit(raw, first)
+        } else {
+            self.reaped(raw, first)
+        };
         let Some(ended) = ended else {
             // Not over yet: back on the late list if it is one of it.
             if self.children.lock().get(&raw).is_some_and(ChildRec::on_late_list) {
@@ -1931,13 +1935,28 @@ impl<'a> Looper<'a> {
         drop(rec);
     }
 
-    /// The server reaps: the child of `raw` reaped now, if it has ended.
-    fn reaped(&self, raw: RawFd) -> Option<pidfd::Ended> {
-        let map = self.children.lock();
-        let rec = map.get(&raw)?;
+    /// The server reaps: the child of `raw` reaped now, if it has ended. One that has ended
+    /// but cannot be reaped yet (a zombie traced by another process, which has not let it
+    /// go: its pidfd stays readable, and epoll would report it again at once, a spin) goes
+    /// out of the epoll set onto the late list, looked at once a millisecond until it can
+    /// be reaped, however long that takes (it must be reaped).
+    /// `first`: from an epoll event (else from the late list).
+    fn reaped(&self, raw: RawFd, first: bool) -> Option<pidfd::Ended> {
+        let mut map = self.children.lock();
+        let rec = map.get_mut(&raw)?;
         match pidfd::wait(rec.pidfd.as_fd(), true) {
             Ok(Some(e)) => Some(e),
-            Ok(None) => None,
+            Ok(None) => {
+                // Readable now: ended, not reapable. (An event for a number an ended child
+                // had in this same turn, now another child's that runs, is not readable:
+                // that one stays in the epoll set.)
+                let mut p = [libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 }];
+                if first && matches!(pidfd::poll(&mut p, 0), Ok(n) if n > 0) {
+                    let _ = self.epoll.delete(raw);
+                    rec.late.get_or_insert_with(Instant::now);
+                }
+                None
+            }
             Err(_) => Some(pidfd::Ended::Exited(-1)),
         }
     }
