@@ -1358,3 +1358,61 @@ fn a_traced_zombie_does_not_spin_the_server() {
     let status = child.wait_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(status.and_then(|s| s.signal()), Some(libc::SIGKILL));
 }
+
+/// With Exit frames, `try_wait` reads everything that has come: a child's Exit frame queued
+/// behind another request's answer (whose pidfd ends a `recvmsg`) is seen at once. (Found in
+/// review: a single read took only the answer, and `try_wait` said "running".)
+#[test]
+fn try_wait_sees_an_exit_frame_behind_an_answer_with_fds() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    client.use_exit_frames(true);
+    let mut cat = Command::new(probe());
+    cat.arg("cat").stdin(Stdio::Pipe).stdout(Stdio::Null);
+    let mut a = client.spawn(&cat).unwrap();
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "30"]);
+    // Its answer (with a pidfd) comes first, and stays unread.
+    let id = client.submit(&sleeper).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(a.stdin.take()); // `a` reads EOF and ends: its Exit frame follows the answer
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{}/stat", a.id()))
+        .map_or(true, |s| s.split(' ').nth(2) == Some("Z"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the child never ended");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200)); // the server reaps it and sends the frame
+    assert_eq!(a.try_wait().unwrap(), Some(ExitStatus::Exited(0)));
+    let mut b = client.receive_id(id).unwrap();
+    b.kill().unwrap();
+    assert_eq!(b.wait().unwrap().signal(), Some(libc::SIGKILL));
+}
+
+/// With Exit frames, a `wait_timeout` made while another thread waits on the connection
+/// (for its own child) returns at its deadline, and the other wait goes on.
+#[test]
+fn a_wait_timeout_beside_another_threads_wait_returns_on_time() {
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    client.use_exit_frames(true);
+    let mut sleeper = Command::new(probe());
+    sleeper.args(["sleep", "60"]);
+    let mut long = client.spawn(&sleeper).unwrap();
+    let long_pid = long.id() as i32;
+    let mut other = client.spawn(&sleeper).unwrap();
+    let waiter = std::thread::spawn(move || long.wait());
+    std::thread::sleep(Duration::from_millis(100)); // the waiter waits on the connection
+    let start = std::time::Instant::now();
+    assert_eq!(other.wait_timeout(Duration::from_millis(200)).unwrap(), None);
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(200), "returned early: {took:?}");
+    assert!(took < Duration::from_secs(5), "held up: {took:?}");
+    other.kill().unwrap();
+    assert_eq!(other.wait().unwrap().signal(), Some(libc::SIGKILL));
+    assert!(!waiter.is_finished());
+    // SAFETY: kill takes integers; the server has not reaped the child (it runs).
+    assert_eq!(unsafe { libc::kill(long_pid, libc::SIGKILL) }, 0);
+    assert_eq!(waiter.join().unwrap().unwrap().signal(), Some(libc::SIGKILL));
+}

@@ -108,8 +108,9 @@ pub(crate) struct Io {
     /// Signalled when the reader's wait ends (bytes taken, or not): the waiting threads look
     /// again.
     news: Arc<Condvar>,
-    /// Raised when a thread reads the connection while the reader waits without the lock
-    /// (what the reader waits for may be among what was read): made at the first such wait.
+    /// Raised when a thread reads the connection (or breaks it) while the reader waits
+    /// without the lock (what the reader waits for may be among what was read): made when a
+    /// thread first becomes the reader. Never passed to a child (`encode_request`).
     kick: Option<OwnedFd>,
 }
 
@@ -120,6 +121,9 @@ const EARLY_WAKE: Duration = Duration::from_micros(60);
 
 /// An environment: (name, value) pairs in order.
 type Env = Arc<[(OsString, OsString)]>;
+
+/// A client's own fds ([`Io::own_fds`]).
+type OwnFds = [RawFd; 2];
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -249,7 +253,7 @@ impl Client {
     /// (a Wake frame, docs/protocol.md "Wake"). A lone request sent within 60 µs sends no
     /// Wake of its own. Nothing is sent
     /// while requests are in flight (the server is busy with them), nor while another thread
-    /// holds the connection (it is sending or waiting for an answer: never waited for here).
+    /// holds the connection's lock (sending, or reading what came: never waited for here).
     /// An error only if the connection is broken.
     pub fn wake(&mut self) -> Result<()> {
         match self.io.try_lock() {
@@ -566,7 +570,7 @@ impl ExitWatch {
 /// `io`), reading the connection meanwhile ([`next_bytes`]); the connection, still locked,
 /// and what was found.
 fn wait_until<'a, T>(
-    shared: &'a Mutex<Io>,
+    shared: &'a Arc<Mutex<Io>>,
     mut io: MutexGuard<'a, Io>,
     mut take: impl FnMut(&mut Io) -> Result<Option<T>>,
 ) -> Result<(MutexGuard<'a, Io>, T)> {
@@ -579,7 +583,10 @@ fn wait_until<'a, T>(
 }
 
 /// [`wait_until`] from a connection not locked yet, and leaving it unlocked.
-fn wait_for<T>(shared: &Mutex<Io>, take: impl FnMut(&mut Io) -> Result<Option<T>>) -> Result<T> {
+fn wait_for<T>(
+    shared: &Arc<Mutex<Io>>,
+    take: impl FnMut(&mut Io) -> Result<Option<T>>,
+) -> Result<T> {
     let (io, t) = wait_until(shared, lock(shared), take)?;
     drop(io);
     Ok(t)
@@ -611,12 +618,18 @@ fn poll_ms(deadline: Option<Instant>) -> i32 {
 /// frees send space (the socket has one wait queue), which costs this thread a wake-up and a
 /// sleep per request; `poll`'s wait sees the wake-up's POLLOUT and stays asleep.
 ///
-/// With one request in flight (a lone spawn just sent, a status request, a child's Exit
-/// frame), its answer cannot be there yet, so `poll` comes first: a `recvmsg` tried first
-/// would only say EAGAIN, one system call on a lone request's path when the client and the
-/// server share a CPU. With more in flight, answers are often waiting already: tried first.
+/// With at most one request in flight, `poll` comes first: for a lone spawn just sent, its
+/// answer cannot be there yet, and a `recvmsg` tried first would only say EAGAIN, one
+/// system call on a lone request's path when the client and the server share a CPU (a
+/// status request or an Exit frame that has come already costs one `poll` more). With more
+/// in flight, answers are often waiting already: `recvmsg` first. A past `deadline` takes
+/// everything that has come, without waiting.
+///
+/// While nothing else holds the connection (no child watching Exit frames, no async face:
+/// its `Arc` is this caller's alone), no other thread can take its lock, and the wait is the
+/// plain one: `poll` on the socket alone, the lock kept.
 fn next_bytes<'a>(
-    shared: &'a Mutex<Io>,
+    shared: &'a Arc<Mutex<Io>>,
     mut io: MutexGuard<'a, Io>,
     deadline: Option<Instant>,
 ) -> Result<MutexGuard<'a, Io>> {
@@ -624,11 +637,14 @@ fn next_bytes<'a>(
         return Err(e.clone());
     }
     let ms = poll_ms(deadline);
+    if ms == 0 {
+        // All that has come (one recvmsg stops where a reply's fds begin; a reader asleep
+        // meanwhile is kicked by `recv`).
+        while io.take_bytes()? {}
+        return Ok(io);
+    }
     if io.reader {
         // Another thread waits for the connection's bytes: its news, when it has some.
-        if ms == 0 {
-            return Ok(io);
-        }
         io.waiting += 1;
         let news = io.news.clone();
         io = match deadline {
@@ -641,13 +657,17 @@ fn next_bytes<'a>(
         io.waiting -= 1;
         return Ok(io);
     }
-    if ms == 0 {
-        // Only what has come.
-        io.take_bytes()?;
-        return Ok(io);
-    }
     if io.pending.len() > 1 && io.take_bytes()? {
         return Ok(io);
+    }
+    if Arc::strong_count(shared) == 1 {
+        // Nobody else can hold the connection: wait with its lock.
+        let mut p = [libc::pollfd { fd: io.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        return match pidfd::poll(&mut p, ms) {
+            Ok(_) if p[0].revents != 0 => io.take_bytes().map(|_| io),
+            Ok(_) | Err(libc::EINTR) => Ok(io),
+            Err(e) => Err(Error::os("poll", "server connection", e)),
+        };
     }
     if io.kick.is_none() {
         io.kick = parent::eventfd().ok();
@@ -732,12 +752,29 @@ impl Io {
         }
     }
 
+    /// The fds of this client's own that a command must not pass: its connection, and its
+    /// kick when it has one (-1 otherwise, no fd's number).
+    fn own_fds(&self) -> OwnFds {
+        [self.sock.as_raw_fd(), self.kick.as_ref().map_or(-1, |k| k.as_raw_fd())]
+    }
+
+    /// The connection failed: every later call fails so. A reader asleep without the lock
+    /// is kicked, so it and the threads waiting for its news learn it now.
+    fn set_broken(&mut self, e: &Error) {
+        self.broken = Some(e.clone());
+        if self.reader {
+            if let Some(k) = &self.kick {
+                parent::eventfd_raise(k);
+            }
+        }
+    }
+
     /// Take what has come (one recvmsg, not waiting) into answers; false when nothing had.
     /// A failure breaks the connection.
     fn take_bytes(&mut self) -> Result<bool> {
         let got = self.recv(true).and_then(|got| self.collect().map(|()| got));
         if let Err(e) = &got {
-            self.broken = Some(e.clone());
+            self.set_broken(e);
         }
         got
     }
@@ -776,7 +813,7 @@ impl Io {
     fn send_all(&mut self, parts: &[&[u8]], fds: &[RawFd]) -> Result<()> {
         self.send_all_counted(parts, fds).map_err(|(e, out_of_step)| {
             if out_of_step {
-                self.broken = Some(e.clone());
+                self.set_broken(&e);
             }
             e
         })
@@ -916,7 +953,7 @@ impl Io {
             self.send_wake()?;
         }
         let mut filler = Filler::default();
-        let req = encode_request(cmd, &mut filler, self.sock.as_raw_fd(), status)?;
+        let req = encode_request(cmd, &mut filler, self.own_fds(), status)?;
         if !self.send_env(&filler, nonblocking)? {
             return Ok(None);
         }
@@ -969,7 +1006,7 @@ impl Io {
             return Err((Vec::new(), e.clone()));
         }
         let (reqs, filler) =
-            encode_all(cmds, self.sock.as_raw_fd(), status).map_err(|e| (Vec::new(), e))?;
+            encode_all(cmds, self.own_fds(), status).map_err(|e| (Vec::new(), e))?;
         self.send_env(&filler, false).map_err(|e| (Vec::new(), e))?;
         let mut ids = Vec::with_capacity(reqs.len());
         let mut reqs = reqs.into_iter().peekable();
@@ -1075,7 +1112,7 @@ impl Io {
             return Err(e.clone());
         }
         let take = cmds.len().min(super::frame::MAX_BATCH_REPLY);
-        let (reqs, filler) = encode_all(&cmds[..take], self.sock.as_raw_fd(), status)?;
+        let (reqs, filler) = encode_all(&cmds[..take], self.own_fds(), status)?;
         if !self.send_env(&filler, true)? {
             return Ok(None);
         }
@@ -1108,7 +1145,7 @@ impl Io {
             }
             Err(e) => {
                 let e = Error::os("sendmsg", "server connection", e);
-                self.broken = Some(e.clone());
+                self.set_broken(&e);
                 Err(e)
             }
         }
@@ -1124,7 +1161,7 @@ impl Io {
                 Err(libc::EAGAIN) => return Ok(false),
                 Err(e) => {
                     let e = Error::os("sendmsg", "server connection", e);
-                    self.broken = Some(e.clone());
+                    self.set_broken(&e);
                     return Err(e);
                 }
             }
@@ -1148,7 +1185,7 @@ impl Io {
         let (before, statuses_before) = (self.done.len(), self.statuses.len());
         let got = self.recv(true).and_then(|got| self.collect().map(|_| got));
         if let Err(e) = &got {
-            self.broken = Some(e.clone());
+            self.set_broken(e);
         }
         answered.extend(self.done.iter().skip(before).map(|(id, _)| *id));
         answered.extend(self.statuses.iter().skip(statuses_before).map(|(id, _)| *id));
@@ -1389,12 +1426,13 @@ impl Filler {
     }
 }
 
-/// `conn`: this client's connection, never passed as one of the command's fds. `status`: a
-/// status request (no child is handed back, so a pipe would have no other end).
+/// `own`: this client's connection and its kick ([`Io::own_fds`]), never passed as one of
+/// the command's fds. `status`: a status request (no child is handed back, so a pipe would
+/// have no other end).
 fn encode_request(
     cmd: &Command,
     filler: &mut Filler,
-    conn: RawFd,
+    own: OwnFds,
     status: bool,
 ) -> Result<Request> {
     if status && cmd.stdio.iter().any(|s| matches!(s, Some(Stdio::Pipe))) {
@@ -1455,11 +1493,13 @@ fn encode_request(
         stdio: fill_stdio,
     };
     let (bytes, fds) = cmd.to_wire_filled(&fill)?;
-    if fds.contains(&conn) {
-        // A number the caller named was closed, and the connection took it: the child would
-        // get this client's connection (a local spawn fails on the closed fd, EBADF).
-        return Err(Error::os("sendmsg", format!("fd {conn}"), libc::EBADF)
-            .with_reason("that fd is this client's connection to the server, not one to pass"));
+    if let Some(&fd) = fds.iter().find(|fd| own.contains(fd)) {
+        // A number the caller named was closed, and the connection (or its kick) took it:
+        // the child would get this client's own fd (a local spawn fails on the closed fd,
+        // EBADF).
+        return Err(Error::os("sendmsg", format!("fd {fd}"), libc::EBADF).with_reason(
+            "that fd is this client's own (its connection to the server), not one to pass",
+        ));
     }
     if bytes.len() > MAX_BODY || fds.len() > super::frame::MAX_FDS {
         return Err(Error::invalid("encode", "", "the command is over the protocol's limits"));
@@ -1477,7 +1517,7 @@ fn encode_request(
 
 /// Encode `cmds` for one call (the cwd and environment read once); the same command again
 /// (spawn N alike) is encoded once, unless it has pipes, which are made per request.
-fn encode_all(cmds: &[&Command], conn: RawFd, status: bool) -> Result<(Vec<Request>, Filler)> {
+fn encode_all(cmds: &[&Command], own: OwnFds, status: bool) -> Result<(Vec<Request>, Filler)> {
     let mut fill = Filler::default();
     let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
     for (i, c) in cmds.iter().enumerate() {
@@ -1497,7 +1537,7 @@ fn encode_all(cmds: &[&Command], conn: RawFd, status: bool) -> Result<(Vec<Reque
                 };
                 reqs.push(copy);
             }
-            _ => reqs.push(encode_request(c, &mut fill, conn, status)?),
+            _ => reqs.push(encode_request(c, &mut fill, own, status)?),
         }
     }
     Ok((reqs, fill))
