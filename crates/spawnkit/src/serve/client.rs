@@ -660,6 +660,10 @@ fn next_bytes<'a>(
     if io.pending.len() > 1 && io.take_bytes()? {
         return Ok(io);
     }
+    // Every other handle on the connection is a clone of this `Arc` (no `Weak` is ever made:
+    // an upgrade during the wait would block on the lock for all of it), made through the
+    // `Client` this thread holds, or held by a child or an async face already.
+    debug_assert_eq!(Arc::weak_count(shared), 0);
     if Arc::strong_count(shared) == 1 {
         // Nobody else can hold the connection: wait with its lock.
         let mut p = [libc::pollfd { fd: io.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];

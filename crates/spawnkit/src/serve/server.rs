@@ -1010,8 +1010,11 @@ struct Looper<'a> {
     /// Exit frames for each connection (index: generation, frames, status answers among
     /// them), sent together once the loop has handled what epoll returned.
     exits_out: HashMap<usize, (u32, Vec<u8>, usize)>,
-    /// Status children whose pidfd said "ended" before the kernel recorded how: out of the
-    /// epoll set (no spinning on a level-triggered fd), looked at again every millisecond.
+    /// Children looked at every millisecond rather than by epoll: those whose pidfd said
+    /// "ended" before the kernel recorded how (kernel reaps), those that ended but cannot be
+    /// reaped yet (the server reaps; a zombie another process traces), both out of the
+    /// epoll set (no spinning on a level-triggered fd), and those the epoll set had no room
+    /// for (`polled`).
     late: Vec<RawFd>,
     /// When the late list was last looked at (once a millisecond at most).
     late_at: Option<Instant>,
