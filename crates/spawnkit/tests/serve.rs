@@ -54,6 +54,42 @@ impl Drop for ThreadServer {
     }
 }
 
+/// The probe with these arguments.
+fn probe_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new(probe());
+    cmd.args(args);
+    cmd
+}
+
+/// A client of `server` whose children learn their status from Exit frames, as on a kernel
+/// before 6.15.
+fn exit_frames_client(server: &ThreadServer) -> Client {
+    let mut client = server.client();
+    client.use_exit_frames(true);
+    client
+}
+
+/// A child of `client` that sleeps a minute, waited for on a thread of its own (which reads
+/// its Exit frame from the connection), once that thread is in its wait; its pid.
+fn sleeper_waited_on_a_thread(
+    client: &mut Client,
+) -> (i32, std::thread::JoinHandle<spawnkit::Result<ExitStatus>>) {
+    let mut child = client.spawn(&probe_cmd(&["sleep", "60"])).unwrap();
+    let pid = child.id() as i32;
+    let waiter = std::thread::spawn(move || child.wait());
+    std::thread::sleep(Duration::from_millis(100));
+    (pid, waiter)
+}
+
+/// Kill the child `pid` of [`sleeper_waited_on_a_thread`] (it runs: the server has not
+/// reaped it) and check that its thread's wait learns so.
+fn kill_waited(pid: i32, waiter: std::thread::JoinHandle<spawnkit::Result<ExitStatus>>) {
+    assert!(!waiter.is_finished(), "the wait returned before its child ended");
+    // SAFETY: kill takes integers.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    assert_eq!(waiter.join().unwrap().unwrap().signal(), Some(libc::SIGKILL));
+}
+
 fn probe_state_via(client: &mut Client, configure: impl FnOnce(&mut Command)) -> State {
     let mut cmd = Command::new(probe());
     cmd.arg("state").stdout(Stdio::Pipe);
@@ -631,12 +667,9 @@ fn the_faces_can_be_sent_to_threads() {
 #[test]
 fn exit_frames_carry_the_status_when_asked() {
     let server = ThreadServer::start();
-    let mut client = server.client();
-    client.use_exit_frames(true);
-    let mut exit7 = Command::new(probe());
-    exit7.args(["exit", "7"]);
-    let mut sleeper = Command::new(probe());
-    sleeper.args(["sleep", "30"]);
+    let mut client = exit_frames_client(&server);
+    let exit7 = probe_cmd(&["exit", "7"]);
+    let sleeper = probe_cmd(&["sleep", "30"]);
     let mut a = client.spawn(&exit7).unwrap();
     let mut b = client.spawn(&sleeper).unwrap();
     assert_eq!(b.try_wait().unwrap(), None);
@@ -1227,17 +1260,10 @@ fn a_status_batch_wakes_its_client_about_once() {
 #[test]
 fn a_wait_on_the_connection_holds_up_no_other_thread() {
     let server = ThreadServer::start();
-    let mut client = server.client();
-    client.use_exit_frames(true);
-    let mut exit7 = Command::new(probe());
-    exit7.args(["exit", "7"]);
-    let mut sleeper = Command::new(probe());
-    sleeper.args(["sleep", "60"]);
-    let mut long = client.spawn(&sleeper).unwrap();
-    let long_pid = long.id() as i32;
-    // A thread waits for the long child's Exit frame.
-    let waiter = std::thread::spawn(move || long.wait());
-    std::thread::sleep(Duration::from_millis(100));
+    let mut client = exit_frames_client(&server);
+    let exit7 = probe_cmd(&["exit", "7"]);
+    // A thread waits for a long child's Exit frame.
+    let (long_pid, waiter) = sleeper_waited_on_a_thread(&mut client);
     // Meanwhile three threads spawn, one by one, and each waits for its own children.
     let client = std::sync::Arc::new(std::sync::Mutex::new(client));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -1245,8 +1271,7 @@ fn a_wait_on_the_connection_holds_up_no_other_thread() {
         .map(|_| {
             let (client, tx) = (client.clone(), tx.clone());
             std::thread::spawn(move || {
-                let mut exit7 = Command::new(probe());
-                exit7.args(["exit", "7"]);
+                let exit7 = probe_cmd(&["exit", "7"]);
                 for _ in 0..20 {
                     let child = client.lock().unwrap().spawn(&exit7);
                     tx.send(child.and_then(|mut c| c.wait())).unwrap();
@@ -1266,8 +1291,8 @@ fn a_wait_on_the_connection_holds_up_no_other_thread() {
     // holds up no child's wait.
     let done = client.lock().unwrap().spawn(&exit7).unwrap();
     let (r, w) = std::io::pipe().unwrap();
-    let mut cat = Command::new(probe());
-    cat.arg("cat").stdin(Stdio::Owned(r.into())).stdout(Stdio::Null);
+    let mut cat = probe_cmd(&["cat"]);
+    cat.stdin(Stdio::Owned(r.into())).stdout(Stdio::Null);
     let status_client = client.clone();
     let status = std::thread::spawn(move || status_client.lock().unwrap().status(&cat));
     std::thread::sleep(Duration::from_millis(100));
@@ -1283,9 +1308,7 @@ fn a_wait_on_the_connection_holds_up_no_other_thread() {
     drop(w); // its child reads EOF and ends
     assert!(status.join().unwrap().unwrap().success());
     // And the long child's wait gets its status when it ends.
-    // SAFETY: kill takes integers; the server has not reaped the child (it runs).
-    assert_eq!(unsafe { libc::kill(long_pid, libc::SIGKILL) }, 0);
-    assert_eq!(waiter.join().unwrap().unwrap().signal(), Some(libc::SIGKILL));
+    kill_waited(long_pid, waiter);
 }
 
 /// A server that reaps its own children (a server on a thread, as here; every server on a
@@ -1373,15 +1396,12 @@ fn a_traced_zombie_does_not_spin_the_server() {
 #[test]
 fn try_wait_sees_an_exit_frame_behind_an_answer_with_fds() {
     let server = ThreadServer::start();
-    let mut client = server.client();
-    client.use_exit_frames(true);
-    let mut cat = Command::new(probe());
-    cat.arg("cat").stdin(Stdio::Pipe).stdout(Stdio::Null);
+    let mut client = exit_frames_client(&server);
+    let mut cat = probe_cmd(&["cat"]);
+    cat.stdin(Stdio::Pipe).stdout(Stdio::Null);
     let mut a = client.spawn(&cat).unwrap();
-    let mut sleeper = Command::new(probe());
-    sleeper.args(["sleep", "30"]);
-    // Its answer (with a pidfd) comes first, and stays unread.
-    let id = client.submit(&sleeper).unwrap();
+    // Another request's answer (with a pidfd) comes first, and stays unread.
+    let id = client.submit(&probe_cmd(&["sleep", "30"])).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     drop(a.stdin.take()); // `a` reads EOF and ends: its Exit frame follows the answer
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -1415,15 +1435,9 @@ fn try_wait_sees_an_exit_frame_behind_an_answer_with_fds() {
 #[test]
 fn a_wait_timeout_beside_another_threads_wait_returns_on_time() {
     let server = ThreadServer::start();
-    let mut client = server.client();
-    client.use_exit_frames(true);
-    let mut sleeper = Command::new(probe());
-    sleeper.args(["sleep", "60"]);
-    let mut long = client.spawn(&sleeper).unwrap();
-    let long_pid = long.id() as i32;
-    let mut other = client.spawn(&sleeper).unwrap();
-    let waiter = std::thread::spawn(move || long.wait());
-    std::thread::sleep(Duration::from_millis(100)); // the waiter waits on the connection
+    let mut client = exit_frames_client(&server);
+    let mut other = client.spawn(&probe_cmd(&["sleep", "60"])).unwrap();
+    let (long_pid, waiter) = sleeper_waited_on_a_thread(&mut client);
     let start = std::time::Instant::now();
     assert_eq!(other.wait_timeout(Duration::from_millis(200)).unwrap(), None);
     let took = start.elapsed();
@@ -1431,8 +1445,5 @@ fn a_wait_timeout_beside_another_threads_wait_returns_on_time() {
     assert!(took < Duration::from_secs(5), "held up: {took:?}");
     other.kill().unwrap();
     assert_eq!(other.wait().unwrap().signal(), Some(libc::SIGKILL));
-    assert!(!waiter.is_finished());
-    // SAFETY: kill takes integers; the server has not reaped the child (it runs).
-    assert_eq!(unsafe { libc::kill(long_pid, libc::SIGKILL) }, 0);
-    assert_eq!(waiter.join().unwrap().unwrap().signal(), Some(libc::SIGKILL));
+    kill_waited(long_pid, waiter);
 }
