@@ -209,7 +209,11 @@ impl Config {
             ps_mem_runs,
             server_runs: runs,
             server_iterations: a.iterations.unwrap_or(iterations),
-            server_tp_spawns: (runs / 2).clamp(16, 1000),
+            // 1,000 per sample in the quick preset too: in samples of 250 the server's rate
+            // was a burst's (~14.8k/s against ~12.2k/s in steady state) and vfork+exec's
+            // below its own (~7.8k against ~8.9k/s), 1.9x for a steady 1.35x (BENCHMARKS.md
+            // §6, "Throughput in longer samples").
+            server_tp_spawns: (runs * 2).clamp(16, 1000),
             forkserver_runs: forkserver_runs.min(runs),
             async_rounds: a.iterations.unwrap_or(async_rounds),
             async_total: a.async_total.unwrap_or(1000),
