@@ -664,39 +664,40 @@ fn next_bytes<'a>(
     // an upgrade during the wait would block on the lock for all of it), made through the
     // `Client` this thread holds, or held by a child or an async face already.
     debug_assert_eq!(Arc::weak_count(shared), 0);
-    if Arc::strong_count(shared) == 1 {
-        // Nobody else can hold the connection: wait with its lock.
-        let mut p = [libc::pollfd { fd: io.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-        return match pidfd::poll(&mut p, ms) {
-            Ok(_) if p[0].revents != 0 => io.take_bytes().map(|_| io),
-            Ok(_) | Err(libc::EINTR) => Ok(io),
-            Err(e) => Err(Error::os("poll", "server connection", e)),
-        };
-    }
-    if io.kick.is_none() {
+    let alone = Arc::strong_count(shared) == 1;
+    if !alone && io.kick.is_none() {
         io.kick = parent::eventfd().ok();
     }
-    let kick = io.kick.as_ref().map(|k| k.as_raw_fd());
-    // Without a kick (no eventfd could be made), looked at again every 10 ms.
-    let ms = if kick.is_some() { ms } else { ms.clamp(0, 10) + 10 * i32::from(ms < 0) };
-    let mut p = [
-        libc::pollfd { fd: io.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        // (A negative fd is left out by poll.)
-        libc::pollfd { fd: kick.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
-    ];
-    io.reader = true;
-    drop(io);
-    // The socket and the kick stay open: `shared` (this connection) outlives the call.
-    let r = pidfd::poll(&mut p, ms);
-    let mut io = lock(shared);
-    io.reader = false;
-    if p[1].revents != 0 {
-        if let Some(k) = &io.kick {
-            parent::eventfd_take(k);
+    let sock = libc::pollfd { fd: io.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // (The poll's outcome, whether the socket is readable, the connection locked again.)
+    let (r, readable, mut io) = match io.kick.as_ref().map(|k| k.as_raw_fd()) {
+        // Nobody else can hold the connection: wait on the socket alone, with its lock.
+        _ if alone => {
+            let mut p = [sock];
+            let r = pidfd::poll(&mut p, ms);
+            (r, p[0].revents != 0, io)
         }
-    }
+        kick => {
+            // Without a kick (no eventfd could be made), looked at again every 10 ms.
+            let ms = if kick.is_some() { ms } else { ms.clamp(0, 10) + 10 * i32::from(ms < 0) };
+            // (A negative fd is left out by poll.)
+            let mut p = [sock, libc::pollfd { fd: kick.unwrap_or(-1), ..sock }];
+            io.reader = true;
+            drop(io);
+            // The socket and the kick stay open: `shared` (this connection) outlives the call.
+            let r = pidfd::poll(&mut p, ms);
+            let mut io = lock(shared);
+            io.reader = false;
+            if p[1].revents != 0 {
+                if let Some(k) = &io.kick {
+                    parent::eventfd_take(k);
+                }
+            }
+            (r, p[0].revents != 0, io)
+        }
+    };
     let out = match r {
-        Ok(_) if p[0].revents != 0 => io.take_bytes().map(drop),
+        Ok(_) if readable => io.take_bytes().map(drop),
         Ok(_) | Err(libc::EINTR) => Ok(()),
         Err(e) => Err(Error::os("poll", "server connection", e)),
     };
@@ -766,10 +767,14 @@ impl Io {
     /// is kicked, so it and the threads waiting for its news learn it now.
     fn set_broken(&mut self, e: &Error) {
         self.broken = Some(e.clone());
-        if self.reader {
-            if let Some(k) = &self.kick {
-                parent::eventfd_raise(k);
-            }
+        self.kick_reader();
+    }
+
+    /// Wake the reader asleep without the lock, if there is one ([`next_bytes`]): what
+    /// changed under the lock may be what it waits for.
+    fn kick_reader(&self) {
+        if let (true, Some(k)) = (self.reader, &self.kick) {
+            parent::eventfd_raise(k);
         }
     }
 
@@ -785,13 +790,8 @@ impl Io {
 
     /// One recvmsg into the inbox; an error on EOF.
     fn recv(&mut self, dontwait: bool) -> Result<bool> {
-        if self.reader {
-            // Another thread waits for the connection's bytes without the lock: what this
-            // read takes may be what it waits for, so it looks again ([`next_bytes`]).
-            if let Some(k) = &self.kick {
-                parent::eventfd_raise(k);
-            }
-        }
+        // What this read takes may be what a reader asleep without the lock waits for.
+        self.kick_reader();
         self.fds.clear();
         let spare = self.inbox.spare(4096);
         match sock::recv_with_fds(self.sock.as_fd(), spare, &mut self.fds, &mut self.cmsg, dontwait)
@@ -1187,10 +1187,7 @@ impl Io {
             return Err(e.clone());
         }
         let (before, statuses_before) = (self.done.len(), self.statuses.len());
-        let got = self.recv(true).and_then(|got| self.collect().map(|_| got));
-        if let Err(e) = &got {
-            self.set_broken(e);
-        }
+        let got = self.take_bytes();
         answered.extend(self.done.iter().skip(before).map(|(id, _)| *id));
         answered.extend(self.statuses.iter().skip(statuses_before).map(|(id, _)| *id));
         got

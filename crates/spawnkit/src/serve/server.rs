@@ -892,8 +892,9 @@ impl Server {
         // A server that owns its process (`kernel_reaps`: `spawnkit serve`, a private
         // server) blocks SIGCHLD in all its threads. A child's exit sends SIGCHLD to the
         // thread that made the child; while that thread has every signal blocked (around a
-        // clone(2) fallback or a pool child's clone) the kernel does not drop it as ignored but hands it to a thread that does
-        // not block it, waking that thread (the watchdog, say) once per exit for nothing.
+        // clone(2) fallback or a pool child's clone) the kernel does not drop it as ignored
+        // but hands it to a thread that does not block it, waking that thread (the watchdog,
+        // say) once per exit for nothing.
         // Blocked everywhere (the watchdog and spawner threads inherit this thread's mask),
         // it stays pending, once, and wakes no one. A server on a thread of a bigger process
         // leaves the mask alone: there a blocked SIGCHLD would go to the host's threads at
@@ -1953,8 +1954,7 @@ impl<'a> Looper<'a> {
                 // Readable now: ended, not reapable. (An event for a number an ended child
                 // had in this same turn, now another child's that runs, is not readable:
                 // that one stays in the epoll set.)
-                let mut p = [libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 }];
-                if first && matches!(pidfd::poll(&mut p, 0), Ok(n) if n > 0) {
+                if first && ended_now(raw) {
                     let _ = self.epoll.delete(raw);
                     rec.late.get_or_insert_with(Instant::now);
                 }
@@ -1980,12 +1980,7 @@ impl<'a> Looper<'a> {
                 Ok(None) | Err(libc::ESRCH) => {}
                 Err(_) => return Some(pidfd::Ended::Exited(-1)),
             }
-            let mut p = [libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 }];
-            let mut ready = pidfd::poll(&mut p, 0);
-            while ready == Err(libc::EINTR) {
-                ready = pidfd::poll(&mut p, 0);
-            }
-            if !matches!(ready, Ok(n) if n > 0) {
+            if !ended_now(raw) {
                 // It runs (a polled child, or an event for a number an ended child had in
                 // this same turn), or the poll said nothing: looked at again later.
                 return None;
@@ -2158,6 +2153,17 @@ fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> 
     })?;
     let (pid, pidfd) = child.into_pidfd()?;
     Ok((pid as i32, pidfd))
+}
+
+/// Whether the pidfd `raw` is readable now (its process has ended), without waiting.
+fn ended_now(raw: RawFd) -> bool {
+    let mut p = [libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 }];
+    loop {
+        match pidfd::poll(&mut p, 0) {
+            Err(libc::EINTR) => continue,
+            r => return matches!(r, Ok(n) if n > 0),
+        }
+    }
 }
 
 /// Spawn a queued request and send its reply (a status request's child goes to `watched`

@@ -246,7 +246,7 @@ fn run(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
     // death signal, sent by the ParentDeathSignal step) stays pending into the program, as on
     // every other path. One system call, only there and only when a mask is asked for.
     if ctx.mask_inherited && ctx.sigmask != 0 {
-        block(ctx.sigmask).map_err(|e| (STEP_SIGNALS, e, 0))?;
+        sigprocmask(libc::SIG_BLOCK, ctx.sigmask).map_err(|e| (STEP_SIGNALS, e, 0))?;
     }
     if ctx.reset_handlers {
         report(ctx, STEP_SIGNALS, 0, 0);
@@ -274,7 +274,7 @@ fn run(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
         }
     }
     report(ctx, STEP_EXEC, 0, 0);
-    set_sigmask(ctx.sigmask).map_err(|e| (STEP_SIGNALS, e, 0))?;
+    sigprocmask(libc::SIG_SETMASK, ctx.sigmask).map_err(|e| (STEP_SIGNALS, e, 0))?;
     exec(ctx)
 }
 
@@ -306,15 +306,10 @@ fn reset_handled_signals() -> Result<(), i32> {
     Ok(())
 }
 
-fn block(mask: u64) -> Result<(), i32> {
-    // SAFETY: rt_sigprocmask reads an 8-byte set from a live local; no old set is asked for.
-    check(unsafe { sc!(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &mask as *const u64, 0, 8) })?;
-    Ok(())
-}
-
-fn set_sigmask(mask: u64) -> Result<(), i32> {
+/// rt_sigprocmask(`how`, `mask`): SIG_BLOCK adds `mask`, SIG_SETMASK installs it.
+fn sigprocmask(how: i32, mask: u64) -> Result<(), i32> {
     // SAFETY: `mask` is an 8-byte kernel sigset; no old mask is requested.
-    check(unsafe { sc!(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &mask as *const u64, 0, 8) })?;
+    check(unsafe { sc!(libc::SYS_rt_sigprocmask, how, &mask as *const u64, 0, 8) })?;
     Ok(())
 }
 
