@@ -1121,7 +1121,11 @@ impl<'a> Looper<'a> {
         }
         // This thread's own pool: for every request when there are no spawner threads, and
         // for a lone request (see `take_request`) when there are.
-        crate::sys::pool::enable(self.pool_size(), self.watchdog.parked());
+        crate::sys::pool::enable(
+            self.pool_size(),
+            self.watchdog.parked(),
+            self.own.pool_defaults(),
+        );
         let result = self.serve();
         // Stop the spawner threads. Requests still queued are answered with an error (which
         // also lets their frames' held answers out) before the connections close.
@@ -1734,7 +1738,7 @@ impl<'a> Looper<'a> {
                 return self.send_error(conn, id, &e);
             }
         };
-        drop(cmd); // the fds the request passed close now
+        // The fds the request passed close when `cmd` goes, after the answer (off its path).
         if let Some(sreq) = status {
             // No answer until it ends: its pidfd is watched here, never sent.
             let rec = ChildRec {
@@ -1808,7 +1812,7 @@ impl<'a> Looper<'a> {
                 .name("spawnkit-spawner".into())
                 .spawn(move || {
                     watchdog.enroll();
-                    crate::sys::pool::enable(pool, watchdog.parked());
+                    crate::sys::pool::enable(pool, watchdog.parked(), own.pool_defaults());
                     spawner(&jobs, &wake, own, &watched);
                     crate::sys::pool::disable();
                 })
@@ -2066,6 +2070,17 @@ struct Own {
     ignored: SigSet,
 }
 
+impl Own {
+    /// What a pool child sets to SIG_DFL before it parks: the ignored signals (every child of
+    /// this server gets them at their default: `spawn_for`), and SIGPIPE and SIGXFSZ (a
+    /// command's `restore_signals`; when they are not ignored here a child made now has them
+    /// at SIG_DFL already, so setting them changes nothing for a command that keeps them).
+    fn pool_defaults(&self) -> u64 {
+        let bit = |sig: i32| 1u64 << (sig - 1);
+        self.ignored.bits() | bit(libc::SIGPIPE) | bit(libc::SIGXFSZ)
+    }
+}
+
 /// A command of a request flagged `FLAG_CONN_ENV` (`env`: the connection's environment, or
 /// why there is none): one that neither clears its environment nor carries a base starts
 /// from the connection's (shared, not copied). With the size of the environment's wire form
@@ -2181,8 +2196,8 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
         spawn_for(&mut job.cmd, job.peer, own)
     }))
     .unwrap_or_else(|_| Err(Error::unsupported("serve", "the spawner thread panicked")));
-    let Job { tx, token, id, batch, status, cmd, .. } = job;
-    drop(cmd);
+    // The fds the request passed close with `_cmd`, after the answer (off its path).
+    let Job { tx, token, id, batch, status, cmd: _cmd, .. } = job;
     let queued = match (result, status) {
         (Ok((pid, pidfd)), Some(sreq)) => {
             let idx = (token & 0xFFFF_FFFF) as usize;

@@ -113,7 +113,9 @@ struct Comm {
 /// reaps without blocking once it exits. Pipes are closed on drop.
 pub struct Child {
     pid: i32,
-    pidfd: OwnedFd,
+    /// Always `Some` (taken only by [`into_pidfd`](Child::into_pidfd), which consumes the
+    /// `Child`): read through [`Child::fd`].
+    pidfd: Option<OwnedFd>,
     /// The parent's end of the child's stdin, when it is [`Stdio::Pipe`](crate::Stdio::Pipe).
     pub stdin: Option<File>,
     /// The parent's end of the child's stdout, when piped.
@@ -180,7 +182,7 @@ impl Child {
     ) -> Child {
         Child {
             pid,
-            pidfd,
+            pidfd: Some(pidfd),
             stdin: stdin.map(File::from),
             stdout: stdout.map(File::from),
             stderr: stderr.map(File::from),
@@ -231,7 +233,7 @@ impl Child {
             self.status = watch.wait(self.pid, Some(Instant::now()))?;
             return Ok(self.status);
         }
-        match pidfd::exit_info_settled(self.pidfd.as_fd()) {
+        match pidfd::exit_info_settled(self.fd()) {
             Ok(ended) => {
                 self.status = ended.map(ExitStatus::from);
                 Ok(self.status)
@@ -262,7 +264,7 @@ impl Child {
                 return Ok(None);
             }
             // events 0: POLLHUP is always reported; POLLIN (exited, not reaped) is not wanted.
-            let mut fds = [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: 0, revents: 0 }];
+            let mut fds = [libc::pollfd { fd: self.fd().as_raw_fd(), events: 0, revents: 0 }];
             match pidfd::poll(&mut fds, ms) {
                 Ok(0) => return self.remote_status(),
                 Ok(_) => {
@@ -289,7 +291,7 @@ impl Child {
 
     /// The pidfd: poll it for POLLIN to learn the child exited.
     pub fn pidfd(&self) -> BorrowedFd<'_> {
-        self.pidfd.as_fd()
+        self.fd()
     }
 
     /// The exit status, if the child has been reaped already.
@@ -302,7 +304,7 @@ impl Child {
         if self.status.is_some() {
             return Ok(());
         }
-        match pidfd::send_signal(self.pidfd.as_fd(), sig.number()) {
+        match pidfd::send_signal(self.fd(), sig.number()) {
             Ok(()) | Err(libc::ESRCH) => Ok(()),
             Err(e) => {
                 Err(Error::os("pidfd_send_signal", format!("{} to pid {}", sig, self.pid), e))
@@ -324,7 +326,7 @@ impl Child {
         if self.remote {
             return self.remote_wait(None)?.ok_or_else(|| wait_error(self.pid, libc::ECHILD));
         }
-        let ended = pidfd::wait(self.pidfd.as_fd(), false).map_err(|e| wait_error(self.pid, e))?;
+        let ended = pidfd::wait(self.fd(), false).map_err(|e| wait_error(self.pid, e))?;
         let status = ExitStatus::from(ended.ok_or_else(|| wait_error(self.pid, libc::ECHILD))?);
         self.status = Some(status);
         Ok(status)
@@ -338,7 +340,7 @@ impl Child {
         if self.remote {
             return self.remote_status();
         }
-        let ended = pidfd::wait(self.pidfd.as_fd(), true).map_err(|e| wait_error(self.pid, e))?;
+        let ended = pidfd::wait(self.fd(), true).map_err(|e| wait_error(self.pid, e))?;
         self.status = ended.map(ExitStatus::from);
         Ok(self.status)
     }
@@ -358,7 +360,7 @@ impl Child {
         loop {
             let ms = remaining_ms(deadline).unwrap_or(-1);
             let mut fds =
-                [libc::pollfd { fd: self.pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+                [libc::pollfd { fd: self.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
             match pidfd::poll(&mut fds, ms) {
                 Ok(0) => return self.try_wait(),
                 Ok(_) => return self.try_wait(),
@@ -446,16 +448,23 @@ impl Child {
         }
     }
 
-    /// Give up the handle without reaping: the caller takes over the child, its pid and a
-    /// pidfd for it (a duplicate; the pipes are closed). Dropping the returned fd without
-    /// reaping leaves a zombie until this process exits: that is now the caller's business.
+    /// Give up the handle without reaping: the caller takes over the child, its pid and its
+    /// pidfd (the pipes are closed). Dropping the returned fd without reaping leaves a zombie
+    /// until this process exits: that is now the caller's business.
     pub fn into_pidfd(mut self) -> Result<(u32, OwnedFd)> {
-        let fd = self
-            .pidfd
-            .try_clone()
-            .map_err(|e| Error::os("dup", "pidfd", e.raw_os_error().unwrap_or(libc::EIO)))?;
         self.detached = true;
+        // Moved out, not duplicated (the spawn server hands one over per spawn).
+        let fd = self.pidfd.take().ok_or_else(|| Error::os("dup", "pidfd", libc::EBADF))?;
         Ok((self.pid as u32, fd))
+    }
+
+    /// The pidfd.
+    fn fd(&self) -> BorrowedFd<'_> {
+        match &self.pidfd {
+            Some(fd) => fd.as_fd(),
+            // Only `into_pidfd` takes it, and it consumes the Child.
+            None => unreachable!("a Child without its pidfd"),
+        }
     }
 
     /// Leave the child to the orphan list (reaped by a later spawn or `reap_orphans`)
@@ -465,7 +474,7 @@ impl Child {
         if self.status.is_some() || self.detached {
             return;
         }
-        if let Ok(fd) = self.pidfd.try_clone() {
+        if let Ok(fd) = self.fd().try_clone_to_owned() {
             crate::orphans::adopt(fd);
         }
         self.detached = true;
@@ -549,7 +558,7 @@ impl Drop for Child {
             let _ = self.wait();
             return;
         }
-        if let Ok(fd) = self.pidfd.try_clone() {
+        if let Some(fd) = self.pidfd.take() {
             crate::orphans::adopt(fd);
         }
     }

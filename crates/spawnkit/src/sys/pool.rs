@@ -65,6 +65,8 @@ struct Pool {
     /// Stacks of children that have exec'd, for the next ones.
     spare: Vec<Stack>,
     list: Arc<ParkedList>,
+    /// Signals each child sets to SIG_DFL before it parks ([`Dock::defaults`]).
+    defaults: u64,
 }
 
 thread_local! {
@@ -80,12 +82,15 @@ pub(crate) fn lock(list: &ParkedList) -> MutexGuard<'_, Vec<i32>> {
 }
 
 /// Keep up to `size` children parked for this thread's spawns (0: none). The children are made
-/// by [`refill`], not here; each is listed in `list` while parked.
-pub(crate) fn enable(size: usize, list: Arc<ParkedList>) {
+/// by [`refill`], not here; each is listed in `list` while parked. `defaults`: signals each
+/// child sets to SIG_DFL before it parks; only signals that every spawn of this thread sets to
+/// SIG_DFL, or that are at SIG_DFL in a child made now (not ignored here), belong in it.
+pub(crate) fn enable(size: usize, list: Arc<ParkedList>, defaults: u64) {
     disable();
     if size > 0 {
         let _ = POOL.try_with(|p| {
-            *p.borrow_mut() = Some(Pool { size, parked: Vec::new(), spare: Vec::new(), list })
+            *p.borrow_mut() =
+                Some(Pool { size, parked: Vec::new(), spare: Vec::new(), list, defaults })
         });
     }
 }
@@ -129,7 +134,7 @@ pub(crate) fn refill() -> bool {
         if pool.parked.len() >= pool.size {
             return false;
         }
-        match make(pool.spare.pop(), &pool.list) {
+        match make(pool.spare.pop(), &pool.list, pool.defaults) {
             Ok(child) => {
                 pool.parked.push(child);
                 true
@@ -146,12 +151,12 @@ pub(crate) fn refill() -> bool {
     wants_refill()
 }
 
-fn make(stack: Option<Stack>, list: &Arc<ParkedList>) -> Result<Parked, i32> {
+fn make(stack: Option<Stack>, list: &Arc<ParkedList>, defaults: u64) -> Result<Parked, i32> {
     let stack = match stack {
         Some(s) => s,
         None => Stack::new()?,
     };
-    let dock = Box::new(Dock { parent: parent::getpid(), ..Default::default() });
+    let dock = Box::new(Dock { parent: parent::getpid(), defaults, ..Default::default() });
     let mut listed = lock(list);
     let cloned = {
         let _blocked = SignalsBlocked::new();
