@@ -1315,8 +1315,8 @@ fn a_wait_on_the_connection_holds_up_no_other_thread() {
 /// kernel before 6.15) does not spin on a child it cannot reap yet: a child traced by
 /// another process that has ended stays a zombie, its pidfd readable, until its tracer
 /// lets it go; only then can the server reap it. Meanwhile the server looks at it again
-/// once a millisecond, not in a loop, and when the tracer is gone it is reaped and its
-/// client learns how it ended.
+/// from time to time, not in a loop, less often as it ages, and when the tracer is gone it is
+/// reaped and its client learns how it ended.
 #[test]
 fn a_traced_zombie_does_not_spin_the_server() {
     // In a process of its own: the process's CPU time is the server's.
@@ -1377,12 +1377,25 @@ fn a_traced_zombie_does_not_spin_the_server() {
         let t = |v: libc::timeval| Duration::new(v.tv_sec as u64, v.tv_usec as u32 * 1000);
         t(u.ru_utime) + t(u.ru_stime)
     };
+    let switches = || {
+        // SAFETY: as in `cpu`.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage writes one rusage struct.
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) }, 0);
+        u.ru_nvcsw
+    };
     let before = cpu();
     std::thread::sleep(Duration::from_millis(500));
     let used = cpu() - before;
     assert_eq!(child.try_wait().unwrap(), None, "reaped while traced");
     // Spinning, the server's thread would use about all of the 500 ms.
     assert!(used < Duration::from_millis(150), "the server used {used:?} of CPU in 500 ms");
+    // And it looks less and less often (at least every 100 ms once it is old): the next
+    // 500 ms take a few dozen sleeps of this process, not the 500 of a look a millisecond.
+    let (before, n0) = (cpu(), switches());
+    std::thread::sleep(Duration::from_millis(500));
+    let (used, woke) = (cpu() - before, switches() - n0);
+    assert!(woke < 100, "the server woke {woke} times in 500 ms (used {used:?} of CPU)");
     // The tracer goes: the server reaps the child, and the client learns how it ended.
     drop(tracer.stdin.take());
     assert!(tracer.wait().unwrap().success());

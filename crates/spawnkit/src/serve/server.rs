@@ -509,8 +509,17 @@ struct ChildRec {
     /// Since when its pidfd has said "ended" with the exit not recorded yet (kernel reaps),
     /// or with the child not reapable yet (the server reaps; a traced zombie).
     late: Option<Instant>,
+    /// Not looked at again before this: a traced zombie's back-off (see [`late_look_every`]).
+    due: Option<Instant>,
     /// Not in the epoll set (no room there): looked at every millisecond instead.
     polled: bool,
+}
+
+/// How often a zombie the server cannot reap yet (traced) is looked at, `age` after it was
+/// found: every millisecond at first, then less and less often, at least every 100 ms (the
+/// longest it waits to be reaped once its tracer lets it go).
+fn late_look_every(age: Duration) -> Duration {
+    (age / 8).clamp(Duration::from_millis(1), Duration::from_millis(100))
 }
 
 impl ChildRec {
@@ -1191,8 +1200,11 @@ impl<'a> Looper<'a> {
             } else if self.late.is_empty() {
                 self.timeout_ms()
             } else {
-                // Something late: looked at again within a millisecond.
-                (self.timeout_ms() != 0) as i32
+                // Something late: looked at again when the first of it is due.
+                match (self.timeout_ms(), self.late_wait_ms()) {
+                    (-1, late) => late,
+                    (t, late) => t.min(late),
+                }
             };
             let n = self.epoll.wait(&mut events, timeout);
             for ev in &events[..n] {
@@ -1219,11 +1231,15 @@ impl<'a> Looper<'a> {
             self.take_unwatched();
             let due = self.late_at.is_none_or(|t| t.elapsed() >= Duration::from_millis(1));
             if !self.late.is_empty() && due {
-                self.late_at = Some(Instant::now());
+                let now = Instant::now();
+                self.late_at = Some(now);
                 for raw in std::mem::take(&mut self.late) {
                     // Still a child of the list (its number not taken by another since).
-                    if self.children.lock().get(&raw).is_some_and(ChildRec::on_late_list) {
-                        self.on_child(raw, false);
+                    let rec = self.children.lock().get(&raw).map(|r| (r.on_late_list(), r.due));
+                    match rec {
+                        Some((true, Some(due))) if due > now => self.late.push(raw),
+                        Some((true, _)) => self.on_child(raw, false),
+                        _ => {}
                     }
                 }
             }
@@ -1243,6 +1259,17 @@ impl<'a> Looper<'a> {
                 self.idle_since = None;
             }
         }
+    }
+
+    /// Milliseconds until the first child of the late list is due (at least 1).
+    fn late_wait_ms(&self) -> i32 {
+        let map = self.children.lock();
+        let now = Instant::now();
+        let wait = |raw: &RawFd| match map.get(raw).and_then(|r| r.due) {
+            Some(due) => due.saturating_duration_since(now).as_millis().min(60_000) as i32 + 1,
+            None => 1,
+        };
+        self.late.iter().map(wait).min().unwrap_or(1)
     }
 
     /// Wake for the nearest handshake deadline or idle exit; else sleep until an event.
@@ -1749,6 +1776,7 @@ impl<'a> Looper<'a> {
                 want_exit: true,
                 status: Some(sreq),
                 late: None,
+                due: None,
                 polled: false,
             };
             // Watched (by epoll, or polled from the late list): answered when it ends.
@@ -1776,6 +1804,7 @@ impl<'a> Looper<'a> {
             want_exit,
             status: None,
             late: None,
+            due: None,
             polled: false,
         };
         // By epoll, or with no room there polled from the late list: reaped when it ends,
@@ -1946,8 +1975,9 @@ impl<'a> Looper<'a> {
     /// The server reaps: the child of `raw` reaped now, if it has ended. One that has ended
     /// but cannot be reaped yet (a zombie traced by another process, which has not let it
     /// go: its pidfd stays readable, and epoll would report it again at once, a spin) goes
-    /// out of the epoll set onto the late list, looked at once a millisecond until it can
-    /// be reaped, however long that takes (it must be reaped).
+    /// out of the epoll set onto the late list, looked at again and again, less often as it
+    /// ages ([`late_look_every`]: from every millisecond to every 100 ms) until it can be
+    /// reaped, however long that takes (it must be reaped).
     /// `first`: from an epoll event (else from the late list).
     fn reaped(&self, raw: RawFd, first: bool) -> Option<pidfd::Ended> {
         let mut map = self.children.lock();
@@ -1961,6 +1991,9 @@ impl<'a> Looper<'a> {
                 if first && ended_now(raw) {
                     let _ = self.epoll.delete(raw);
                     rec.late.get_or_insert_with(Instant::now);
+                } else if let Some(since) = rec.late {
+                    let now = Instant::now();
+                    rec.due = Some(now + late_look_every(now.saturating_duration_since(since)));
                 }
                 None
             }
@@ -2210,6 +2243,7 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
                 want_exit: true,
                 status: Some(sreq),
                 late: None,
+                due: None,
                 polled: false,
             };
             // Polled: the loop must wake to put it on its late list (the token does it).
