@@ -95,6 +95,20 @@ fn a_pool_child_sees_what_a_cloned_child_sees() {
     });
     assert_eq!(masked.hex("sigblk"), 1 << (libc::SIGUSR1 - 1));
     assert_eq!(masked.int("pdeathsig"), libc::SIGTERM as i64);
+    // A command that keeps its signals (no restore_signals) and defaults one of its own: the
+    // same dispositions from a pool child (which set the server's ignored signals, SIGPIPE
+    // and SIGXFSZ to SIG_DFL before it parked) as from a clone made for the request.
+    let keep = |cmd: &mut Command| {
+        cmd.restore_signals(false).signal_default(Signal::USR2);
+    };
+    let ready = wait_pool_full(pooled.pid());
+    let (a, b) = (state_via(&mut pooled, keep), state_via(&mut cloned, keep));
+    assert!(ready.contains(&(a.int("pid") as u32)), "the child was not one of {ready:?}");
+    for key in ["sigign", "sigcgt"] {
+        assert_eq!(a.get(key), b.get(key), "{key} differs from a cloned child's");
+    }
+    // The private server ignores SIGINT; its child does not (this test process does not).
+    assert_eq!(a.hex("sigign") & (1 << (libc::SIGINT - 1)), 0, "{}", a.get("sigign"));
 }
 
 #[test]

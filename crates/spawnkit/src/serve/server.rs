@@ -1765,7 +1765,7 @@ impl<'a> Looper<'a> {
                 return self.send_error(conn, id, &e);
             }
         };
-        // The fds the request passed close when `cmd` goes, after the answer (off its path).
+        drop(cmd); // the fds the request passed close now
         if let Some(sreq) = status {
             // No answer until it ends: its pidfd is watched here, never sent.
             let rec = ChildRec {
@@ -2229,8 +2229,8 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
         spawn_for(&mut job.cmd, job.peer, own)
     }))
     .unwrap_or_else(|_| Err(Error::unsupported("serve", "the spawner thread panicked")));
-    // The fds the request passed close with `_cmd`, after the answer (off its path).
-    let Job { tx, token, id, batch, status, cmd: _cmd, .. } = job;
+    let Job { tx, token, id, batch, status, cmd, .. } = job;
+    drop(cmd);
     let queued = match (result, status) {
         (Ok((pid, pidfd)), Some(sreq)) => {
             let idx = (token & 0xFFFF_FFFF) as usize;

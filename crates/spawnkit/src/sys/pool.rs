@@ -4,7 +4,9 @@
 //! A pool child is made by `clone3(CLONE_VM | CLONE_FILES | CLONE_PIDFD |
 //! CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | CLONE_CLEAR_SIGHAND)` on a stack of its own,
 //! with all signals blocked, and runs `in_child::pool_main`: it asks for SIGKILL when its
-//! parent thread dies and parks on a futex in its [`Dock`]. A spawn that may use it (no
+//! parent thread dies, sets the signals of [`Dock::defaults`] to SIG_DFL (off the request's
+//! path; the plan's `SignalDefault` step skips them once woken) and parks on a futex in its
+//! [`Dock`]. A spawn that may use it (no
 //! namespace flags or cgroup for the clone, no id maps written from outside: [`eligible`])
 //! stores the `ChildCtx` in the dock, wakes the child and sleeps until the kernel clears the
 //! dock's tid (it does so, with a futex wake, when a child that shares our memory execs or
