@@ -1400,7 +1400,7 @@ fn a_traced_zombie_does_not_spin_the_server() {
     // Spinning, the server's thread would use about all of the 500 ms.
     assert!(used < Duration::from_millis(150), "the server used {used:?} of CPU in 500 ms");
     // And it looks less and less often (at least every 100 ms once it is old): the next
-    // 500 ms take a few dozen sleeps of this process, not the 500 of a look a millisecond.
+    // 500 ms take about ten sleeps of this process, not the 500 of a look a millisecond.
     let (before, n0) = (cpu(), switches());
     std::thread::sleep(Duration::from_millis(500));
     let (used, woke) = (cpu() - before, switches() - n0);

@@ -1265,11 +1265,21 @@ impl<'a> Looper<'a> {
     fn late_wait_ms(&self) -> i32 {
         let map = self.children.lock();
         let now = Instant::now();
-        let wait = |raw: &RawFd| match map.get(raw).and_then(|r| r.due) {
-            Some(due) => due.saturating_duration_since(now).as_millis().min(60_000) as i32 + 1,
-            None => 1,
-        };
-        self.late.iter().map(wait).min().unwrap_or(1)
+        let mut ms = i32::MAX;
+        for raw in &self.late {
+            match map.get(raw).and_then(|r| r.due) {
+                Some(due) => {
+                    let left = due.saturating_duration_since(now).as_millis().min(60_000) as i32;
+                    ms = ms.min(left + 1);
+                }
+                None => return 1, // looked at every millisecond: no need to look further
+            }
+        }
+        if ms == i32::MAX {
+            1
+        } else {
+            ms
+        }
     }
 
     /// Wake for the nearest handshake deadline or idle exit; else sleep until an event.
@@ -1991,8 +2001,10 @@ impl<'a> Looper<'a> {
                 if first && ended_now(raw) {
                     let _ = self.epoll.delete(raw);
                     rec.late.get_or_insert_with(Instant::now);
-                } else if let Some(since) = rec.late {
+                } else if rec.late.is_some() || (rec.polled && ended_now(raw)) {
+                    // Looked at from the late list (a polled one too, once it has ended).
                     let now = Instant::now();
+                    let since = *rec.late.get_or_insert(now);
                     rec.due = Some(now + late_look_every(now.saturating_duration_since(since)));
                 }
                 None
