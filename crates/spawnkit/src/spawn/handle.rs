@@ -454,7 +454,10 @@ impl Child {
     pub fn into_pidfd(mut self) -> Result<(u32, OwnedFd)> {
         self.detached = true;
         // Moved out, not duplicated (the spawn server hands one over per spawn).
-        let fd = self.pidfd.take().ok_or_else(|| Error::os("dup", "pidfd", libc::EBADF))?;
+        let fd = self
+            .pidfd
+            .take()
+            .ok_or_else(|| Error::os("into_pidfd", "pidfd already taken", libc::EBADF))?;
         Ok((self.pid as u32, fd))
     }
 
