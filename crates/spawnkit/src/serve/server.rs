@@ -1130,11 +1130,7 @@ impl<'a> Looper<'a> {
         }
         // This thread's own pool: for every request when there are no spawner threads, and
         // for a lone request (see `take_request`) when there are.
-        crate::sys::pool::enable(
-            self.pool_size(),
-            self.watchdog.parked(),
-            self.own.pool_defaults(),
-        );
+        crate::sys::pool::enable(self.pool_size(), self.watchdog.parked());
         let result = self.serve();
         // Stop the spawner threads. Requests still queued are answered with an error (which
         // also lets their frames' held answers out) before the connections close.
@@ -1261,25 +1257,17 @@ impl<'a> Looper<'a> {
         }
     }
 
-    /// Milliseconds until the first child of the late list is due (at least 1).
+    /// Milliseconds until the first child of the (not empty) late list is due (at least 1).
     fn late_wait_ms(&self) -> i32 {
         let map = self.children.lock();
         let now = Instant::now();
-        let mut ms = i32::MAX;
+        let mut ms = 60_001;
         for raw in &self.late {
-            match map.get(raw).and_then(|r| r.due) {
-                Some(due) => {
-                    let left = due.saturating_duration_since(now).as_millis().min(60_000) as i32;
-                    ms = ms.min(left + 1);
-                }
-                None => return 1, // looked at every millisecond: no need to look further
-            }
+            // One looked at every millisecond: no need to look further.
+            let Some(due) = map.get(raw).and_then(|r| r.due) else { return 1 };
+            ms = ms.min(due.saturating_duration_since(now).as_millis().min(60_000) as i32 + 1);
         }
-        if ms == i32::MAX {
-            1
-        } else {
-            ms
-        }
+        ms
     }
 
     /// Wake for the nearest handshake deadline or idle exit; else sleep until an event.
@@ -1851,7 +1839,7 @@ impl<'a> Looper<'a> {
                 .name("spawnkit-spawner".into())
                 .spawn(move || {
                     watchdog.enroll();
-                    crate::sys::pool::enable(pool, watchdog.parked(), own.pool_defaults());
+                    crate::sys::pool::enable(pool, watchdog.parked());
                     spawner(&jobs, &wake, own, &watched);
                     crate::sys::pool::disable();
                 })
@@ -2113,17 +2101,6 @@ struct Own {
     /// starts has them at their default action: the server's dispositions are not the
     /// client's, and a child that ignored SIGINT could not be interrupted.
     ignored: SigSet,
-}
-
-impl Own {
-    /// What a pool child sets to SIG_DFL before it parks: the ignored signals (every child of
-    /// this server gets them at their default: `spawn_for`), and SIGPIPE and SIGXFSZ (a
-    /// command's `restore_signals`; when they are not ignored here a child made now has them
-    /// at SIG_DFL already, so setting them changes nothing for a command that keeps them).
-    fn pool_defaults(&self) -> u64 {
-        let bit = |sig: i32| 1u64 << (sig - 1);
-        self.ignored.bits() | bit(libc::SIGPIPE) | bit(libc::SIGXFSZ)
-    }
 }
 
 /// A command of a request flagged `FLAG_CONN_ENV` (`env`: the connection's environment, or

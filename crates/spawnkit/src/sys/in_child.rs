@@ -104,10 +104,6 @@ pub(crate) struct Dock {
     pub fs_gid: AtomicU32,
     /// The server's pid: a child whose parent is already gone when it starts exits at once.
     pub parent: i32,
-    /// Signals (bit N-1 = signal N) the child sets to SIG_DFL before it parks, off the
-    /// request's path: those every child of this server gets at their default anyway (the
-    /// server's ignored ones, SIGPIPE, SIGXFSZ). A `SignalDefault` step skips them once woken.
-    pub defaults: u64,
 }
 
 pub(crate) const DOCK_PARKED: u32 = 0;
@@ -132,8 +128,6 @@ pub(crate) unsafe extern "C" fn pool_main(dock: *const Dock) -> ! {
     if orphaned {
         exit(0);
     }
-    // Skipped later only if all went (else the step sets them all again).
-    let defaulted = if signals_default(dock.defaults).is_ok() { dock.defaults } else { 0 };
     loop {
         let go = dock.go.load(Ordering::Acquire);
         if go == DOCK_GO {
@@ -163,11 +157,8 @@ pub(crate) unsafe extern "C" fn pool_main(dock: *const Dock) -> ! {
         report(c, STEP_POOL, e, 0);
         exit(127);
     }
-    match run(c, defaulted) {
-        Ok(()) => {}
-        Err((step, errno, detail)) => report(c, step, errno, detail),
-    }
-    exit(127)
+    // SAFETY: the caller's contract: `ctx` obeys child_main's.
+    unsafe { child_main(ctx) }
 }
 
 /// What a woken pool child undoes before the plan: the server's death signal (a child the
@@ -240,7 +231,7 @@ fn exit(code: i32) -> ! {
 pub(crate) unsafe extern "C" fn child_main(ctx: *const ChildCtx<'_>) -> ! {
     // SAFETY: the parent keeps `ctx` alive until the child has exec'd or exited.
     let ctx = unsafe { &*ctx };
-    match run(ctx, 0) {
+    match run(ctx) {
         Ok(()) => {}
         Err((step, errno, detail)) => report(ctx, step, errno, detail),
     }
@@ -249,9 +240,7 @@ pub(crate) unsafe extern "C" fn child_main(ctx: *const ChildCtx<'_>) -> ! {
 
 type Fail = (i32, i32, i32);
 
-/// `defaulted`: signals already at SIG_DFL that a `SignalDefault` step need not set again
-/// (a pool child's, set before it parked).
-fn run(ctx: &ChildCtx<'_>, defaulted: u64) -> Result<(), Fail> {
+fn run(ctx: &ChildCtx<'_>) -> Result<(), Fail> {
     // A clone3 child starts with the caller's mask, not with all blocked: what the command
     // asks to block is blocked first, so a signal it blocks that comes before execve (its own
     // death signal, sent by the ParentDeathSignal step) stays pending into the program, as on
@@ -266,12 +255,8 @@ fn run(ctx: &ChildCtx<'_>, defaulted: u64) -> Result<(), Fail> {
     for (i, step) in ctx.steps.iter().enumerate() {
         let i = i as i32;
         report(ctx, i, 0, 0);
-        let done = match step {
-            Step::SignalDefault { set } => signals_default(set & !defaulted),
-            _ => run_step(ctx, step),
-        };
         // A step may pack a detail above the errno (AwaitIdMaps: which map file failed).
-        done.map_err(|e| (i, e & 0xffff, e >> 16))?;
+        run_step(ctx, step).map_err(|e| (i, e & 0xffff, e >> 16))?;
     }
     if let Some(hooks) = ctx.pre_exec {
         report(ctx, STEP_PRE_EXEC, 0, 0);
@@ -304,18 +289,6 @@ fn sigaction_default(sig: i32) -> Result<(), i32> {
     let new = KernelSigaction { handler: SIG_DFL, flags: 0, restorer: 0, mask: 0 };
     // SAFETY: `new` is a valid kernel sigaction; no old action is requested.
     check(unsafe { sc!(libc::SYS_rt_sigaction, sig, &new as *const KernelSigaction, 0, 8) })?;
-    Ok(())
-}
-
-/// Every signal in `set` (bit N-1 = signal N) to SIG_DFL.
-fn signals_default(set: u64) -> Result<(), i32> {
-    let mut sig = 1;
-    while sig <= NSIG {
-        if set & 1u64.wrapping_shl(sig.wrapping_sub(1) as u32) != 0 {
-            sigaction_default(sig)?;
-        }
-        sig = sig.wrapping_add(1);
-    }
     Ok(())
 }
 
@@ -412,7 +385,13 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
             }
             Step::Chroot { path } => sc!(libc::SYS_chroot, path.as_ptr()),
             Step::SignalDefault { set } => {
-                signals_default(*set)?;
+                let mut sig = 1;
+                while sig <= NSIG {
+                    if set & 1u64.wrapping_shl(sig.wrapping_sub(1) as u32) != 0 {
+                        sigaction_default(sig)?;
+                    }
+                    sig = sig.wrapping_add(1);
+                }
                 0
             }
             Step::Setsid => sc!(libc::SYS_setsid),

@@ -4,9 +4,7 @@
 //! A pool child is made by `clone3(CLONE_VM | CLONE_FILES | CLONE_PIDFD |
 //! CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID | CLONE_CLEAR_SIGHAND)` on a stack of its own,
 //! with all signals blocked, and runs `in_child::pool_main`: it asks for SIGKILL when its
-//! parent thread dies, sets the signals of [`Dock::defaults`] to SIG_DFL (off the request's
-//! path; the plan's `SignalDefault` step skips them once woken) and parks on a futex in its
-//! [`Dock`]. A spawn that may use it (no
+//! parent thread dies and parks on a futex in its [`Dock`]. A spawn that may use it (no
 //! namespace flags or cgroup for the clone, no id maps written from outside: [`eligible`])
 //! stores the `ChildCtx` in the dock, wakes the child and sleeps until the kernel clears the
 //! dock's tid (it does so, with a futex wake, when a child that shares our memory execs or
@@ -67,8 +65,6 @@ struct Pool {
     /// Stacks of children that have exec'd, for the next ones.
     spare: Vec<Stack>,
     list: Arc<ParkedList>,
-    /// Signals each child sets to SIG_DFL before it parks ([`Dock::defaults`]).
-    defaults: u64,
 }
 
 thread_local! {
@@ -84,15 +80,12 @@ pub(crate) fn lock(list: &ParkedList) -> MutexGuard<'_, Vec<i32>> {
 }
 
 /// Keep up to `size` children parked for this thread's spawns (0: none). The children are made
-/// by [`refill`], not here; each is listed in `list` while parked. `defaults`: signals each
-/// child sets to SIG_DFL before it parks; only signals that every spawn of this thread sets to
-/// SIG_DFL, or that are at SIG_DFL in a child made now (not ignored here), belong in it.
-pub(crate) fn enable(size: usize, list: Arc<ParkedList>, defaults: u64) {
+/// by [`refill`], not here; each is listed in `list` while parked.
+pub(crate) fn enable(size: usize, list: Arc<ParkedList>) {
     disable();
     if size > 0 {
         let _ = POOL.try_with(|p| {
-            *p.borrow_mut() =
-                Some(Pool { size, parked: Vec::new(), spare: Vec::new(), list, defaults })
+            *p.borrow_mut() = Some(Pool { size, parked: Vec::new(), spare: Vec::new(), list })
         });
     }
 }
@@ -136,7 +129,7 @@ pub(crate) fn refill() -> bool {
         if pool.parked.len() >= pool.size {
             return false;
         }
-        match make(pool.spare.pop(), &pool.list, pool.defaults) {
+        match make(pool.spare.pop(), &pool.list) {
             Ok(child) => {
                 pool.parked.push(child);
                 true
@@ -153,12 +146,12 @@ pub(crate) fn refill() -> bool {
     wants_refill()
 }
 
-fn make(stack: Option<Stack>, list: &Arc<ParkedList>, defaults: u64) -> Result<Parked, i32> {
+fn make(stack: Option<Stack>, list: &Arc<ParkedList>) -> Result<Parked, i32> {
     let stack = match stack {
         Some(s) => s,
         None => Stack::new()?,
     };
-    let dock = Box::new(Dock { parent: parent::getpid(), defaults, ..Default::default() });
+    let dock = Box::new(Dock { parent: parent::getpid(), ..Default::default() });
     let mut listed = lock(list);
     let cloned = {
         let _blocked = SignalsBlocked::new();
