@@ -18,7 +18,7 @@ use super::options::{PathSearch, Signal, Stdio, Strategy};
 use crate::error::{escaped, quoted, Error, Result};
 use crate::steps::{FdRef, Step, MAX_FD};
 use crate::sys::parent::{self, CStrArray};
-use crate::sys::{IdMaps, PlanView};
+use crate::sys::{environ, IdMaps, PlanView};
 
 impl Step {
     /// The step's name in error messages, and what it worked on.
@@ -688,6 +688,24 @@ fn inherited_env(
     base_arc: Option<&Arc<[(OsString, OsString)]>>,
 ) -> Result<(Arc<CStrArray>, Option<OsString>)> {
     let base = base_arc.map(|b| &**b);
+    if base.is_none() {
+        // One thread only: the live environment compared in place with the last packed one
+        // (sys::environ), with no copy when it is the same.
+        let hit = LAST_ENV
+            .try_with(|c| match &*c.borrow() {
+                // Packed from the process's environment (not a base), so its PATH was found
+                // as std finds it.
+                Some((packed, path, None)) if environ::matches_packed(packed) == Some(true) => {
+                    Some((Arc::clone(packed), path.clone()))
+                }
+                _ => None,
+            })
+            .ok()
+            .flatten();
+        if let Some(hit) = hit {
+            return Ok(hit);
+        }
+    }
     let copied: Vec<(OsString, OsString)>;
     let vars: &[(OsString, OsString)] = match base {
         Some(base) => base,

@@ -60,6 +60,7 @@
 //! Every `unsafe` block below carries a `// SAFETY:` comment pointing back to these rules.
 
 pub(crate) mod clone;
+pub(crate) mod environ;
 pub(crate) mod fork;
 pub(crate) mod forklock;
 pub(crate) mod in_child;

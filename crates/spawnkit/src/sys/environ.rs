@@ -1,0 +1,111 @@
+//! The process's environment read in place, when no other thread can be changing it.
+//!
+//! A spawn that inherits the environment must not read libc's `environ` while another thread
+//! may `setenv`: glibc can free the array under the reader (issue 11's crash). So the engine
+//! takes a copy with `std::env::vars_os`, under std's environment lock, before every spawn
+//! that inherits it: ~3–4 µs for a few dozen variables, most of it allocation. While the
+//! process has only ever had one thread, though, nobody else can change the environment:
+//! then it is compared in place with the copy the last spawn made, and that copy is used
+//! again when nothing changed.
+//!
+//! "Only one thread" is glibc's `__libc_single_threaded` (2.32+; looked up at run time, so an
+//! older glibc still loads us, and anything else reads as "maybe not"). glibc clears it for
+//! good when a second thread is created, and never sets it again (nor in a child forked
+//! from a threaded process), so a nonzero value means no other thread exists or has
+//! existed. Threads made without `pthread_create` are outside what it sees, as they are
+//! outside what libc itself supports.
+
+use std::ffi::{c_char, CStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::OnceLock;
+
+use super::parent::CStrArray;
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// Where glibc keeps `__libc_single_threaded`, if it has one.
+fn single_threaded_flag() -> Option<usize> {
+    static FLAG: OnceLock<Option<usize>> = OnceLock::new();
+    *FLAG.get_or_init(|| {
+        // SAFETY: dlsym with the default handle and a NUL-terminated name; it returns the
+        // symbol's address or NULL.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
+        (!p.is_null()).then_some(p as usize)
+    })
+}
+
+/// Whether this process has only ever had one thread (false when it cannot tell).
+pub(crate) fn single_threaded() -> bool {
+    single_threaded_flag().is_some_and(|p| {
+        // SAFETY: glibc's `char __libc_single_threaded`, a live static; a volatile read of
+        // one byte.
+        unsafe { core::ptr::read_volatile(p as *const c_char) != 0 }
+    })
+}
+
+/// One `environ` entry as `std::env::vars_os` reads it: split at the first '=' after the
+/// first byte (a name may start with '='); an empty entry or one without '=' is skipped.
+fn parse(entry: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = entry.get(1..)?;
+    let eq = 1 + rest.iter().position(|&b| b == b'=')?;
+    Some((&entry[..eq], &entry[eq + 1..]))
+}
+
+/// With one thread only: whether the environment's entries now (those `std::env::vars_os`
+/// reads, see [`parse`]) are `want`, in order, one for one (`same` compares an entry, whole
+/// "NAME=value" bytes, with one of `want`). `None` when another thread may exist: then only
+/// a copy taken under std's lock may be read.
+fn matches_by<T>(
+    want: impl IntoIterator<Item = T>,
+    same: impl Fn(&[u8], T) -> bool,
+) -> Option<bool> {
+    if !single_threaded() {
+        return None;
+    }
+    let mut want = want.into_iter();
+    // SAFETY: one thread, this one, so nothing changes `environ` or its strings while we
+    // read them: a NULL-terminated array of NUL-terminated strings, or NULL (cleared).
+    unsafe {
+        let mut p = environ;
+        if !p.is_null() {
+            while !(*p).is_null() {
+                let entry = CStr::from_ptr(*p).to_bytes();
+                if parse(entry).is_some() && !want.next().is_some_and(|w| same(entry, w)) {
+                    return Some(false);
+                }
+                p = p.add(1);
+            }
+        }
+    }
+    Some(want.next().is_none())
+}
+
+/// With one thread only: whether the environment is `vars`, as `std::env::vars_os` would
+/// read it now (see [`matches_by`]).
+pub(crate) fn matches_vars(vars: &[(OsString, OsString)]) -> Option<bool> {
+    matches_by(vars, |entry, (k, v)| parse(entry) == Some((k.as_bytes(), v.as_bytes())))
+}
+
+/// With one thread only: whether the environment is, entry for entry, the "NAME=value"
+/// strings of `packed` (see [`matches_by`]).
+pub(crate) fn matches_packed(packed: &CStrArray) -> Option<bool> {
+    matches_by(packed.iter(), |entry, kv| entry == kv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn entries_split_as_std_splits_them() {
+        assert_eq!(parse(b"A=1"), Some((&b"A"[..], &b"1"[..])));
+        assert_eq!(parse(b"A=1=2"), Some((&b"A"[..], &b"1=2"[..])));
+        assert_eq!(parse(b"A="), Some((&b"A"[..], &b""[..])));
+        assert_eq!(parse(b"=A=1"), Some((&b"=A"[..], &b"1"[..])));
+        assert_eq!(parse(b"NOEQUALS"), None);
+        assert_eq!(parse(b"="), None);
+        assert_eq!(parse(b""), None);
+    }
+}

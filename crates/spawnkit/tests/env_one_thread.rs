@@ -1,0 +1,119 @@
+//! The environment read in place while the process has only ever had one thread
+//! (`sys/environ.rs`): after each kind of change, a local spawn and a request through a
+//! private server hand the child exactly what `std::env::vars_os` shows, never the copy an
+//! earlier spawn took. A test binary of its own without libtest (`harness = false`): the
+//! harness's threads would turn the in-place read off, and the test asserts at each step that
+//! the process still has one thread, so it cannot pass without the fast path being taken.
+
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStringExt;
+
+use spawnkit::{Command, PrivateServer, Stdio};
+
+/// glibc's `__libc_single_threaded`: nonzero while this process has only ever had one thread.
+fn single_threaded() -> bool {
+    // SAFETY: dlsym with the default handle and a NUL-terminated name; the symbol, when
+    // found, is a live `char`.
+    unsafe {
+        let p = libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr());
+        !p.is_null() && *(p as *const libc::c_char) != 0
+    }
+}
+
+/// The environment as std reads it, as execve's block ("NAME=value\0" each).
+fn std_view() -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        out.extend(k.into_vec());
+        out.push(b'=');
+        out.extend(v.into_vec());
+        out.push(0);
+    }
+    out
+}
+
+/// What the child was given (its /proc/self/environ), spawned here or through `server`.
+fn child_env(server: Option<&mut PrivateServer>) -> Vec<u8> {
+    let mut cmd = Command::new("/bin/cat");
+    cmd.arg("/proc/self/environ").stdout(Stdio::Pipe);
+    let mut child = match server {
+        None => cmd.spawn(),
+        Some(s) => s.client().spawn(&cmd),
+    }
+    .expect("spawn cat");
+    let out = child.communicate(None, None).expect("read the child's environment");
+    assert!(out.status.success(), "cat ended with {}", out.status);
+    out.stdout
+}
+
+/// The entries only the child got and those only std shows.
+fn differences(got: &[u8], want: &[u8]) -> String {
+    let entries = |b: &[u8]| -> Vec<OsString> {
+        b.split(|&c| c == 0)
+            .filter(|e| !e.is_empty())
+            .map(|e| OsString::from_vec(e.to_vec()))
+            .collect()
+    };
+    let (got, want) = (entries(got), entries(want));
+    let extra: Vec<_> = got.iter().filter(|e| !want.contains(e)).collect();
+    let missing: Vec<_> = want.iter().filter(|e| !got.contains(e)).collect();
+    format!("the child got {extra:?} that std does not show, and lacks {missing:?} (order may differ too)")
+}
+
+fn putenv(entry: &str) {
+    // putenv keeps the pointer: leaked on purpose.
+    let s = CString::new(entry).unwrap().into_raw();
+    // SAFETY: a NUL-terminated string that lives for the rest of the process; one thread.
+    assert_eq!(unsafe { libc::putenv(s) }, 0, "putenv {entry}");
+}
+
+/// One change to the environment, made before a round of spawns.
+type Change = Box<dyn Fn()>;
+
+fn main() {
+    assert!(
+        single_threaded(),
+        "this test must start with one thread (glibc 2.32+), or it tests nothing new"
+    );
+    let mut server = PrivateServer::start().expect("private server");
+    let name = "SPAWNKIT_ONE_THREAD_TEST";
+    let steps: Vec<(&str, Change)> = vec![
+        ("unchanged", Box::new(|| {})),
+        ("unchanged again", Box::new(|| {})),
+        ("a new variable", Box::new(move || std::env::set_var(name, "one"))),
+        ("a value of the same length", Box::new(move || std::env::set_var(name, "two"))),
+        ("a longer value", Box::new(move || std::env::set_var(name, "three!"))),
+        ("the same value set again", Box::new(move || std::env::set_var(name, "three!"))),
+        ("removed", Box::new(move || std::env::remove_var(name))),
+        ("an entry std skips (no '=')", Box::new(|| putenv("SPAWNKIT_NO_EQUALS"))),
+        ("an entry whose name starts with '='", Box::new(|| putenv("=SPAWNKIT_ODD=1"))),
+        ("an empty value", Box::new(move || std::env::set_var(name, ""))),
+        (
+            "everything cleared",
+            Box::new(|| {
+                // SAFETY: one thread.
+                assert_eq!(unsafe { libc::clearenv() }, 0);
+            }),
+        ),
+        ("one variable after the clear", Box::new(move || std::env::set_var(name, "back"))),
+        ("unchanged after all that", Box::new(|| {})),
+    ];
+    let mut checked = 0;
+    for (what, change) in &steps {
+        change();
+        let want = std_view();
+        for via in ["local", "server"] {
+            // Twice each: the second is served from what the first left behind.
+            for _ in 0..2 {
+                let got = child_env(if via == "server" { Some(&mut server) } else { None });
+                assert!(got == want, "{what}, {via} spawn: {}", differences(&got, &want));
+                checked += 1;
+            }
+        }
+        assert!(
+            single_threaded(),
+            "{what}: the process gained a thread, so nothing more is tested"
+        );
+    }
+    println!("env_one_thread: {checked} spawns saw what std shows, with one thread throughout");
+}
