@@ -49,6 +49,14 @@ pub use spawn::plan::{Plan, DEFAULT_PATH};
 pub use steps::{FdRef, Step};
 pub use users::{Group, LookupError, ParseIdError, User};
 
+/// How many times this process has copied its environment for a spawn that inherits it
+/// (`std::env::vars_os`, under std's lock) rather than reusing the last copy after comparing
+/// in place (a process that has only ever had one thread). For tests.
+#[doc(hidden)]
+pub fn env_copies() -> usize {
+    sys::environ::copies()
+}
+
 /// Reap children whose [`Child`] was dropped while they ran and that have exited since.
 /// Returns how many such children still run. Every spawn does this too.
 pub fn reap_orphans() -> usize {

@@ -1,9 +1,9 @@
 //! The environment read in place while the process has only ever had one thread
 //! (`sys/environ.rs`): after each kind of change, a local spawn and a request through a
 //! private server hand the child exactly what `std::env::vars_os` shows, never the copy an
-//! earlier spawn took. A test binary of its own without libtest (`harness = false`): the
-//! harness's threads would turn the in-place read off, and the test asserts at each step that
-//! the process still has one thread, so it cannot pass without the fast path being taken.
+//! earlier spawn took; and the copies counted (`spawnkit::env_copies`) show the in-place
+//! comparison spared one exactly where nothing changed. A test binary of its own without
+//! libtest (`harness = false`): the harness's threads would turn the in-place read off.
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;
@@ -32,18 +32,34 @@ fn std_view() -> Vec<u8> {
     out
 }
 
-/// What the child was given (its /proc/self/environ), spawned here or through `server`.
-fn child_env(server: Option<&mut PrivateServer>) -> Vec<u8> {
+/// A command that prints the environment it was given (its /proc/self/environ).
+fn cat_env() -> Command {
     let mut cmd = Command::new("/bin/cat");
     cmd.arg("/proc/self/environ").stdout(Stdio::Pipe);
-    let mut child = match server {
-        None => cmd.spawn(),
-        Some(s) => s.client().spawn(&cmd),
-    }
-    .expect("spawn cat");
+    cmd
+}
+
+/// What a child of `cmd` printed.
+fn printed(mut child: spawnkit::Child) -> Vec<u8> {
     let out = child.communicate(None, None).expect("read the child's environment");
     assert!(out.status.success(), "cat ended with {}", out.status);
     out.stdout
+}
+
+/// What `cmd`'s child was given, spawned here or through `server`.
+fn env_of(cmd: &mut Command, server: Option<&mut PrivateServer>) -> Vec<u8> {
+    printed(
+        match server {
+            None => cmd.spawn(),
+            Some(s) => s.client().spawn(cmd),
+        }
+        .expect("spawn cat"),
+    )
+}
+
+/// What the child was given, spawned here or through `server`.
+fn child_env(server: Option<&mut PrivateServer>) -> Vec<u8> {
+    env_of(&mut cat_env(), server)
 }
 
 /// The entries only the child got and those only std shows.
@@ -77,31 +93,34 @@ fn main() {
     );
     let mut server = PrivateServer::start().expect("private server");
     let name = "SPAWNKIT_ONE_THREAD_TEST";
-    let steps: Vec<(&str, Change)> = vec![
-        ("unchanged", Box::new(|| {})),
-        ("unchanged again", Box::new(|| {})),
-        ("a new variable", Box::new(move || std::env::set_var(name, "one"))),
-        ("a value of the same length", Box::new(move || std::env::set_var(name, "two"))),
-        ("a longer value", Box::new(move || std::env::set_var(name, "three!"))),
-        ("the same value set again", Box::new(move || std::env::set_var(name, "three!"))),
-        ("removed", Box::new(move || std::env::remove_var(name))),
-        ("an entry std skips (no '=')", Box::new(|| putenv("SPAWNKIT_NO_EQUALS"))),
-        ("an entry whose name starts with '='", Box::new(|| putenv("=SPAWNKIT_ODD=1"))),
-        ("an empty value", Box::new(move || std::env::set_var(name, ""))),
+    // (what is done, whether std then shows another environment)
+    let steps: Vec<(&str, bool, Change)> = vec![
+        ("unchanged (no copy yet)", true, Box::new(|| {})),
+        ("unchanged again", false, Box::new(|| {})),
+        ("a new variable", true, Box::new(move || std::env::set_var(name, "one"))),
+        ("a value of the same length", true, Box::new(move || std::env::set_var(name, "two"))),
+        ("a longer value", true, Box::new(move || std::env::set_var(name, "three!"))),
+        ("the same value set again", false, Box::new(move || std::env::set_var(name, "three!"))),
+        ("removed", true, Box::new(move || std::env::remove_var(name))),
+        ("an entry std skips (no '=')", false, Box::new(|| putenv("SPAWNKIT_NO_EQUALS"))),
+        ("an entry whose name starts with '='", true, Box::new(|| putenv("=SPAWNKIT_ODD=1"))),
+        ("an empty value", true, Box::new(move || std::env::set_var(name, ""))),
         (
             "everything cleared",
+            true,
             Box::new(|| {
                 // SAFETY: one thread.
                 assert_eq!(unsafe { libc::clearenv() }, 0);
             }),
         ),
-        ("one variable after the clear", Box::new(move || std::env::set_var(name, "back"))),
-        ("unchanged after all that", Box::new(|| {})),
+        ("one variable after the clear", true, Box::new(move || std::env::set_var(name, "back"))),
+        ("unchanged after all that", false, Box::new(|| {})),
     ];
     let mut checked = 0;
-    for (what, change) in &steps {
+    for (what, changed, change) in &steps {
         change();
         let want = std_view();
+        let copies = spawnkit::env_copies();
         for via in ["local", "server"] {
             // Twice each: the second is served from what the first left behind.
             for _ in 0..2 {
@@ -110,10 +129,46 @@ fn main() {
                 checked += 1;
             }
         }
+        // One copy for the local spawns, one for the connection, and only after a change.
+        let took = spawnkit::env_copies() - copies;
+        assert_eq!(took, if *changed { 2 } else { 0 }, "{what}: copies of the environment taken");
         assert!(
             single_threaded(),
             "{what}: the process gained a thread, so nothing more is tested"
         );
     }
+
+    // The other ways in, between inheriting spawns (what they give the child only).
+    std::env::set_var(name, "batch");
+    let want = std_view();
+    let cmds = [cat_env(), cat_env(), cat_env()];
+    for child in server.client().spawn_many(&cmds, 2).expect("spawn_many") {
+        let got = printed(child.expect("spawn_many's child"));
+        assert!(got == want, "a batch through the server: {}", differences(&got, &want));
+        checked += 1;
+    }
+    for via in ["local", "server"] {
+        let mut own = cat_env();
+        own.base_env([("SPAWNKIT_BASE", "only")]);
+        let got = env_of(&mut own, if via == "server" { Some(&mut server) } else { None });
+        assert_eq!(got, b"SPAWNKIT_BASE=only\0", "{via}: a base environment");
+        let got = child_env(if via == "server" { Some(&mut server) } else { None });
+        assert!(got == want, "{via}: inheriting after a base: {}", differences(&got, &want));
+        let mut changed = cat_env();
+        changed.env("SPAWNKIT_ADDED", "1");
+        let got = env_of(&mut changed, if via == "server" { Some(&mut server) } else { None });
+        let mut plus = want.clone();
+        plus.extend_from_slice(b"SPAWNKIT_ADDED=1\0");
+        assert!(got == plus, "{via}: one variable added: {}", differences(&got, &plus));
+        checked += 3;
+    }
+    std::env::set_var(name, "after");
+    let want = std_view();
+    for via in ["local", "server"] {
+        let got = child_env(if via == "server" { Some(&mut server) } else { None });
+        assert!(got == want, "{via}: a change after all that: {}", differences(&got, &want));
+        checked += 1;
+    }
+    assert!(single_threaded(), "the process gained a thread");
     println!("env_one_thread: {checked} spawns saw what std shows, with one thread throughout");
 }

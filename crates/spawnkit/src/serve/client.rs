@@ -1477,7 +1477,7 @@ fn encode_request(
     if !cmd.env_clear && cmd.base_env.is_none() && filler.env.is_none() {
         filler.env = Some(match filler.last_env.take() {
             Some(last) if environ::matches_vars(&last) == Some(true) => last,
-            _ => std::env::vars_os().collect(),
+            _ => environ::copy(),
         });
     }
     // The environment this command starts from, if it does not clear it.

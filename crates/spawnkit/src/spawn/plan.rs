@@ -635,7 +635,7 @@ fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
         (_, true) => &[],
         (Some(base), false) => base,
         (None, false) => {
-            inherited = std::env::vars_os().collect();
+            inherited = environ::copy();
             &inherited
         }
     };
@@ -683,7 +683,9 @@ thread_local! {
 /// taken with `std::env::vars_os` (never the live `environ`, which another thread's setenv
 /// may free while the child is in execve). When it equals, string for string, the one this
 /// thread packed last time, or is the very base (`Arc`) packed last time, the packed array is
-/// reused instead of built again.
+/// reused instead of built again. In a process that has only ever had one thread, the live
+/// environment is compared in place with the last one packed from it (`sys::environ`), and
+/// no copy is taken when they match.
 fn inherited_env(
     base_arc: Option<&Arc<[(OsString, OsString)]>>,
 ) -> Result<(Arc<CStrArray>, Option<OsString>)> {
@@ -710,7 +712,7 @@ fn inherited_env(
     let vars: &[(OsString, OsString)] = match base {
         Some(base) => base,
         None => {
-            copied = std::env::vars_os().collect();
+            copied = environ::copy();
             &copied
         }
     };

@@ -17,12 +17,29 @@
 
 use std::ffi::{c_char, CStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use super::parent::CStrArray;
 
 extern "C" {
-    static environ: *const *const c_char;
+    // Mutable: setenv and clearenv change it (as std declares it).
+    static mut environ: *const *const c_char;
+}
+
+/// Copies of the environment taken for spawns (`copy`): a test's way to see that the
+/// in-place comparison spared one.
+static COPIES: AtomicUsize = AtomicUsize::new(0);
+
+/// The environment as `std::env::vars_os` reads it (a copy under std's lock), counted.
+pub(crate) fn copy<B: FromIterator<(OsString, OsString)>>() -> B {
+    COPIES.fetch_add(1, Ordering::Relaxed);
+    std::env::vars_os().collect()
+}
+
+/// How many copies spawns have taken so far in this process (`copy`).
+pub(crate) fn copies() -> usize {
+    COPIES.load(Ordering::Relaxed)
 }
 
 /// Where glibc keeps `__libc_single_threaded`, if it has one.
@@ -68,7 +85,7 @@ fn matches_by<T>(
     // SAFETY: one thread, this one, so nothing changes `environ` or its strings while we
     // read them: a NULL-terminated array of NUL-terminated strings, or NULL (cleared).
     unsafe {
-        let mut p = environ;
+        let mut p = (&raw const environ).read();
         if !p.is_null() {
             while !(*p).is_null() {
                 let entry = CStr::from_ptr(*p).to_bytes();
