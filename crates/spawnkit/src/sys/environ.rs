@@ -71,25 +71,27 @@ fn parse(entry: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// With one thread only: whether the environment's entries now (those `std::env::vars_os`
-/// reads, see [`parse`]) are `want`, in order, one for one (`same` compares an entry, whole
-/// "NAME=value" bytes, with one of `want`). `None` when another thread may exist: then only
-/// a copy taken under std's lock may be read.
+/// reads, see [`parse`]) are `want`, in order, one for one. `same(entry, w)` says whether the
+/// C string `entry` is exactly `w` (and `w` one std could have read from it); an entry it
+/// does not match is passed over only if std would skip it. `None` when another thread may
+/// exist: then only a copy taken under std's lock may be read.
 fn matches_by<T>(
     want: impl IntoIterator<Item = T>,
-    same: impl Fn(&[u8], T) -> bool,
+    same: impl Fn(*const c_char, &T) -> bool,
 ) -> Option<bool> {
     if !single_threaded() {
         return None;
     }
-    let mut want = want.into_iter();
+    let mut want = want.into_iter().peekable();
     // SAFETY: one thread, this one, so nothing changes `environ` or its strings while we
     // read them: a NULL-terminated array of NUL-terminated strings, or NULL (cleared).
     unsafe {
         let mut p = (&raw const environ).read();
         if !p.is_null() {
             while !(*p).is_null() {
-                let entry = CStr::from_ptr(*p).to_bytes();
-                if parse(entry).is_some() && !want.next().is_some_and(|w| same(entry, w)) {
+                if want.peek().is_some_and(|w| same(*p, w)) {
+                    want.next();
+                } else if parse(CStr::from_ptr(*p).to_bytes()).is_some() {
                     return Some(false);
                 }
                 p = p.add(1);
@@ -99,16 +101,46 @@ fn matches_by<T>(
     Some(want.next().is_none())
 }
 
+/// Whether the C string at `s` begins with `prefix` (which holds no NUL); the rest of it
+/// when it does. Reads no further than `s`'s NUL.
+///
+/// # Safety
+/// `s` is a NUL-terminated string.
+unsafe fn strip(s: *const c_char, prefix: &[u8]) -> Option<*const c_char> {
+    // SAFETY: strncmp stops at the first NUL of `s`, and reads at most `prefix.len()` bytes
+    // of `prefix`, none of them NUL; equal means `s` has those bytes before its NUL.
+    let equal = unsafe { libc::strncmp(s, prefix.as_ptr() as *const c_char, prefix.len()) == 0 };
+    // SAFETY: equal: `s` holds `prefix.len()` bytes before its NUL.
+    equal.then(|| unsafe { s.add(prefix.len()) })
+}
+
 /// With one thread only: whether the environment is `vars`, as `std::env::vars_os` would
 /// read it now (see [`matches_by`]).
 pub(crate) fn matches_vars(vars: &[(OsString, OsString)]) -> Option<bool> {
-    matches_by(vars, |entry, (k, v)| parse(entry) == Some((k.as_bytes(), v.as_bytes())))
+    matches_by(vars, |entry, (k, v)| {
+        let (k, v) = (k.as_bytes(), v.as_bytes());
+        // Only a pair std could have read: a name with no '=' after its first byte, and
+        // no NUL anywhere (a base environment given by hand can hold either).
+        let readable =
+            !k.is_empty() && !k[1..].contains(&b'=') && !k.contains(&0) && !v.contains(&0);
+        // SAFETY: `entry` is one of environ's strings; `strip` reads no further than its
+        // NUL, and a byte it stops before is in the string.
+        readable
+            && unsafe {
+                strip(entry, k).is_some_and(|rest| {
+                    *rest == b'=' as c_char && strip(rest.add(1), v).is_some_and(|end| *end == 0)
+                })
+            }
+    })
 }
 
 /// With one thread only: whether the environment is, entry for entry, the "NAME=value"
-/// strings of `packed` (see [`matches_by`]).
+/// strings of `packed`, which were packed from it (see [`matches_by`]).
 pub(crate) fn matches_packed(packed: &CStrArray) -> Option<bool> {
-    matches_by(packed.iter(), |entry, kv| entry == kv)
+    let strings = (0..packed.len()).map(|i| packed.as_ptr().wrapping_add(i));
+    // SAFETY: both are NUL-terminated strings: an environ entry, and one of `packed`'s
+    // (its pointer array holds `len` of them, then NULL).
+    matches_by(strings, |entry, &ours| unsafe { libc::strcmp(entry, *ours) == 0 })
 }
 
 #[cfg(test)]
