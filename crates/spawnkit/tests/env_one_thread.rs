@@ -169,6 +169,41 @@ fn main() {
         assert!(got == want, "{via}: a change after all that: {}", differences(&got, &want));
         checked += 1;
     }
+
+    // A hand-made base whose name holds '=' must never pass for the live environment, even
+    // where its strings are the same: with PATH=/spawnkit-nowhere=x in the environment (std:
+    // PATH is "/spawnkit-nowhere=x"), a base with the pair ("PATH=/spawnkit-nowhere", "x")
+    // gives the child the same string but no PATH to search, so `cat` is found in the
+    // default path; an inheriting spawn after it must search the real PATH and not find it.
+    putenv("PATH=/spawnkit-nowhere=x");
+    let odd: Vec<(OsString, OsString)> = std::env::vars_os()
+        .map(|(k, v)| match k.to_str() {
+            Some("PATH") => ("PATH=/spawnkit-nowhere".into(), "x".into()),
+            _ => (k, v),
+        })
+        .collect();
+    for via in ["local", "server"] {
+        let mut on_base = Command::new("cat");
+        on_base.arg("/proc/self/environ").stdout(Stdio::Pipe).base_env(odd.clone());
+        let got = env_of(&mut on_base, if via == "server" { Some(&mut server) } else { None });
+        let want = std_view();
+        assert!(got == want, "{via}: the odd base's strings: {}", differences(&got, &want));
+        let mut inheriting = Command::new("cat");
+        inheriting.arg("/proc/self/environ").stdout(Stdio::Pipe);
+        let found = match via {
+            "server" => server.client().spawn(&inheriting),
+            _ => inheriting.spawn(),
+        };
+        match found {
+            Err(e) => assert!(e.to_string().contains("cat"), "{via}: {e}"),
+            Ok(child) => panic!(
+                "{via}: an inheriting spawn found cat, so it used the odd base's PATH, not the \
+                 environment's: {:?}",
+                printed(child).len()
+            ),
+        }
+        checked += 2;
+    }
     assert!(single_threaded(), "the process gained a thread");
     println!("env_one_thread: {checked} spawns saw what std shows, with one thread throughout");
 }

@@ -144,8 +144,9 @@ pub(crate) struct Exec {
     pub(crate) argv: CStrArray,
     /// Always a copy, even when the environment is inherited unchanged: another thread's
     /// setenv may free the live `environ` array while the child is in execve (EFAULT).
-    /// `std::env::vars_os` copies under std's environment lock. Shared with the per-thread
-    /// cache of the last inherited environment when it is unchanged.
+    /// `std::env::vars_os` copies under std's environment lock (a process that has only
+    /// ever had one thread compares in place instead: `sys::environ`). Shared with the
+    /// per-thread cache of the last inherited environment when it is unchanged.
     pub(crate) envp: Arc<CStrArray>,
     /// How the child walks the candidates.
     pub(crate) search: PathSearch,
@@ -726,11 +727,18 @@ fn inherited_env(
                     && kv.ends_with(v)
             })
     };
+    // The PATH a fresh build would find in `vars`: equal strings do not mean equal pairs (a
+    // base's name may hold '=': ("PATH=/a", "b") packs as "PATH=/a=b" too, with no PATH).
+    let path_of = || vars.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
     let hit = LAST_ENV
         .try_with(|c| match &*c.borrow() {
             Some((packed, path, from)) => {
                 let again = matches!((from, base_arc), (Some(a), Some(b)) if Arc::ptr_eq(a, b));
-                (again || same(packed)).then(|| (Arc::clone(packed), path.clone()))
+                if again {
+                    Some((Arc::clone(packed), path.clone()))
+                } else {
+                    same(packed).then(|| (Arc::clone(packed), path_of()))
+                }
             }
             _ => None,
         })
@@ -824,6 +832,22 @@ mod tests {
         other.base_env([("A", "2"), ("PATH", "/bin")]);
         assert_eq!(envp_of(&other), [b"A=2".to_vec(), b"PATH=/bin".to_vec()]);
         assert_eq!(envp_of(&cmd), [b"A=1".to_vec(), b"PATH=/bin".to_vec()]);
+    }
+
+    /// An environment packed from a base whose name holds '=' gives the same strings as one
+    /// whose value does, but not the same PATH: the cache hit takes the PATH of the pairs
+    /// it is given, not of the ones it was packed from.
+    #[test]
+    fn equal_strings_from_other_pairs_keep_their_own_path() {
+        let mut odd = Command::new("x");
+        odd.base_env([("PATH=/nowhere", "y")]);
+        let odd = odd.plan().unwrap();
+        assert!(!odd.candidates().contains(&OsString::from("/nowhere=y/x")));
+        let mut plain = Command::new("x");
+        plain.base_env([("PATH", "/nowhere=y")]);
+        let plain = plain.plan().unwrap();
+        assert!(Arc::ptr_eq(&odd.exec.envp, &plain.exec.envp), "the same strings: reused");
+        assert_eq!(plain.candidates(), ["/nowhere=y/x"]);
     }
 
     /// The per-thread cache of the last PATH search is keyed on PATH and the program.

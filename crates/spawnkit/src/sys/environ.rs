@@ -72,8 +72,9 @@ fn parse(entry: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// With one thread only: whether the environment's entries now (those `std::env::vars_os`
 /// reads, see [`parse`]) are `want`, in order, one for one. `same(entry, w)` says whether the
-/// C string `entry` is exactly `w` (and `w` one std could have read from it); an entry it
-/// does not match is passed over only if std would skip it. `None` when another thread may
+/// C string `entry` is exactly `w`, and must never say so of an entry std would skip (so `w`
+/// must be one std could have read from it); an entry it does not match is passed over only
+/// if std would skip it. `None` when another thread may
 /// exist: then only a copy taken under std's lock may be read.
 fn matches_by<T>(
     want: impl IntoIterator<Item = T>,
@@ -107,6 +108,9 @@ fn matches_by<T>(
 /// # Safety
 /// `s` is a NUL-terminated string.
 unsafe fn strip(s: *const c_char, prefix: &[u8]) -> Option<*const c_char> {
+    if prefix.is_empty() {
+        return Some(s);
+    }
     // SAFETY: strncmp stops at the first NUL of `s`, and reads at most `prefix.len()` bytes
     // of `prefix`, none of them NUL; equal means `s` has those bytes before its NUL.
     let equal = unsafe { libc::strncmp(s, prefix.as_ptr() as *const c_char, prefix.len()) == 0 };
@@ -137,10 +141,9 @@ pub(crate) fn matches_vars(vars: &[(OsString, OsString)]) -> Option<bool> {
 /// With one thread only: whether the environment is, entry for entry, the "NAME=value"
 /// strings of `packed`, which were packed from it (see [`matches_by`]).
 pub(crate) fn matches_packed(packed: &CStrArray) -> Option<bool> {
-    let strings = (0..packed.len()).map(|i| packed.as_ptr().wrapping_add(i));
     // SAFETY: both are NUL-terminated strings: an environ entry, and one of `packed`'s
-    // (its pointer array holds `len` of them, then NULL).
-    matches_by(strings, |entry, &ours| unsafe { libc::strcmp(entry, *ours) == 0 })
+    // (every string pushed ends with a NUL; `ptrs` points at each).
+    matches_by(packed.ptrs(), |entry, ours| unsafe { libc::strcmp(entry, **ours) == 0 })
 }
 
 #[cfg(test)]

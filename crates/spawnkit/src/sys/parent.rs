@@ -302,6 +302,11 @@ impl CStrArray {
         self.starts.len()
     }
 
+    /// The strings' pointers, without the NULL after them (none before `finish`).
+    pub(crate) fn ptrs(&self) -> &[*const c_char] {
+        &self.ptrs[..self.ptrs.len().saturating_sub(1)]
+    }
+
     /// The strings, without their NULs.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let ends =
