@@ -1095,7 +1095,9 @@ impl Command {
             // The inherited environment is copied here, with the GIL held: every Python
             // writer of os.environ (putenv/unsetenv) holds it, and the spawn itself runs with
             // the GIL released, where a copy taken by the engine could meet a setenv halfway.
-            cmd.base_env(std::env::vars_os());
+            // In a process that has only ever had one thread, the copy the last spawn took
+            // is used again when the environment has not changed (compared in place).
+            cmd.base_env_now();
         }
         if !self.mask_set {
             // The calling thread's signal mask: CPython's child inherits it, so ours does too.

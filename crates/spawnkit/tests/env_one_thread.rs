@@ -129,9 +129,19 @@ fn main() {
                 checked += 1;
             }
         }
-        // One copy for the local spawns, one for the connection, and only after a change.
+        // A snapshot taken now (as the Python face takes one under the GIL), through the
+        // server (a local spawn of it would replace the inheriting spawns' cache): twice.
+        for _ in 0..2 {
+            let mut now = cat_env();
+            now.base_env_now();
+            let got = env_of(&mut now, Some(&mut server));
+            assert!(got == want, "{what}, base_env_now: {}", differences(&got, &want));
+            checked += 1;
+        }
+        // One copy for the local spawns, one for the connection, one for the snapshots, and
+        // only after a change.
         let took = spawnkit::env_copies() - copies;
-        assert_eq!(took, if *changed { 2 } else { 0 }, "{what}: copies of the environment taken");
+        assert_eq!(took, if *changed { 3 } else { 0 }, "{what}: copies of the environment taken");
         assert!(
             single_threaded(),
             "{what}: the process gained a thread, so nothing more is tested"
@@ -147,6 +157,11 @@ fn main() {
         assert!(got == want, "a batch through the server: {}", differences(&got, &want));
         checked += 1;
     }
+    let mut now = cat_env();
+    now.base_env_now();
+    let got = env_of(&mut now, None);
+    assert!(got == want, "a local spawn of base_env_now: {}", differences(&got, &want));
+    checked += 1;
     for via in ["local", "server"] {
         let mut own = cat_env();
         own.base_env([("SPAWNKIT_BASE", "only")]);

@@ -201,6 +201,17 @@ impl Command {
         self
     }
 
+    /// Start from this process's environment as it is now (at this call, not at the spawn):
+    /// [`base_env`](Command::base_env) with what `std::env::vars_os` reads, taken under
+    /// Rust's environment lock. For a caller that must take it under a lock of its own, as
+    /// spawnkit's Python module does under the GIL. In a process that has only ever had one
+    /// thread, the copy the last call took on this thread is used again when the environment
+    /// is still the same (compared in place), and then the spawn reuses what it built from it.
+    pub fn base_env_now(&mut self) -> &mut Command {
+        self.base_env = Some(crate::sys::environ::snapshot());
+        self
+    }
+
     /// Start from an empty environment instead of the parent's (variables set with
     /// [`env`](Command::env) are still passed).
     pub fn env_clear(&mut self) -> &mut Command {

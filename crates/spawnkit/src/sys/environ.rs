@@ -15,10 +15,11 @@
 //! existed. Threads made without `pthread_create` are outside what it sees, as they are
 //! outside what libc itself supports.
 
+use std::cell::RefCell;
 use std::ffi::{c_char, CStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::parent::CStrArray;
 
@@ -35,6 +36,23 @@ static COPIES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) fn copy<B: FromIterator<(OsString, OsString)>>() -> B {
     COPIES.fetch_add(1, Ordering::Relaxed);
     std::env::vars_os().collect()
+}
+
+thread_local! {
+    /// The last [`snapshot`] this thread took.
+    static SNAPSHOT: RefCell<Option<Arc<[(OsString, OsString)]>>> = const { RefCell::new(None) };
+}
+
+/// The environment as `std::env::vars_os` reads it now, shared: the last snapshot this
+/// thread took when it still matches (one thread only, compared in place), else a new copy.
+pub(crate) fn snapshot() -> Arc<[(OsString, OsString)]> {
+    let last = SNAPSHOT.try_with(|s| s.borrow().clone()).ok().flatten();
+    if let Some(last) = last.filter(|l| matches_vars(l) == Some(true)) {
+        return last;
+    }
+    let fresh: Arc<[(OsString, OsString)]> = copy();
+    let _ = SNAPSHOT.try_with(|s| *s.borrow_mut() = Some(Arc::clone(&fresh)));
+    fresh
 }
 
 /// How many copies spawns have taken so far in this process (`copy`).
