@@ -38,19 +38,22 @@ pub(crate) fn copy<B: FromIterator<(OsString, OsString)>>() -> B {
     std::env::vars_os().collect()
 }
 
+/// An environment as `std::env::vars_os` reads it, shared.
+pub(crate) type Vars = Arc<[(OsString, OsString)]>;
+
 thread_local! {
     /// The last [`snapshot`] this thread took.
-    static SNAPSHOT: RefCell<Option<Arc<[(OsString, OsString)]>>> = const { RefCell::new(None) };
+    static SNAPSHOT: RefCell<Option<Vars>> = const { RefCell::new(None) };
 }
 
 /// The environment as `std::env::vars_os` reads it now, shared: the last snapshot this
 /// thread took when it still matches (one thread only, compared in place), else a new copy.
-pub(crate) fn snapshot() -> Arc<[(OsString, OsString)]> {
+pub(crate) fn snapshot() -> Vars {
     let last = SNAPSHOT.try_with(|s| s.borrow().clone()).ok().flatten();
     if let Some(last) = last.filter(|l| matches_vars(l) == Some(true)) {
         return last;
     }
-    let fresh: Arc<[(OsString, OsString)]> = copy();
+    let fresh: Vars = copy();
     let _ = SNAPSHOT.try_with(|s| *s.borrow_mut() = Some(Arc::clone(&fresh)));
     fresh
 }
