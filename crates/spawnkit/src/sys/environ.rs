@@ -49,6 +49,10 @@ thread_local! {
 /// The environment as `std::env::vars_os` reads it now, shared: the last snapshot this
 /// thread took when it still matches (one thread only, compared in place), else a new copy.
 pub(crate) fn snapshot() -> Vars {
+    if !single_threaded() {
+        // Never reusable here: a copy each time, and none kept alive per thread.
+        return copy();
+    }
     let last = SNAPSHOT.try_with(|s| s.borrow().clone()).ok().flatten();
     if let Some(last) = last.filter(|l| matches_vars(l) == Some(true)) {
         return last;
@@ -170,6 +174,16 @@ pub(crate) fn matches_packed(packed: &CStrArray) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::parse;
+
+    /// Under libtest, which has threads: no snapshot is ever reused, and none is kept.
+    #[test]
+    fn with_threads_every_snapshot_is_a_copy() {
+        assert!(!super::single_threaded(), "libtest runs tests on threads of their own");
+        let (a, b) = (super::snapshot(), super::snapshot());
+        assert!(!std::sync::Arc::ptr_eq(&a, &b));
+        assert_eq!(super::matches_vars(&a), None);
+        assert!(super::SNAPSHOT.with(|s| s.borrow().is_none()));
+    }
 
     #[test]
     fn entries_split_as_std_splits_them() {
