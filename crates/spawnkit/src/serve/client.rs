@@ -905,11 +905,6 @@ impl Io {
         }
     }
 
-    /// A call's filler: nothing read yet, and the environment sent last to compare with.
-    fn filler(&self) -> Filler {
-        Filler { last_env: self.env_sent.as_ref().map(|(e, _)| e.clone()), ..Filler::default() }
-    }
-
     /// Before requests that start from the connection's environment: an Env frame with
     /// the call's, unless the server holds that one already (sent alone, without fds: a fd
     /// rides on the first byte of its message, and must reach the server with the frame
@@ -961,7 +956,7 @@ impl Io {
             // the server's polling window just runs out (100 us, within its budget).
             self.send_wake()?;
         }
-        let mut filler = self.filler();
+        let mut filler = Filler::default();
         let req = encode_request(cmd, &mut filler, self.own_fds(), status)?;
         if !self.send_env(&filler, nonblocking)? {
             return Ok(None);
@@ -1015,7 +1010,7 @@ impl Io {
             return Err((Vec::new(), e.clone()));
         }
         let (reqs, filler) =
-            encode_all(cmds, self.filler(), self.own_fds(), status).map_err(|e| (Vec::new(), e))?;
+            encode_all(cmds, self.own_fds(), status).map_err(|e| (Vec::new(), e))?;
         self.send_env(&filler, false).map_err(|e| (Vec::new(), e))?;
         let mut ids = Vec::with_capacity(reqs.len());
         let mut reqs = reqs.into_iter().peekable();
@@ -1121,7 +1116,7 @@ impl Io {
             return Err(e.clone());
         }
         let take = cmds.len().min(super::frame::MAX_BATCH_REPLY);
-        let (reqs, filler) = encode_all(&cmds[..take], self.filler(), self.own_fds(), status)?;
+        let (reqs, filler) = encode_all(&cmds[..take], self.own_fds(), status)?;
         if !self.send_env(&filler, true)? {
             return Ok(None);
         }
@@ -1415,9 +1410,6 @@ struct Filler {
     /// command that has one (its own `base_env`, or this process's); a command whose base
     /// equals it is sent without one, any other with its own.
     conn_env: Option<Env>,
-    /// The environment this connection sent last: taken again, not copied, when this
-    /// process's is provably the same (one thread only: `sys::environ`).
-    last_env: Option<Env>,
 }
 
 impl Filler {
@@ -1475,10 +1467,9 @@ fn encode_request(
     }
     let joined = relative.zip(filler.cwd.as_deref()).map(|(d, here)| here.join(d));
     if !cmd.env_clear && cmd.base_env.is_none() && filler.env.is_none() {
-        filler.env = Some(match filler.last_env.take() {
-            Some(last) if environ::matches_vars(&last) == Some(true) => last,
-            _ => environ::copy(),
-        });
+        // This thread's snapshot: the same `Arc` as last time while nothing changed (one
+        // thread only), which the connection's environment then is too.
+        filler.env = Some(environ::snapshot());
     }
     // The environment this command starts from, if it does not clear it.
     let base = match (&cmd.base_env, cmd.env_clear) {
@@ -1529,12 +1520,8 @@ fn encode_request(
 
 /// Encode `cmds` for one call (the cwd and environment read once); the same command again
 /// (spawn N alike) is encoded once, unless it has pipes, which are made per request.
-fn encode_all(
-    cmds: &[&Command],
-    mut fill: Filler,
-    own: OwnFds,
-    status: bool,
-) -> Result<(Vec<Request>, Filler)> {
+fn encode_all(cmds: &[&Command], own: OwnFds, status: bool) -> Result<(Vec<Request>, Filler)> {
+    let mut fill = Filler::default();
     let mut reqs: Vec<Request> = Vec::with_capacity(cmds.len());
     for (i, c) in cmds.iter().enumerate() {
         let again = i > 0

@@ -184,8 +184,9 @@ impl Command {
     /// spawned, with `std::env::vars_os`, which holds Rust's environment lock: a Rust thread's
     /// `std::env::set_var` is never seen half done. A process that has only ever had one
     /// thread, where nobody else can be changing the environment, compares it in place with
-    /// the copy the last spawn took instead, and uses that copy again when nothing changed. C code that calls `setenv`, `putenv` or
-    /// `unsetenv` does not take that lock, and may free the strings being copied (the hazard
+    /// the copy the last spawn took instead, and uses that copy again when nothing changed.
+    /// C code that calls `setenv`, `putenv` or `unsetenv` does not take that lock, and may
+    /// free the strings being copied (the hazard
     /// every `getenv` reader shares, glibc's `environ` has no lock of its own): while such
     /// code can run on another thread, take a copy under whatever lock that code holds and
     /// pass it here. spawnkit's Python module does so under the GIL, which every writer of

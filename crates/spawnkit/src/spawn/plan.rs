@@ -631,12 +631,12 @@ fn build_env(cmd: &Command) -> Result<(Arc<CStrArray>, Option<OsString>)> {
     if !cmd.env_clear && cmd.env.is_empty() {
         return inherited_env(cmd.base_env.as_ref());
     }
-    let inherited: Vec<(OsString, OsString)>;
+    let inherited: environ::Vars;
     let base: &[(OsString, OsString)] = match (&cmd.base_env, cmd.env_clear) {
         (_, true) => &[],
         (Some(base), false) => base,
         (None, false) => {
-            inherited = environ::copy();
+            inherited = environ::snapshot();
             &inherited
         }
     };
@@ -680,43 +680,24 @@ thread_local! {
     static LAST_ENV: RefCell<EnvCache> = const { RefCell::new(None) };
 }
 
-/// The parent's environment, unchanged: `base` when the command has one, else a fresh copy
-/// taken with `std::env::vars_os` (never the live `environ`, which another thread's setenv
-/// may free while the child is in execve). When it equals, string for string, the one this
-/// thread packed last time, or is the very base (`Arc`) packed last time, the packed array is
-/// reused instead of built again. In a process that has only ever had one thread, the live
-/// environment is compared in place with the last one packed from it (`sys::environ`), and
-/// no copy is taken when they match.
+/// The parent's environment, unchanged: `base` when the command has one, else this thread's
+/// snapshot of the process's (`sys::environ::snapshot`: a copy taken with `std::env::vars_os`,
+/// never the live `environ`, which another thread's setenv may free while the child is in
+/// execve; in a process that has only ever had one thread, the last snapshot again when it
+/// still matches in place). When it is the very `Arc` packed last time on this thread, or
+/// equals that one string for string, the packed array is reused instead of built again.
 fn inherited_env(
     base_arc: Option<&Arc<[(OsString, OsString)]>>,
 ) -> Result<(Arc<CStrArray>, Option<OsString>)> {
-    let base = base_arc.map(|b| &**b);
-    if base.is_none() {
-        // One thread only: the live environment compared in place with the last packed one
-        // (sys::environ), with no copy when it is the same.
-        let hit = LAST_ENV
-            .try_with(|c| match &*c.borrow() {
-                // Packed from the process's environment (not a base), so its PATH was found
-                // as std finds it.
-                Some((packed, path, None)) if environ::matches_packed(packed) == Some(true) => {
-                    Some((Arc::clone(packed), path.clone()))
-                }
-                _ => None,
-            })
-            .ok()
-            .flatten();
-        if let Some(hit) = hit {
-            return Ok(hit);
-        }
-    }
-    let copied: Vec<(OsString, OsString)>;
-    let vars: &[(OsString, OsString)] = match base {
-        Some(base) => base,
+    let snapshot;
+    let base_arc = match base_arc {
+        Some(b) => b,
         None => {
-            copied = environ::copy();
-            &copied
+            snapshot = environ::snapshot();
+            &snapshot
         }
     };
+    let vars: &[(OsString, OsString)] = base_arc;
     let same = |packed: &CStrArray| {
         packed.len() == vars.len()
             && packed.iter().zip(vars).all(|(kv, (k, v))| {
@@ -733,7 +714,7 @@ fn inherited_env(
     let hit = LAST_ENV
         .try_with(|c| match &*c.borrow() {
             Some((packed, path, from)) => {
-                let again = matches!((from, base_arc), (Some(a), Some(b)) if Arc::ptr_eq(a, b));
+                let again = from.as_ref().is_some_and(|a| Arc::ptr_eq(a, base_arc));
                 if again {
                     Some((Arc::clone(packed), path.clone()))
                 } else {
@@ -751,20 +732,15 @@ fn inherited_env(
     let mut envp = CStrArray::with_capacity(vars.len(), bytes);
     let mut path = None;
     for (k, v) in vars {
-        if base.is_none() {
-            // Read from C strings: neither part can hold a NUL.
-            envp.push_unchecked(&[k.as_bytes(), b"=", v.as_bytes()]);
-        } else {
-            // A base environment is taken as the parent's is: names are not checked (an
-            // environ entry may start with '='), but a NUL cannot be passed.
-            envp.push(&[k.as_bytes(), b"=", v.as_bytes()]).map_err(|_| env_nul_error(k, v))?;
-        }
+        // A base environment is taken as the parent's is: names are not checked (an environ
+        // entry may start with '='), but a NUL cannot be passed.
+        envp.push(&[k.as_bytes(), b"=", v.as_bytes()]).map_err(|_| env_nul_error(k, v))?;
         if path.is_none() && k == "PATH" {
             path = Some(v.clone());
         }
     }
     let envp = Arc::new(envp.finish());
-    let from = base_arc.cloned();
+    let from = Some(Arc::clone(base_arc));
     let _ = LAST_ENV.try_with(|c| *c.borrow_mut() = Some((Arc::clone(&envp), path.clone(), from)));
     Ok((envp, path))
 }

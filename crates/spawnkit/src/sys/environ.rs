@@ -21,8 +21,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::parent::CStrArray;
-
 extern "C" {
     // Mutable: setenv and clearenv change it (as std declares it).
     static mut environ: *const *const c_char;
@@ -33,7 +31,7 @@ extern "C" {
 static COPIES: AtomicUsize = AtomicUsize::new(0);
 
 /// The environment as `std::env::vars_os` reads it (a copy under std's lock), counted.
-pub(crate) fn copy<B: FromIterator<(OsString, OsString)>>() -> B {
+fn copy<B: FromIterator<(OsString, OsString)>>() -> B {
     COPIES.fetch_add(1, Ordering::Relaxed);
     std::env::vars_os().collect()
 }
@@ -99,8 +97,8 @@ fn parse(entry: &[u8]) -> Option<(&[u8], &[u8])> {
 /// reads, see [`parse`]) are `want`, in order, one for one. `same(entry, w)` says whether the
 /// C string `entry` is exactly `w`, and must never say so of an entry std would skip (so `w`
 /// must be one std could have read from it); an entry it does not match is passed over only
-/// if std would skip it. `None` when another thread may
-/// exist: then only a copy taken under std's lock may be read.
+/// if std would skip it. `None` when another thread may exist: then only a copy taken under
+/// std's lock may be read.
 fn matches_by<T>(
     want: impl IntoIterator<Item = T>,
     same: impl Fn(*const c_char, &T) -> bool,
@@ -161,14 +159,6 @@ pub(crate) fn matches_vars(vars: &[(OsString, OsString)]) -> Option<bool> {
                 })
             }
     })
-}
-
-/// With one thread only: whether the environment is, entry for entry, the "NAME=value"
-/// strings of `packed`, which were packed from it (see [`matches_by`]).
-pub(crate) fn matches_packed(packed: &CStrArray) -> Option<bool> {
-    // SAFETY: both are NUL-terminated strings: an environ entry, and one of `packed`'s
-    // (every string pushed ends with a NUL; `ptrs` points at each).
-    matches_by(packed.ptrs(), |entry, ours| unsafe { libc::strcmp(entry, **ours) == 0 })
 }
 
 #[cfg(test)]

@@ -274,17 +274,6 @@ impl CStrArray {
         Ok(())
     }
 
-    /// Append the concatenation of `parts`, which the caller knows hold no NUL (strings read
-    /// from C strings). A NUL would only cut the string short.
-    pub(crate) fn push_unchecked(&mut self, parts: &[&[u8]]) {
-        debug_assert!(!parts.iter().any(|p| p.contains(&0)));
-        self.starts.push(self.buf.len());
-        for p in parts {
-            self.buf.extend_from_slice(p);
-        }
-        self.buf.push(0);
-    }
-
     /// Make the pointer array (after the last `push`).
     pub(crate) fn finish(mut self) -> CStrArray {
         let base = self.buf.as_ptr();
@@ -300,11 +289,6 @@ impl CStrArray {
 
     pub(crate) fn len(&self) -> usize {
         self.starts.len()
-    }
-
-    /// The strings' pointers, without the NULL after them (none before `finish`).
-    pub(crate) fn ptrs(&self) -> &[*const c_char] {
-        &self.ptrs[..self.ptrs.len().saturating_sub(1)]
     }
 
     /// The strings, without their NULs.
