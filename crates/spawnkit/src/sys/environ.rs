@@ -142,22 +142,20 @@ unsafe fn strip(s: *const c_char, prefix: &[u8]) -> Option<*const c_char> {
 }
 
 /// With one thread only: whether the environment is `vars`, as `std::env::vars_os` would
-/// read it now (see [`matches_by`]).
-pub(crate) fn matches_vars(vars: &[(OsString, OsString)]) -> Option<bool> {
+/// read it now (see [`matches_by`]). `vars` is a snapshot std read ([`copy`]): every name is
+/// non-empty with no '=' after its first byte, and nothing holds a NUL, so an entry equal to
+/// "name=value" is one std reads as that pair.
+fn matches_vars(vars: &[(OsString, OsString)]) -> Option<bool> {
     matches_by(vars, |entry, (k, v)| {
         let (k, v) = (k.as_bytes(), v.as_bytes());
-        // Only a pair std could have read: a name with no '=' after its first byte, and
-        // no NUL anywhere (a base environment given by hand can hold either).
-        let readable =
-            !k.is_empty() && !k[1..].contains(&b'=') && !k.contains(&0) && !v.contains(&0);
-        // SAFETY: `entry` is one of environ's strings; `strip` reads no further than its
-        // NUL, and a byte it stops before is in the string.
-        readable
-            && unsafe {
-                strip(entry, k).is_some_and(|rest| {
-                    *rest == b'=' as c_char && strip(rest.add(1), v).is_some_and(|end| *end == 0)
-                })
-            }
+        // SAFETY: `entry` is one of environ's strings and `k`, `v` hold no NUL (read from C
+        // strings); `strip` reads no further than the entry's NUL, and a byte it stops
+        // before is in the string.
+        unsafe {
+            strip(entry, k).is_some_and(|rest| {
+                *rest == b'=' as c_char && strip(rest.add(1), v).is_some_and(|end| *end == 0)
+            })
+        }
     })
 }
 
