@@ -1469,3 +1469,83 @@ fn a_wait_timeout_beside_another_threads_wait_returns_on_time() {
     assert_eq!(other.wait().unwrap().signal(), Some(libc::SIGKILL));
     kill_waited(long_pid, waiter);
 }
+
+/// A server that reaps its own children (a server on a thread, as here; every server on a
+/// kernel before 6.15) keeps each child's pidfd until the child ends. It holds at most half
+/// its fd limit of them: a client that starts long-lived children and drops them is turned
+/// away beyond that (EAGAIN, the reason naming the bound), rather than using up the fds the
+/// server needs to take a connection, a request or a pidfd for anyone; and once they end,
+/// the same connection and others are served again.
+#[test]
+fn a_reaping_server_holds_at_most_half_its_fd_limit_of_children() {
+    if !common::alone("a_reaping_server_holds_at_most_half_its_fd_limit_of_children") {
+        return;
+    }
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    let soft = open + 64;
+    common::set_fd_limit(soft);
+    let held_max = (soft / 2) as usize;
+    let server = ThreadServer::start();
+    let mut client = server.client();
+    let (r, w) = std::io::pipe().unwrap();
+    let mut cat = probe_cmd(&["cat"]);
+    cat.stdin(Stdio::Fd(r.as_raw_fd())).stdout(Stdio::Null);
+    let mut started = 0;
+    let refused = loop {
+        match client.spawn(&cat) {
+            Ok(child) => {
+                assert!(started < 2 * held_max, "{started} children held, at most {held_max}");
+                drop(child); // the client keeps no fd of it; the server keeps its pidfd
+                started += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused.raw_os_error(), Some(libc::EAGAIN), "{refused}");
+    assert_eq!(refused.step(), "serve", "{refused}");
+    assert!(refused.to_string().contains("half its fd limit"), "{refused}");
+    assert_eq!(started, held_max, "turned away after {started}: {refused}");
+    // Another connection is taken and turned away alike while they run.
+    let mut other = server.client();
+    let e = other.spawn(&probe_cmd(&["exit", "0"])).expect_err("turned away");
+    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+    // They end (EOF on their stdin), the server reaps them, and both connections go on.
+    drop((r, w));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut exit7 = probe_cmd(&["exit", "7"]);
+    exit7.stdout(Stdio::Null);
+    loop {
+        match client.spawn(&exit7) {
+            Ok(mut c) => {
+                assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7));
+                break;
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
+                assert!(std::time::Instant::now() < deadline, "still turned away: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    // Every child reaped: the whole bound is free again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut children = Vec::new();
+    while children.len() < held_max {
+        match other.spawn(&exit7) {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "{} then {e}", children.len());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    for mut c in children {
+        assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7));
+    }
+    // A request that fails holds nothing: twice the bound of them fail as they are.
+    let missing = Command::new("/no/such/program");
+    for _ in 0..2 * held_max {
+        let e = client.spawn(&missing).expect_err("no such program");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+    }
+}

@@ -536,8 +536,9 @@ impl ChildRec {
 struct Watched {
     epoll: Arc<Epoll>,
     map: Mutex<HashMap<RawFd, ChildRec>>,
-    /// Status requests admitted and not yet over (queued, spawning, or their child in the
-    /// map): the pidfds the server holds, or is about to, for its clients.
+    /// Requests admitted and not yet over (queued, spawning, or their child in the map):
+    /// the pidfds the server holds, or is about to. Status requests, and, when the server
+    /// reaps, every request (each child's pidfd is kept until the child ends).
     held: AtomicUsize,
     /// The most it admits at once: half the server's fd limit.
     held_max: usize,
@@ -576,7 +577,8 @@ impl Watched {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Admit `n` status requests if the server may hold that many more pidfds.
+    /// Admit `n` requests whose children's pidfds the server keeps, if it may hold that many
+    /// more.
     fn admit(&self, n: usize) -> bool {
         self.held
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
@@ -585,7 +587,7 @@ impl Watched {
             .is_ok()
     }
 
-    /// An admitted status request is over (its child forgotten, or none was kept).
+    /// An admitted request is over (its child forgotten, or none was kept).
     fn release(&self) {
         let _ = self
             .held
@@ -623,7 +625,9 @@ impl Watched {
     fn remove(&self, map: &mut HashMap<RawFd, ChildRec>, raw: RawFd) -> Option<ChildRec> {
         let rec = map.remove(&raw)?;
         let _ = self.epoll.delete(raw);
-        if rec.status.is_some() {
+        // Every child in the map was admitted: a status child, or any child of a server
+        // that reaps.
+        if rec.status.is_some() || !self.kernel_reaps {
             self.release();
         }
         Some(rec)
@@ -1629,11 +1633,7 @@ impl<'a> Looper<'a> {
                             Ok(cmds) => cmds,
                             Err(e) => return self.refuse(conn, id, &e),
                         };
-                        let refused = if status {
-                            too_many_statuses(&conn.tx, &self.children, cmds.len())
-                        } else {
-                            (want_exit && self.kernel_reaps).then(no_exit_frames)
-                        };
+                        let refused = self.refusal(&conn.tx, status, want_exit, cmds.len());
                         if let Some(e) = refused {
                             // Every request of the frame gets its answer (the same refusal).
                             for i in 0..cmds.len() {
@@ -1658,11 +1658,7 @@ impl<'a> Looper<'a> {
                         }
                         continue;
                     }
-                    let refused = if status {
-                        too_many_statuses(&conn.tx, &self.children, 1)
-                    } else {
-                        (want_exit && self.kernel_reaps).then(no_exit_frames)
-                    };
+                    let refused = self.refusal(&conn.tx, status, want_exit, 1);
                     if let Some(e) = refused {
                         drop(frame);
                         self.send_error(conn, id, &e);
@@ -1678,7 +1674,7 @@ impl<'a> Looper<'a> {
                         }
                         // Bytes that do not decode: answer once, then close (malformed).
                         Err(e) => {
-                            if status {
+                            if self.holds(status) {
                                 self.children.release();
                             }
                             return self.refuse(conn, id, &e);
@@ -1686,6 +1682,27 @@ impl<'a> Looper<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether this server keeps the pidfd of a request's child until it ends (so the request
+    /// must be admitted first): a status request's, and every one when the server reaps.
+    fn holds(&self, status: bool) -> bool {
+        status || !self.kernel_reaps
+    }
+
+    /// Why `n` requests of a connection (`tx`; of one frame) are turned away, if they are; else they are
+    /// admitted (counted in until their children are forgotten).
+    fn refusal(&self, tx: &ConnTx, status: bool, want_exit: bool, n: usize) -> Option<Error> {
+        if status {
+            too_many_statuses(tx, &self.children, n)
+        } else if self.kernel_reaps {
+            want_exit.then(no_exit_frames)
+        } else {
+            // This server reaps: it keeps every child's pidfd until the child ends, so a
+            // client that starts long-lived children cannot use up its fds (then it could
+            // take no connection, request or pidfd for anyone).
+            (!self.children.admit(n)).then(|| too_many_held(&self.children, "request"))
         }
     }
 
@@ -1755,8 +1772,10 @@ impl<'a> Looper<'a> {
         let (pid, pidfd) = match spawn_for(&mut cmd, conn.peer, self.own) {
             Ok(p) => p,
             Err(e) => {
-                if let Some(sreq) = status {
+                if self.holds(status.is_some()) {
                     self.children.release();
+                }
+                if let Some(sreq) = status {
                     status_answered(&conn.tx, &sreq, error_frame(id, &e));
                     return;
                 }
@@ -2079,17 +2098,24 @@ fn too_many_statuses(tx: &ConnTx, watched: &Watched, n: usize) -> Option<Error> 
              {MAX_STATUS_IN_FLIGHT}: wait for some first"
         )
     } else if !watched.admit(n) {
-        format!(
-            "the server holds, or is about to, the pidfds of {} status children, at most {} \
-             (half its fd limit): wait for some first",
-            watched.held.load(Ordering::Relaxed),
-            watched.held_max
-        )
+        return Some(too_many_held(watched, "status request"));
     } else {
         tx.statuses.fetch_add(n, Ordering::Relaxed);
         return None;
     };
     Some(Error::os("serve", "status request", libc::EAGAIN).with_reason(why))
+}
+
+/// The refusal of requests that would make the server hold more children's pidfds than it
+/// may ([`Watched::admit`]).
+fn too_many_held(watched: &Watched, what: &'static str) -> Error {
+    let why = format!(
+        "the server holds, or is about to, the pidfds of {} children, at most {} (half its fd \
+         limit): wait for some to end first",
+        watched.held.load(Ordering::Relaxed),
+        watched.held_max
+    );
+    Error::os("serve", what, libc::EAGAIN).with_reason(why)
 }
 
 /// What every spawn of a server applies, whichever thread makes it.
