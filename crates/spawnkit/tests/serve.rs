@@ -1474,78 +1474,124 @@ fn a_wait_timeout_beside_another_threads_wait_returns_on_time() {
 /// kernel before 6.15) keeps each child's pidfd until the child ends. It holds at most half
 /// its fd limit of them: a client that starts long-lived children and drops them is turned
 /// away beyond that (EAGAIN, the reason naming the bound), rather than using up the fds the
-/// server needs to take a connection, a request or a pidfd for anyone; and once they end,
-/// the same connection and others are served again.
+/// server needs to take a connection, a request or a pidfd for anyone; once they end, the
+/// whole bound is free again. A request that fails, or does not decode, holds nothing; of a
+/// SpawnMany frame the server takes as many as there is room for.
 #[test]
 fn a_reaping_server_holds_at_most_half_its_fd_limit_of_children() {
     if !common::alone("a_reaping_server_holds_at_most_half_its_fd_limit_of_children") {
         return;
     }
+    // Room for the server's pidfds (half), this process's own and a few in passing.
     let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
-    let soft = open + 64;
+    let soft = 2 * open + 64;
     common::set_fd_limit(soft);
     let held_max = (soft / 2) as usize;
     let server = ThreadServer::start();
     let mut client = server.client();
-    let (r, w) = std::io::pipe().unwrap();
-    let mut cat = probe_cmd(&["cat"]);
-    cat.stdin(Stdio::Fd(r.as_raw_fd())).stdout(Stdio::Null);
-    let mut started = 0;
-    let refused = loop {
-        match client.spawn(&cat) {
-            Ok(child) => {
-                assert!(started < 2 * held_max, "{started} children held, at most {held_max}");
-                drop(child); // the client keeps no fd of it; the server keeps its pidfd
-                started += 1;
-            }
-            Err(e) => break e,
-        }
+    let deadline = || std::time::Instant::now() + Duration::from_secs(20);
+    let turned_away = |e: &spawnkit::Error| {
+        e.raw_os_error() == Some(libc::EAGAIN)
+            && e.step() == "serve"
+            && e.to_string().contains("half its fd limit")
     };
-    assert_eq!(refused.raw_os_error(), Some(libc::EAGAIN), "{refused}");
-    assert_eq!(refused.step(), "serve", "{refused}");
-    assert!(refused.to_string().contains("half its fd limit"), "{refused}");
-    assert_eq!(started, held_max, "turned away after {started}: {refused}");
-    // Another connection is taken and turned away alike while they run.
+    // Children that run until their stdin's other end closes; each dropped at once (the
+    // client keeps no fd of it; the server keeps its pidfd). Started one by one until the
+    // server turns one away (with `patient`, an EAGAIN is tried again until the deadline:
+    // children of an earlier round may not all be reaped yet); how many.
+    let fill = |client: &mut Client, stdin: &std::io::PipeReader, want: usize, patient: bool| {
+        let mut cat = probe_cmd(&["cat"]);
+        cat.stdin(Stdio::Fd(stdin.as_raw_fd())).stdout(Stdio::Null);
+        let until = deadline();
+        let mut started = 0;
+        while started < want {
+            match client.spawn(&cat) {
+                Ok(child) => {
+                    drop(child);
+                    started += 1;
+                }
+                Err(e) if turned_away(&e) && patient && std::time::Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => {
+                    assert!(turned_away(&e), "{e}");
+                    break;
+                }
+            }
+        }
+        started
+    };
+    let (r, w) = std::io::pipe().unwrap();
+    let started = fill(&mut client, &r, 2 * held_max, false);
+    assert_eq!(started, held_max, "turned away after {started}, at most {held_max}");
+    // Another connection is taken, and turned away alike while they run.
     let mut other = server.client();
     let e = other.spawn(&probe_cmd(&["exit", "0"])).expect_err("turned away");
-    assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
-    // They end (EOF on their stdin), the server reaps them, and both connections go on.
+    assert!(turned_away(&e), "{e}");
+    // They end (EOF on their stdin), the server reaps them; meanwhile and after, a request
+    // that fails is answered as it is (taken again when turned away) and holds nothing:
+    // twice the bound of them.
     drop((r, w));
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut exit7 = probe_cmd(&["exit", "7"]);
-    exit7.stdout(Stdio::Null);
-    loop {
-        match client.spawn(&exit7) {
-            Ok(mut c) => {
-                assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7));
-                break;
-            }
-            Err(e) => {
-                assert_eq!(e.raw_os_error(), Some(libc::EAGAIN), "{e}");
-                assert!(std::time::Instant::now() < deadline, "still turned away: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-    // Every child reaped: the whole bound is free again.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut children = Vec::new();
-    while children.len() < held_max {
-        match other.spawn(&exit7) {
-            Ok(c) => children.push(c),
-            Err(e) => {
-                assert!(std::time::Instant::now() < deadline, "{} then {e}", children.len());
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-    for mut c in children {
-        assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7));
-    }
-    // A request that fails holds nothing: twice the bound of them fail as they are.
     let missing = Command::new("/no/such/program");
     for _ in 0..2 * held_max {
-        let e = client.spawn(&missing).expect_err("no such program");
-        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+        let until = deadline();
+        loop {
+            let e = other.spawn(&missing).expect_err("no such program");
+            if turned_away(&e) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+            break;
+        }
+    }
+    // The whole bound is free again: all but one taken, ...
+    let (r, w) = std::io::pipe().unwrap();
+    assert_eq!(fill(&mut client, &r, held_max - 1, true), held_max - 1);
+    // ... a request that does not decode (it asks for the connection's environment, and
+    // this connection sent none) took the last place and gave it back, ...
+    let mut raw = authenticated(&server);
+    let mut bare = Command::new("/bin/true");
+    bare.stdin(Stdio::Null).stdout(Stdio::Null).stderr(Stdio::Null);
+    let (body, fds) = bare.to_wire().unwrap();
+    assert!(fds.is_empty());
+    let h = frame::Header {
+        len: body.len() as u32,
+        kind: frame::Kind::Spawn,
+        flags: frame::FLAG_CONN_ENV,
+        nfds: 0,
+        id: 9,
+    };
+    raw.write_all(&[&h.encode()[..], &body].concat()).unwrap();
+    let mut answered = Vec::new();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.read_to_end(&mut answered).unwrap(); // an Error, then the close
+    let rh = frame::Header::decode(answered[..frame::HEADER_LEN].try_into().unwrap()).unwrap();
+    assert_eq!((rh.kind, rh.id), (frame::Kind::Error, 9));
+    // ... so of a SpawnMany frame of three the first is taken and the others turned away.
+    let mut cat = probe_cmd(&["cat"]);
+    cat.stdin(Stdio::Fd(r.as_raw_fd())).stdout(Stdio::Null);
+    let three = client.spawn_many([&cat, &cat, &cat], 3).unwrap();
+    assert!(three[0].is_ok(), "{:?}", three[0].as_ref().err());
+    for r in &three[1..] {
+        let e = r.as_ref().expect_err("no room");
+        assert!(turned_away(e), "{e}");
+    }
+    drop(three);
+    let e = client.spawn(&probe_cmd(&["exit", "0"])).expect_err("turned away");
+    assert!(turned_away(&e), "{e}");
+    // And once they end, served again.
+    drop((r, w));
+    let mut exit7 = probe_cmd(&["exit", "7"]);
+    exit7.stdout(Stdio::Null);
+    let until = deadline();
+    loop {
+        match client.spawn(&exit7) {
+            Ok(mut c) => break assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7)),
+            Err(e) if turned_away(&e) && std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
     }
 }

@@ -35,7 +35,8 @@ const QUEUE_LIMIT: usize = 32;
 /// Status requests (`FLAG_STATUS`) one connection may have unanswered: their children's
 /// pidfds are the server's to hold until they end. Beyond it a request is refused (an Error,
 /// EAGAIN; the connection goes on). The server as a whole holds at most half its fd limit
-/// of them (`RLIMIT_NOFILE`, soft), whatever the number of connections.
+/// (`RLIMIT_NOFILE`, soft) of children's pidfds, whatever the number of connections: status
+/// children, and, in a server that reaps its children, every running child.
 pub const MAX_STATUS_IN_FLIGHT: usize = 1024;
 
 /// How long a status child's pidfd may say "ended" before the kernel has recorded how
@@ -64,7 +65,9 @@ pub struct ServerOptions {
     /// its children as they exit (`SA_NOCLDWAIT` on SIGCHLD, process-wide), so an exit costs
     /// the server nothing and a client's wait never waits for the server. Used only where
     /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
-    /// otherwise, and when false, the server reaps each child through its pidfd.
+    /// otherwise, and when false, the server reaps each child through its pidfd, and so holds
+    /// one fd per running child: it runs at most half its fd limit (`RLIMIT_NOFILE`, soft)
+    /// of children at once, and answers requests beyond with EAGAIN.
     pub kernel_reaps: bool,
     /// Close a connection whose request stays half sent this long (default
     /// [`FRAME_TIMEOUT`]): a client cannot hold a frame's worth of the server's memory and
@@ -587,6 +590,23 @@ impl Watched {
             .is_ok()
     }
 
+    /// Admit as many of `n` requests as the server may still hold (the first ones): how many.
+    fn admit_up_to(&self, n: usize) -> usize {
+        let mut took = 0;
+        let _ = self.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            took = n.min(self.held_max.saturating_sub(v));
+            Some(v + took)
+        });
+        took
+    }
+
+    /// Whether the server keeps the pidfd of a request's child until it ends (so the
+    /// request must be admitted first): a status request's, and every one when the server
+    /// reaps.
+    fn holds(&self, status: bool) -> bool {
+        status || !self.kernel_reaps
+    }
+
     /// An admitted request is over (its child forgotten, or none was kept).
     fn release(&self) {
         let _ = self
@@ -625,9 +645,8 @@ impl Watched {
     fn remove(&self, map: &mut HashMap<RawFd, ChildRec>, raw: RawFd) -> Option<ChildRec> {
         let rec = map.remove(&raw)?;
         let _ = self.epoll.delete(raw);
-        // Every child in the map was admitted: a status child, or any child of a server
-        // that reaps.
-        if rec.status.is_some() || !self.kernel_reaps {
+        // Every child in the map was admitted.
+        if self.holds(rec.status.is_some()) {
             self.release();
         }
         Some(rec)
@@ -1633,13 +1652,16 @@ impl<'a> Looper<'a> {
                             Ok(cmds) => cmds,
                             Err(e) => return self.refuse(conn, id, &e),
                         };
-                        let refused = self.refusal(&conn.tx, status, want_exit, cmds.len());
+                        let (took, refused) =
+                            self.admission(&conn.tx, status, want_exit, cmds.len());
+                        let mut cmds = cmds;
                         if let Some(e) = refused {
-                            // Every request of the frame gets its answer (the same refusal).
-                            for i in 0..cmds.len() {
+                            // Every request turned away gets its answer (the same refusal);
+                            // the fds they passed close with them.
+                            for i in took..cmds.len() {
                                 self.send_error(conn, id.wrapping_add(i as u64), &e);
                             }
-                            continue;
+                            cmds.truncate(took);
                         }
                         let batch =
                             (batch_reply && !status && cmds.len() > 1 && self.hand_off(conn))
@@ -1658,8 +1680,7 @@ impl<'a> Looper<'a> {
                         }
                         continue;
                     }
-                    let refused = self.refusal(&conn.tx, status, want_exit, 1);
-                    if let Some(e) = refused {
+                    if let (_, Some(e)) = self.admission(&conn.tx, status, want_exit, 1) {
                         drop(frame);
                         self.send_error(conn, id, &e);
                         continue;
@@ -1674,7 +1695,7 @@ impl<'a> Looper<'a> {
                         }
                         // Bytes that do not decode: answer once, then close (malformed).
                         Err(e) => {
-                            if self.holds(status) {
+                            if self.children.holds(status) {
                                 self.children.release();
                             }
                             return self.refuse(conn, id, &e);
@@ -1685,24 +1706,32 @@ impl<'a> Looper<'a> {
         }
     }
 
-    /// Whether this server keeps the pidfd of a request's child until it ends (so the request
-    /// must be admitted first): a status request's, and every one when the server reaps.
-    fn holds(&self, status: bool) -> bool {
-        status || !self.kernel_reaps
-    }
-
-    /// Why `n` requests of a connection (`tx`; of one frame) are turned away, if they are; else they are
-    /// admitted (counted in until their children are forgotten).
-    fn refusal(&self, tx: &ConnTx, status: bool, want_exit: bool, n: usize) -> Option<Error> {
+    /// Which of `n` requests of a connection (`tx`; one frame's) are taken: the first so
+    /// many, admitted (counted in until their children are forgotten), and why the others
+    /// are turned away. Status requests (and Exit-frame requests a kernel-reaping server
+    /// refuses) are taken or turned away whole.
+    fn admission(
+        &self,
+        tx: &ConnTx,
+        status: bool,
+        want_exit: bool,
+        n: usize,
+    ) -> (usize, Option<Error>) {
+        let whole = |refused: Option<Error>| match refused {
+            Some(e) => (0, Some(e)),
+            None => (n, None),
+        };
         if status {
-            too_many_statuses(tx, &self.children, n)
+            whole(too_many_statuses(tx, &self.children, n))
         } else if self.kernel_reaps {
-            want_exit.then(no_exit_frames)
+            whole(want_exit.then(no_exit_frames))
         } else {
             // This server reaps: it keeps every child's pidfd until the child ends, so a
             // client that starts long-lived children cannot use up its fds (then it could
-            // take no connection, request or pidfd for anyone).
-            (!self.children.admit(n)).then(|| too_many_held(&self.children, "request"))
+            // take no connection, request or pidfd for anyone). Each request has its own
+            // answer: as many as there is room for are taken.
+            let took = self.children.admit_up_to(n);
+            (took, (took < n).then(|| too_many_held(&self.children, "request")))
         }
     }
 
@@ -1772,7 +1801,7 @@ impl<'a> Looper<'a> {
         let (pid, pidfd) = match spawn_for(&mut cmd, conn.peer, self.own) {
             Ok(p) => p,
             Err(e) => {
-                if self.holds(status.is_some()) {
+                if self.children.holds(status.is_some()) {
                     self.children.release();
                 }
                 if let Some(sreq) = status {
@@ -2233,6 +2262,9 @@ fn ended_now(raw: RawFd) -> bool {
 /// instead: its answer is its Exit frame). If the reply had to queue, the connection's
 /// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
 fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) -> Option<u64> {
+    // Only a kernel-reaping server has spawner threads: a server that reaps spawns every
+    // request itself (`spawn_one`), which keeps, reaps and releases each child.
+    debug_assert!(watched.kernel_reaps, "a job in a server that reaps");
     if job.status.is_some() && job.tx.closed.load(Ordering::Relaxed) {
         // Its client is gone and nobody would learn how it ends: not started (the fds it
         // passed close with it).
