@@ -1,16 +1,18 @@
 /*
- * The design floor under a spawn server's latency (issue 13, `spawnkit bench server`): the
- * least a server that keeps a pre-created child parked can do for one request, in plain C,
- * so that its latency beside vfork+exec in the same run says how much of spawnkit's server
- * row is the design and how much is spawnkit.
+ * The design floor under a spawn server's latency and throughput (issue 13, `spawnkit bench
+ * server`): the least a server that keeps a pre-created child parked can do for one request,
+ * in plain C, so that its rows beside vfork+exec in the same run say how much of spawnkit's
+ * server rows is the design and how much is spawnkit.
  *
  * What it does, and nothing more:
  *   client  getcwd, copies `environ` (this C program has one thread: nobody can change the
  *           environment under it; a Rust client must copy it under std's lock), sends one
  *           length-prefixed message (cwd, program, argv, environment) with its stdin, the
  *           given stdout and its stderr by SCM_RIGHTS, and blocks until the answer (pid, and
- *           the pidfd by SCM_RIGHTS) comes;
- *   server  one thread blocked in recvmsg; it stores the request in the parked child's dock,
+ *           the pidfd by SCM_RIGHTS) comes (fs_spawn); for throughput it keeps several
+ *           requests in flight (fs_submit, fs_receive: answers come in order);
+ *   server  one thread blocked in recvmsg, one request at a time; it stores the request in the
+ *           parked child's dock,
  *           wakes it (futex), sleeps until the kernel clears the child's tid (the child has
  *           exec'd: CLONE_CHILD_CLEARTID), answers, closes what it received, and parks the
  *           next child;
@@ -23,7 +25,7 @@
  *           execvp; an exec error is written where the server reads it, and answered).
  *
  * Left out, each of which spawnkit's server does: authentication (per connection, not per
- * request), a protocol that carries every option, ids and many requests in flight, errors
+ * request), a protocol that carries every option, ids and answers out of order, errors
  * that name the failed step, checking which of the caller's fds are open, close-on-exec
  * everywhere else, signal dispositions, the watchdog, reaping.
  *
@@ -130,8 +132,10 @@ static int park(void)
 }
 
 /* Read one request (a 4-byte length, then that many bytes) into req, its fds (at most 3) into
- * FDS: one recvmsg when it all came at once, as it does here (one request at a time, a
- * message far below the socket buffer). Returns the body's length, or -1. */
+ * FDS: one recvmsg when it all came at once, as it does here (a request is one sendmsg far
+ * below the socket buffer, so one skb, and a recvmsg ends with the skb that brought fds: it
+ * never takes bytes of the request behind it, even with many in flight). Returns the body's
+ * length, or -1. */
 static long read_request(int s, int *fds, int *nfds)
 {
     size_t got = 0, want = 4;
@@ -306,10 +310,10 @@ int fs_wait(int pidfd);
 
 static char msg[4 + MSG_MAX];
 
-/* Start PROG (argv {PROG}) through the floor server on SOCK with stdout on OUT_FD, this
- * process's cwd and environment, stdin and stderr. Returns the pid and stores the pidfd in
- * *PIDFD, or returns -errno. */
-int fs_spawn(int sock, const char *prog, int out_fd, int *pidfd)
+/* Send the request to start PROG (argv {PROG}) through the floor server on SOCK with stdout
+ * on OUT_FD, this process's cwd and environment, stdin and stderr: 0, or -errno. Its answer
+ * is for fs_receive (answers come in the order of the requests). */
+int fs_submit(int sock, const char *prog, int out_fd)
 {
     char *p = msg + 4, *end = msg + sizeof msg;
     if (!getcwd(p, 4096))
@@ -336,6 +340,13 @@ int fs_spawn(int sock, const char *prog, int out_fd, int *pidfd)
     int fds[3] = {0, out_fd, 2};
     if (send_with_fds(sock, msg, (size_t)(p - msg), fds, 3) != p - msg)
         return -EIO;
+    return 0;
+}
+
+/* The answer to the oldest request not answered yet: the pid, with the pidfd in *PIDFD, or
+ * -errno (the exec's, or -EIO). */
+int fs_receive(int sock, int *pidfd)
+{
     int32_t pid;
     char rbuf[CMSG_SPACE(sizeof(int))];
     struct iovec riov = {&pid, sizeof pid};
@@ -355,6 +366,13 @@ int fs_spawn(int sock, const char *prog, int out_fd, int *pidfd)
         *pidfd = -1;
     }
     return pid;
+}
+
+/* fs_submit, then fs_receive: one request at a time. */
+int fs_spawn(int sock, const char *prog, int out_fd, int *pidfd)
+{
+    int r = fs_submit(sock, prog, out_fd);
+    return r < 0 ? r : fs_receive(sock, pidfd);
 }
 
 /* Wait for the child behind PIDFD to end (its pidfd turns readable), then close it. */

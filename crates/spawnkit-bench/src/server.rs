@@ -60,11 +60,17 @@ enum Way {
     Vfork,
     Local,
     Server,
-    /// The minimal pooled server in C (latency only).
+    /// The minimal pooled server in C (latency and throughput).
     Floor,
+    /// Two vfork+exec loops on two threads at once (throughput only): what the machine's
+    /// CPUs make of this child with no messaging at all, the ceiling over any server.
+    TwoVfork,
 }
 
 const WAYS: [Way; 3] = [Way::Vfork, Way::Local, Way::Server];
+
+/// The throughput rows: the ways, the design floor and the machine's ceiling beside them.
+const TP_WAYS: [Way; 5] = [Way::Vfork, Way::Local, Way::Server, Way::Floor, Way::TwoVfork];
 
 /// The latency rows: the ways, and the design floor beside them.
 const LAT_WAYS: [Way; 4] = [Way::Vfork, Way::Local, Way::Server, Way::Floor];
@@ -76,6 +82,7 @@ impl Way {
             Way::Local => "spawnkit_local",
             Way::Server => "spawnkit_server",
             Way::Floor => "floor_pooled_server",
+            Way::TwoVfork => "ceiling_two_vfork_loops",
         }
     }
 
@@ -85,6 +92,7 @@ impl Way {
             Way::Local => "spawnkit local (clone-vfork)",
             Way::Server => "spawnkit private server",
             Way::Floor => "floor: minimal pooled server in C",
+            Way::TwoVfork => "ceiling: two vfork+exec loops, two threads",
         }
     }
 
@@ -92,6 +100,7 @@ impl Way {
         match self {
             Way::Vfork => "baseline",
             Way::Floor => "floor",
+            Way::TwoVfork => "ceiling",
             _ => "spawnkit",
         }
     }
@@ -169,6 +178,16 @@ impl ServerResults {
             "floor: (minimal pooled server + Rust's environment copy)/vfork" => {
                 let env = self.env_copy.get(&size).map(|s| s.min_us);
                 div(lat("floor_pooled_server").zip(env).map(|(a, b)| a + b), lat("vfork_exec"))
+            }
+            // The same server from one caller thread with 16 requests in flight: what a
+            // server that spawns one request at a time, and does nothing else, gives here.
+            "floor: minimal pooled server throughput/vfork_throughput" => {
+                div(tp("floor_pooled_server"), tp("vfork_exec"))
+            }
+            // No messaging at all: two vfork+exec loops at once on two threads. No server
+            // fed by one thread makes more: the ceiling over the throughput target.
+            "ceiling: two vfork loops throughput/vfork_throughput" => {
+                div(tp("ceiling_two_vfork_loops"), tp("vfork_exec"))
             }
             // Spawn + wait through the API made for it (status requests: the server holds the
             // pidfds and answers with the statuses), 16 per message.
@@ -370,7 +389,7 @@ pub const RATIOS: [Target; 5] = [
 /// puts it) and with the round trip across two CPUs (a server that works on the other core).
 /// Then `server/vfork` in its two factors, from the same latency rows: what the server adds
 /// to spawnkit's local spawn, and what that local spawn adds to vfork+exec.
-pub const FLOORS: [&str; 13] = [
+pub const FLOORS: [&str; 15] = [
     "server_caller_cpu_children/vfork_cpu",
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
@@ -384,6 +403,8 @@ pub const FLOORS: [&str; 13] = [
     "latency: local/vfork",
     "floor: minimal pooled server/vfork",
     "floor: (minimal pooled server + Rust's environment copy)/vfork",
+    "floor: minimal pooled server throughput/vfork_throughput",
+    "ceiling: two vfork loops throughput/vfork_throughput",
 ];
 
 /// The Python rows that spawn `runs` times per parent size (bench/python_server.py).
@@ -391,7 +412,8 @@ const PY_ROWS: usize = 4;
 
 /// How many spawns the method makes (for the progress bar); Python counts its spawns too.
 pub fn planned(runs: usize, tp_iterations: usize, tp_spawns: usize, python: bool) -> usize {
-    let per_size = WAYS.len() * (runs + runs + tp_spawns * tp_iterations) + 8 * runs;
+    let per_size =
+        WAYS.len() * (runs + runs) + TP_WAYS.len() * tp_spawns * tp_iterations + 8 * runs;
     SIZES.len() * (per_size + if python { PY_ROWS * runs } else { 0 }) + 2 * runs
 }
 
@@ -451,6 +473,7 @@ fn latency_once(
             wait_ok(child)?;
             read?;
         }
+        Way::TwoVfork => return Err("the ceiling has a throughput row only".into()),
         Way::Floor => {
             let floor = floor.ok_or("no floor server")?;
             let (_, pidfd) = floor.spawn(prog, w)?;
@@ -462,22 +485,27 @@ fn latency_once(
     Ok(sys::timestamp_ns(&buf) - t0)
 }
 
+/// `n` vfork+exec spawns, each waited for before the next.
+fn vfork_loop(prog: &CStr, null: RawFd, n: usize) -> Result<(), String> {
+    for _ in 0..n {
+        let pid = Baseline::VforkExec.call(prog, null)?;
+        sys::waited(sys::waitpid(pid)?)?;
+    }
+    Ok(())
+}
+
 /// `n` spawns and waits with at most [`IN_FLIGHT`] at once where the way allows (the
-/// server), else one at a time: the CPU and throughput work.
+/// servers), else one at a time: the CPU and throughput work.
 fn spawn_wait(
     way: Way,
     client: &mut Client,
+    floor: Option<&sys::FloorServer>,
     prog: &CStr,
     null: RawFd,
     n: usize,
 ) -> Result<(), String> {
     match way {
-        Way::Vfork => {
-            for _ in 0..n {
-                let pid = Baseline::VforkExec.call(prog, null)?;
-                sys::waited(sys::waitpid(pid)?)?;
-            }
-        }
+        Way::Vfork => vfork_loop(prog, null, n)?,
         Way::Local => {
             let mut cmd = tiny(prog, null);
             for _ in 0..n {
@@ -504,7 +532,38 @@ fn spawn_wait(
                 }
             }
         }
-        Way::Floor => return Err("the design floor has a latency row only".into()),
+        Way::TwoVfork => {
+            // Half on a second thread, half here, at once.
+            let half = n / 2;
+            std::thread::scope(|s| {
+                let t = s.spawn(|| vfork_loop(prog, null, half));
+                let here = vfork_loop(prog, null, n - half);
+                t.join().map_err(|_| "the second vfork loop panicked".to_string())?.and(here)
+            })?;
+        }
+        Way::Floor => {
+            // As the server above: its answers come in order, each child waited for by its
+            // pidfd (the floor server reaps it).
+            let floor = floor.ok_or("no floor server")?;
+            let mut running = VecDeque::with_capacity(IN_FLIGHT);
+            let (mut sent, mut answered, mut done) = (0, 0, 0);
+            while done < n {
+                while sent < n && sent - done < IN_FLIGHT {
+                    floor.submit(prog, null)?;
+                    sent += 1;
+                }
+                if answered < sent {
+                    running.push_back(floor.receive()?.1);
+                    answered += 1;
+                }
+                if running.len() >= IN_FLIGHT / 2 || answered == n {
+                    if let Some(pidfd) = running.pop_front() {
+                        sys::FloorServer::wait(pidfd);
+                        done += 1;
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -522,7 +581,7 @@ fn cpu_block(
         return cpu_batched(client, prog, null, n, IN_FLIGHT);
     }
     let c0 = sys::thread_cpu_us();
-    spawn_wait(way, client, prog, null, n)?;
+    spawn_wait(way, client, None, prog, null, n)?;
     Ok(sys::thread_cpu_us() - c0)
 }
 
@@ -794,7 +853,9 @@ pub fn run(
     let mut cpu: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
     let mut cpu_max: BTreeMap<Size, f64> = BTreeMap::new();
     let mut cpu_status_row: BTreeMap<Size, f64> = BTreeMap::new();
-    let mut tp: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); WAYS.len()];
+    let tp_ways: Vec<Way> =
+        TP_WAYS.iter().copied().filter(|w| *w != Way::Floor || floor_server.is_some()).collect();
+    let mut tp: Vec<BTreeMap<Size, f64>> = vec![BTreeMap::new(); tp_ways.len()];
     let mut floor = BTreeMap::new();
     let mut floor_pinned = BTreeMap::new();
     let mut floor_batch = BTreeMap::new();
@@ -885,16 +946,20 @@ pub fn run(
             cpu_status_row.insert(size, acc_status.0 / acc_status.1 as f64);
         }
         // (c) throughput from this one thread
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); tp_ways.len()];
         for it in 0..tp_iterations {
-            for k in 0..WAYS.len() {
-                let i = (it + k) % WAYS.len();
+            for k in 0..tp_ways.len() {
+                let i = (it + k) % tp_ways.len();
+                let (way, floor) = (tp_ways[i], floor_server.as_ref());
                 let t = Instant::now();
-                spawn_wait(WAYS[i], client, prog, null_fd, tp_spawns)
-                    .map_err(|e| format!("server throughput, {}: {e}", WAYS[i].name()))?;
+                spawn_wait(way, client, floor, prog, null_fd, tp_spawns)
+                    .map_err(|e| format!("server throughput, {}: {e}", way.name()))?;
                 rates[i].push(tp_spawns as f64 / t.elapsed().as_secs_f64());
                 progress.inc(tp_spawns as u64);
             }
+        }
+        if floor_server.is_none() {
+            progress.inc((tp_spawns * tp_iterations) as u64);
         }
         for (i, v) in rates.into_iter().enumerate() {
             if let Some(m) = median(v) {
@@ -945,7 +1010,7 @@ pub fn run(
                 values: cpu_status_row,
             }))
             .collect(),
-        throughput: WAYS
+        throughput: tp_ways
             .iter()
             .zip(tp)
             .map(|(w, values)| {
@@ -953,7 +1018,8 @@ pub fn run(
                     Way::Server => format!("spawnkit private server, {IN_FLIGHT} in flight"),
                     Way::Local => "spawnkit local, spawn+wait loop".into(),
                     Way::Vfork => "vfork+exec, spawn+wait loop".into(),
-                    Way::Floor => w.name().into(),
+                    Way::Floor => format!("floor: minimal pooled C server, {IN_FLIGHT} in flight"),
+                    Way::TwoVfork => "ceiling: two vfork+exec loops at once".into(),
                 };
                 ValueRow { id: w.id().into(), name, values }
             })

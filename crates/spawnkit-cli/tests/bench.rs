@@ -696,7 +696,24 @@ fn server_method_rows_and_ratios() {
         let key = "floor: (minimal pooled server + Rust's environment copy)/vfork";
         let got = v["other_ratios"][key][size].as_f64().unwrap();
         assert!((got - want).abs() <= 1e-9 * want, "{key} at {size}: {got}, {want}");
+        // The design floor's throughput (16 in flight, as the server's) over vfork+exec's.
+        let tp_rows = sv["throughput"]["rows"].as_array().unwrap();
+        let tp = |id: &str| {
+            let row = tp_rows.iter().find(|r| r["id"] == id).expect(id);
+            row["sizes"][size].as_f64().unwrap()
+        };
+        for (key, id) in [
+            ("floor: minimal pooled server throughput/vfork_throughput", "floor_pooled_server"),
+            // And the machine's ceiling: two vfork+exec loops at once, no messaging.
+            ("ceiling: two vfork loops throughput/vfork_throughput", "ceiling_two_vfork_loops"),
+        ] {
+            let want = tp(id) / tp("vfork_exec");
+            let got = v["other_ratios"][key][size].as_f64().unwrap();
+            assert!(want > 0.0 && (got - want).abs() <= 1e-9 * want, "{key} at {size}: {got}");
+        }
     }
+    assert!(stdout.contains("ceiling: two vfork+exec loops at once"), "{stdout}");
+    assert!(stdout.contains("floor: minimal pooled C server, 16 in flight"), "{stdout}");
     assert!(stdout.contains("floor: minimal pooled server in C"), "{stdout}");
     assert!(stdout.contains("spawnkit private server, status, 16 per message"), "{stdout}");
     assert!(stdout.contains("spawnkit private server"), "{stdout}");

@@ -293,6 +293,8 @@ extern "C" {
     fn bl_pclose(handle: *mut c_void) -> c_int;
     fn fs_start(pid: *mut c_int) -> c_int;
     fn fs_spawn(sock: c_int, prog: *const c_char, out_fd: c_int, pidfd: *mut c_int) -> c_int;
+    fn fs_submit(sock: c_int, prog: *const c_char, out_fd: c_int) -> c_int;
+    fn fs_receive(sock: c_int, pidfd: *mut c_int) -> c_int;
     fn fs_wait(pidfd: c_int) -> c_int;
 }
 
@@ -323,6 +325,23 @@ impl FloorServer {
         // SAFETY: the socket is ours, `prog` a live NUL-terminated string, `out_fd` open;
         // fs_spawn writes the received pidfd into `pidfd`.
         let pid = unsafe { fs_spawn(sock, prog.as_ptr(), out_fd, &mut pidfd) };
+        check("floor server spawn", pid).map(|pid| (pid, pidfd))
+    }
+
+    /// Send the request of [`FloorServer::spawn`] without waiting for its answer (for
+    /// [`FloorServer::receive`]: answers come in the order of the requests).
+    pub fn submit(&self, prog: &std::ffi::CStr, out_fd: RawFd) -> Result<(), String> {
+        let sock = self.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
+        // SAFETY: the socket is ours, `prog` a live NUL-terminated string, `out_fd` open.
+        check("floor server submit", unsafe { fs_submit(sock, prog.as_ptr(), out_fd) }).map(drop)
+    }
+
+    /// The answer to the oldest request not answered yet: the pid and the child's pidfd.
+    pub fn receive(&self) -> Result<(c_int, c_int), String> {
+        let sock = self.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
+        let mut pidfd: c_int = -1;
+        // SAFETY: the socket is ours; fs_receive writes the received pidfd into `pidfd`.
+        let pid = unsafe { fs_receive(sock, &mut pidfd) };
         check("floor server spawn", pid).map(|pid| (pid, pidfd))
     }
 
