@@ -306,7 +306,8 @@ impl Client {
 
     /// Submit all of `cmds` (keeping at most `window` in flight, sent in batches: one
     /// message for as many as the window has room for) and return their children or
-    /// errors in order.
+    /// errors in order. A request a server that reaps its own children turns away (it
+    /// holds half its fd limit of them already: EAGAIN) is its item's error, not sent again.
     pub fn spawn_many<'c>(
         &mut self,
         cmds: impl IntoIterator<Item = &'c Command>,

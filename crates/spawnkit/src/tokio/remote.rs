@@ -176,9 +176,11 @@ impl Client {
 
     /// Submit every command (all in flight at once, as far as the socket takes them: up to
     /// 64 in one message, their answers coalesced into one), then collect the children in
-    /// order; a command that fails, to encode or to spawn, is its own item's error. Only a
-    /// failure of the connection itself fails the call. Dropping the future abandons the
-    /// requests sent (as [`spawn`](Client::spawn)).
+    /// order; a command that fails, to encode or to spawn, is its own item's error (so is a
+    /// request turned away by a server that reaps its own children and already holds half
+    /// its fd limit of them: EAGAIN, not sent again). Only a failure of the connection
+    /// itself fails the call. Dropping the future abandons the requests sent (as
+    /// [`spawn`](Client::spawn)).
     pub async fn spawn_many<'c>(
         &self,
         cmds: impl IntoIterator<Item = &'c Command>,
