@@ -11,8 +11,11 @@
 //!   message (`submit_status_many`: spawn and wait, the server keeps the pidfds and answers
 //!   with how each child ended), their 16 answers received; for the others, spawn and wait,
 //!   one at a time;
-//! * throughput from one calling thread: the server with up to 16 requests in flight (or
-//!   children not yet waited for), vfork+exec and the local spawn in a spawn-and-wait loop;
+//! * throughput from one calling thread: the server with up to 16 requests in flight, as
+//!   status requests (8 per message as answers free room: spawn and wait, the main ratio)
+//!   and through `Child`s (children not yet waited for count), vfork+exec and the local
+//!   spawn in a spawn-and-wait loop; beside them the minimal pooled C server with 16 in
+//!   flight and the machine's ceiling, two vfork+exec loops at once on two threads;
 //! * the floor under the server's latency: one round trip over a Unix socketpair to a thread
 //!   that answers at once (a request-sized write, a reply-sized read; no fds, no spawn);
 //! * the design floor under it: a latency row through a minimal pooled spawn server in C
@@ -65,12 +68,18 @@ enum Way {
     /// Two vfork+exec loops on two threads at once (throughput only): what the machine's
     /// CPUs make of this child with no messaging at all, the ceiling over any server.
     TwoVfork,
+    /// The server's status requests (throughput only; the CPU rows have their own): spawn
+    /// and wait through the server, which keeps the pidfds and answers with how each child
+    /// ended.
+    Status,
 }
 
 const WAYS: [Way; 3] = [Way::Vfork, Way::Local, Way::Server];
 
-/// The throughput rows: the ways, the design floor and the machine's ceiling beside them.
-const TP_WAYS: [Way; 5] = [Way::Vfork, Way::Local, Way::Server, Way::Floor, Way::TwoVfork];
+/// The throughput rows: the ways, the server's status requests, the design floor and the
+/// machine's ceiling beside them.
+const TP_WAYS: [Way; 6] =
+    [Way::Vfork, Way::Local, Way::Server, Way::Status, Way::Floor, Way::TwoVfork];
 
 /// The latency rows: the ways, and the design floor beside them.
 const LAT_WAYS: [Way; 4] = [Way::Vfork, Way::Local, Way::Server, Way::Floor];
@@ -83,6 +92,7 @@ impl Way {
             Way::Server => "spawnkit_server",
             Way::Floor => "floor_pooled_server",
             Way::TwoVfork => "ceiling_two_vfork_loops",
+            Way::Status => "spawnkit_server_status",
         }
     }
 
@@ -93,6 +103,7 @@ impl Way {
             Way::Server => "spawnkit private server",
             Way::Floor => "floor: minimal pooled server in C",
             Way::TwoVfork => "ceiling: two vfork+exec loops, two threads",
+            Way::Status => "spawnkit private server, status requests",
         }
     }
 
@@ -196,7 +207,13 @@ impl ServerResults {
             "server_caller_cpu_children/vfork_cpu" => {
                 div(cpu("spawnkit_server"), cpu("vfork_exec"))
             }
+            // Spawn + wait through the API made for it (status requests, as the CPU ratio),
+            // 16 in flight from the one thread.
             "server_throughput_1thread/vfork_throughput" => {
+                div(tp("spawnkit_server_status"), tp("vfork_exec"))
+            }
+            // The same through `Child`s (pidfds handed over, each child waited for here).
+            "server_throughput_children/vfork_throughput" => {
                 div(tp("spawnkit_server"), tp("vfork_exec"))
             }
             "py_server/py_local" => div(lat("py_server"), lat("py_local")),
@@ -381,16 +398,18 @@ pub const RATIOS: [Target; 5] = [
     Target { key: "py_server_cpu/py_local_cpu", target: 0.5, at_least: false },
 ];
 
-/// In `other_ratios`: the caller's CPU through `Child`s (pidfds handed over and waited for
-/// here; the main ratio's status requests leave the pidfds in the server), with as many
+/// In `other_ratios`: the caller's CPU and the rate through `Child`s (pidfds handed over and
+/// waited for here; the main ratios' status requests leave the pidfds in the server),
+/// the caller's CPU with as many
 /// requests per message as the API allows (the main ratio keeps 16 per message), and
 /// the floors under the first two ratios and the Python CPU ratio, all measured in the same
 /// run: with the round trip as it falls (the answering thread is woken where the scheduler
 /// puts it) and with the round trip across two CPUs (a server that works on the other core).
 /// Then `server/vfork` in its two factors, from the same latency rows: what the server adds
 /// to spawnkit's local spawn, and what that local spawn adds to vfork+exec.
-pub const FLOORS: [&str; 15] = [
+pub const FLOORS: [&str; 16] = [
     "server_caller_cpu_children/vfork_cpu",
+    "server_throughput_children/vfork_throughput",
     "server_caller_cpu_batch_max/vfork_cpu",
     "floor: (socket round trip + vfork)/vfork",
     "floor: socket round trip cpu/vfork_cpu",
@@ -473,7 +492,7 @@ fn latency_once(
             wait_ok(child)?;
             read?;
         }
-        Way::TwoVfork => return Err("the ceiling has a throughput row only".into()),
+        Way::TwoVfork | Way::Status => return Err("a throughput row only".into()),
         Way::Floor => {
             let floor = floor.ok_or("no floor server")?;
             let (_, pidfd) = floor.spawn(prog, w)?;
@@ -530,6 +549,26 @@ fn spawn_wait(
                         done += 1;
                     }
                 }
+            }
+        }
+        Way::Status => {
+            // Spawn and wait through the API made for it: up to IN_FLIGHT unanswered, sent
+            // IN_FLIGHT / 2 per message as answers free room (as the CPU row's batches).
+            let cmd = tiny(prog, null);
+            let (mut sent, mut done) = (0, 0);
+            while done < n {
+                let room = (IN_FLIGHT - (sent - done)).min(n - sent);
+                if room >= IN_FLIGHT / 2 || (room > 0 && sent + room == n) {
+                    let batch = std::iter::repeat_n(&cmd, room);
+                    client.submit_status_many(batch).map_err(|e| e.to_string())?;
+                    sent += room;
+                }
+                let st = client.receive_status().map_err(|e| e.to_string())?.1;
+                let st = st.map_err(|e| e.to_string())?;
+                if !st.success() {
+                    return Err(format!("the child ended with {st}"));
+                }
+                done += 1;
             }
         }
         Way::TwoVfork => {
@@ -1020,6 +1059,9 @@ pub fn run(
                     Way::Vfork => "vfork+exec, spawn+wait loop".into(),
                     Way::Floor => format!("floor: minimal pooled C server, {IN_FLIGHT} in flight"),
                     Way::TwoVfork => "ceiling: two vfork+exec loops at once".into(),
+                    Way::Status => {
+                        format!("spawnkit server, status requests, {IN_FLIGHT} in flight")
+                    }
                 };
                 ValueRow { id: w.id().into(), name, values }
             })

@@ -703,6 +703,8 @@ fn server_method_rows_and_ratios() {
             row["sizes"][size].as_f64().unwrap()
         };
         for (key, id) in [
+            // Spawn + wait through status requests (the main ratio), and through Children.
+            ("server_throughput_children/vfork_throughput", "spawnkit_server"),
             ("floor: minimal pooled server throughput/vfork_throughput", "floor_pooled_server"),
             // And the machine's ceiling: two vfork+exec loops at once, no messaging.
             ("ceiling: two vfork loops throughput/vfork_throughput", "ceiling_two_vfork_loops"),
@@ -711,8 +713,13 @@ fn server_method_rows_and_ratios() {
             let got = v["other_ratios"][key][size].as_f64().unwrap();
             assert!(want > 0.0 && (got - want).abs() <= 1e-9 * want, "{key} at {size}: {got}");
         }
+        let want = tp("spawnkit_server_status") / tp("vfork_exec");
+        let key = "server_throughput_1thread/vfork_throughput";
+        let got = v["ratios"][key][size].as_f64().unwrap();
+        assert!(want > 0.0 && (got - want).abs() <= 1e-9 * want, "{key} at {size}: {got}");
     }
     assert!(stdout.contains("ceiling: two vfork+exec loops at once"), "{stdout}");
+    assert!(stdout.contains("spawnkit server, status requests, 16 in flight"), "{stdout}");
     assert!(stdout.contains("floor: minimal pooled C server, 16 in flight"), "{stdout}");
     assert!(stdout.contains("floor: minimal pooled server in C"), "{stdout}");
     assert!(stdout.contains("spawnkit private server, status, 16 per message"), "{stdout}");
