@@ -1594,4 +1594,10 @@ fn a_reaping_server_holds_at_most_half_its_fd_limit_of_children() {
             Err(e) => panic!("{e}"),
         }
     }
+    // The requests turned away held nothing: the whole bound again, exactly.
+    let (r, w) = std::io::pipe().unwrap();
+    assert_eq!(fill(&mut client, &r, held_max, true), held_max);
+    let e = client.spawn(&probe_cmd(&["exit", "0"])).expect_err("turned away");
+    assert!(turned_away(&e), "{e}");
+    drop((r, w));
 }

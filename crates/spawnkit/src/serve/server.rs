@@ -67,7 +67,8 @@ pub struct ServerOptions {
     /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
     /// otherwise, and when false, the server reaps each child through its pidfd, and so holds
     /// one fd per running child: it runs at most half its fd limit (`RLIMIT_NOFILE`, soft)
-    /// of children at once, and answers requests beyond with EAGAIN.
+    /// of children at once, status children included, and answers requests beyond with
+    /// EAGAIN.
     pub kernel_reaps: bool,
     /// Close a connection whose request stays half sent this long (default
     /// [`FRAME_TIMEOUT`]): a client cannot hold a frame's worth of the server's memory and
@@ -1655,14 +1656,9 @@ impl<'a> Looper<'a> {
                         let (took, refused) =
                             self.admission(&conn.tx, status, want_exit, cmds.len());
                         let mut cmds = cmds;
-                        if let Some(e) = refused {
-                            // Every request turned away gets its answer (the same refusal);
-                            // the fds they passed close with them.
-                            for i in took..cmds.len() {
-                                self.send_error(conn, id.wrapping_add(i as u64), &e);
-                            }
-                            cmds.truncate(took);
-                        }
+                        // The requests turned away are answered after the others are taken,
+                        // so the answers keep the requests' order.
+                        let rest = cmds.split_off(took);
                         let batch =
                             (batch_reply && !status && cmds.len() > 1 && self.hand_off(conn))
                                 .then(|| FrameBatch::new(cmds.len()));
@@ -1677,6 +1673,13 @@ impl<'a> Looper<'a> {
                             let sub = id.wrapping_add(i as u64);
                             let asked = (want_exit, sreq.clone());
                             self.take_request(conn, idx, sub, asked, batch.clone(), cmd);
+                        }
+                        if let Some(e) = refused {
+                            // Each gets its answer (the same refusal); the fds they passed
+                            // close with them.
+                            for i in took..took + rest.len() {
+                                self.send_error(conn, id.wrapping_add(i as u64), &e);
+                            }
                         }
                         continue;
                     }
