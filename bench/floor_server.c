@@ -8,12 +8,11 @@
  *   client  getcwd, copies `environ` (this C program has one thread: nobody can change the
  *           environment under it; a Rust client must copy it under std's lock), sends one
  *           length-prefixed message (cwd, program, argv, environment) with its stdin, the
- *           given stdout and its stderr by SCM_RIGHTS, and blocks until the answer (pid, and
- *           the pidfd by SCM_RIGHTS) comes (fs_spawn); for throughput it keeps several
- *           requests in flight (fs_submit, fs_receive: answers come in order);
+ *           given stdout and its stderr by SCM_RIGHTS (fs_submit), and takes the answer
+ *           (pid, and the pidfd by SCM_RIGHTS: fs_receive), at once for latency, with up to
+ *           16 requests in flight for throughput (answers come in order);
  *   server  one thread blocked in recvmsg, one request at a time; it stores the request in the
- *           parked child's dock,
- *           wakes it (futex), sleeps until the kernel clears the child's tid (the child has
+ *           parked child's dock, wakes it (futex), sleeps until the kernel clears the child's tid (the child has
  *           exec'd: CLONE_CHILD_CLEARTID), answers, closes what it received, and parks the
  *           next child;
  *           (and, for a bare name, execvp's candidates along the client's PATH);
@@ -368,12 +367,6 @@ int fs_receive(int sock, int *pidfd)
     return pid;
 }
 
-/* fs_submit, then fs_receive: one request at a time. */
-int fs_spawn(int sock, const char *prog, int out_fd, int *pidfd)
-{
-    int r = fs_submit(sock, prog, out_fd);
-    return r < 0 ? r : fs_receive(sock, pidfd);
-}
 
 /* Wait for the child behind PIDFD to end (its pidfd turns readable), then close it. */
 int fs_wait(int pidfd)

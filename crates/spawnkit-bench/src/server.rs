@@ -504,6 +504,16 @@ fn latency_once(
     Ok(sys::timestamp_ns(&buf) - t0)
 }
 
+/// The next status request's answer: the child ran and ended well.
+fn status_ok(client: &mut Client) -> Result<(), String> {
+    let st = client.receive_status().map_err(|e| e.to_string())?.1;
+    let st = st.map_err(|e| e.to_string())?;
+    if !st.success() {
+        return Err(format!("the child ended with {st}"));
+    }
+    Ok(())
+}
+
 /// `n` vfork+exec spawns, each waited for before the next.
 fn vfork_loop(prog: &CStr, null: RawFd, n: usize) -> Result<(), String> {
     for _ in 0..n {
@@ -563,11 +573,7 @@ fn spawn_wait(
                     client.submit_status_many(batch).map_err(|e| e.to_string())?;
                     sent += room;
                 }
-                let st = client.receive_status().map_err(|e| e.to_string())?.1;
-                let st = st.map_err(|e| e.to_string())?;
-                if !st.success() {
-                    return Err(format!("the child ended with {st}"));
-                }
+                status_ok(client)?;
                 done += 1;
             }
         }
@@ -659,14 +665,7 @@ fn cpu_status(
     let cmd = tiny(prog, null);
     cpu_in_batches(n, batch, |k| {
         client.submit_status_many(std::iter::repeat_n(&cmd, k)).map_err(|e| e.to_string())?;
-        for _ in 0..k {
-            let st = client.receive_status().map_err(|e| e.to_string())?.1;
-            let st = st.map_err(|e| e.to_string())?;
-            if !st.success() {
-                return Err(format!("the child ended with {st}"));
-            }
-        }
-        Ok(())
+        (0..k).try_for_each(|_| status_ok(client))
     })
 }
 

@@ -292,7 +292,6 @@ extern "C" {
     fn bl_popen(prog: *const c_char, handle: *mut *mut c_void) -> c_int;
     fn bl_pclose(handle: *mut c_void) -> c_int;
     fn fs_start(pid: *mut c_int) -> c_int;
-    fn fs_spawn(sock: c_int, prog: *const c_char, out_fd: c_int, pidfd: *mut c_int) -> c_int;
     fn fs_submit(sock: c_int, prog: *const c_char, out_fd: c_int) -> c_int;
     fn fs_receive(sock: c_int, pidfd: *mut c_int) -> c_int;
     fn fs_wait(pidfd: c_int) -> c_int;
@@ -320,12 +319,8 @@ impl FloorServer {
     /// Start `prog` through it with stdout on `out_fd` (this process's cwd, environment,
     /// stdin and stderr): the pid and the child's pidfd, for [`FloorServer::wait`].
     pub fn spawn(&self, prog: &std::ffi::CStr, out_fd: RawFd) -> Result<(c_int, c_int), String> {
-        let sock = self.sock.as_ref().map_or(-1, |s| s.as_raw_fd());
-        let mut pidfd: c_int = -1;
-        // SAFETY: the socket is ours, `prog` a live NUL-terminated string, `out_fd` open;
-        // fs_spawn writes the received pidfd into `pidfd`.
-        let pid = unsafe { fs_spawn(sock, prog.as_ptr(), out_fd, &mut pidfd) };
-        check("floor server spawn", pid).map(|pid| (pid, pidfd))
+        self.submit(prog, out_fd)?;
+        self.receive()
     }
 
     /// Send the request of [`FloorServer::spawn`] without waiting for its answer (for
@@ -348,7 +343,7 @@ impl FloorServer {
     /// Wait until the child behind `pidfd` (from [`FloorServer::spawn`]) has ended; closes it.
     /// (The floor server's children are its own: it reaps them.)
     pub fn wait(pidfd: c_int) {
-        // SAFETY: `pidfd` came from fs_spawn and is closed here, once.
+        // SAFETY: `pidfd` came from fs_receive and is closed here, once.
         unsafe { fs_wait(pidfd) };
     }
 }

@@ -1649,16 +1649,14 @@ impl<'a> Looper<'a> {
                         .then(|| conn.env.clone().ok_or_else(no_conn_env));
                     if frame.header.kind == Kind::SpawnMany {
                         let decoded = decode_many(body, frame.fds, conn_env.as_ref());
-                        let cmds = match decoded {
+                        let mut cmds = match decoded {
                             Ok(cmds) => cmds,
                             Err(e) => return self.refuse(conn, id, &e),
                         };
                         let (took, refused) =
                             self.admission(&conn.tx, status, want_exit, cmds.len());
-                        let mut cmds = cmds;
-                        // The requests turned away are answered after the others are taken,
-                        // so the answers keep the requests' order.
-                        let rest = cmds.split_off(took);
+                        let n = cmds.len();
+                        cmds.truncate(took); // the fds of those turned away close now
                         let batch =
                             (batch_reply && !status && cmds.len() > 1 && self.hand_off(conn))
                                 .then(|| FrameBatch::new(cmds.len()));
@@ -1675,9 +1673,9 @@ impl<'a> Looper<'a> {
                             self.take_request(conn, idx, sub, asked, batch.clone(), cmd);
                         }
                         if let Some(e) = refused {
-                            // Each gets its answer (the same refusal); the fds they passed
-                            // close with them.
-                            for i in took..took + rest.len() {
+                            // Answered after the others are taken, so the answers keep the
+                            // requests' order: each the same refusal.
+                            for i in took..n {
                                 self.send_error(conn, id.wrapping_add(i as u64), &e);
                             }
                         }
