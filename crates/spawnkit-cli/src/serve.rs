@@ -37,6 +37,12 @@ What a child started here differs in:
   its default action: neither the server's ignored signals (a server started with & from
   a script ignores SIGINT and SIGQUIT) nor the client's reach it.
 
+Limits:
+  The server raises its soft fd limit to its hard one (ulimit -Hn) when it starts, as Go
+  programs do: it holds a pidfd per status child (and, on kernels before 6.15, per running
+  child) and one fd per client, at most half its fd limit of children. Each child gets the
+  soft limit the server was started with back, unless its command sets one.
+
 Stopping:
   SIGTERM, SIGINT or SIGHUP: stop accepting and exit; running children keep running (their
   clients hold pidfds). --idle-exit SECS: exit after SECS with no client connected.

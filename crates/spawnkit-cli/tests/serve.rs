@@ -1853,6 +1853,11 @@ fn every_flags_byte_on_a_request_leaves_nothing_behind() {
 
 /// `spawnkit serve` with its fd limit (soft and hard) at `n`.
 fn serve_with_nofile(n: u64) -> Serve {
+    serve_with_nofile_of(n, n)
+}
+
+/// `spawnkit serve` started with its fd limit at `soft` and `hard`.
+fn serve_with_nofile_of(soft: u64, hard: u64) -> Serve {
     use std::os::unix::process::CommandExt;
     let dir = TempDir::new("srv-nofile");
     let socket = dir.join("s.sock");
@@ -1860,7 +1865,7 @@ fn serve_with_nofile(n: u64) -> Serve {
         // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
         unsafe {
             cmd.pre_exec(move || {
-                let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+                let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
                 if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -1868,6 +1873,47 @@ fn serve_with_nofile(n: u64) -> Serve {
             });
         }
     })
+}
+
+/// The soft and hard `Max open files` of process `pid`, from its /proc/PID/limits.
+fn nofile_of(pid: u32) -> (String, String) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let mut f = line["Max open files".len()..].split_whitespace();
+    (f.next().unwrap().to_string(), f.next().unwrap().to_string())
+}
+
+/// `spawnkit serve` owns its process: started with a soft fd limit below its hard one, it
+/// raises the soft one to the hard (so the pidfds and connections it may hold are not bound
+/// by a default of 1,024), and every child it starts, from a pool or cloned, gets the limit
+/// the server was given back, unless its command sets one; a status request's child too.
+#[test]
+fn serve_runs_on_its_hard_fd_limit_and_its_children_on_the_one_it_was_given() {
+    let s = serve_with_nofile_of(256, 4096);
+    s.still_serves();
+    assert_eq!(nofile_of(s.pid()), ("4096".into(), "4096".into()));
+    let p = probe();
+    let p = p.to_str().unwrap();
+    // More than the pools hold (two per spawning thread): cloned children as well.
+    for _ in 0..8 {
+        let r = via(&s, &[p, "state"]);
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        assert_eq!(parse_state(&r.stdout)["limit.NOFILE"], "256:4096");
+    }
+    let mut cmd = spawnkit_cmd(["run", "--rlimit", "nofile=300:2048", "--via"]);
+    let r = Res::of(cmd.arg(&s.socket).args(["--", p, "state"]));
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(parse_state(&r.stdout)["limit.NOFILE"], "300:2048");
+    // A status request's child, through the library's client.
+    let mut c = s.client();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "[ \"$(ulimit -Sn):$(ulimit -Hn)\" = 256:4096 ]"]).current_dir("/").env_clear();
+    assert_eq!(c.status(&cmd).unwrap(), ExitStatus::Exited(0));
+    // Started at its hard limit already: nothing raised, nothing restored.
+    let t = serve_with_nofile(512);
+    assert_eq!(nofile_of(t.pid()), ("512".into(), "512".into()));
+    let r = via(&t, &[p, "state"]);
+    assert_eq!(parse_state(&r.stdout)["limit.NOFILE"], "512:512");
 }
 
 /// A server at its fd limit cannot take in the fds passed with a request: the kernel drops

@@ -63,7 +63,10 @@ pub struct ServerOptions {
     pub allow_uid: Option<u32>,
     /// The server owns its process (`spawnkit serve`, a private server): let the kernel reap
     /// its children as they exit (`SA_NOCLDWAIT` on SIGCHLD, process-wide), so an exit costs
-    /// the server nothing and a client's wait never waits for the server. Used only where
+    /// the server nothing and a client's wait never waits for the server. Such a server also
+    /// raises its soft fd limit (`RLIMIT_NOFILE`) to its hard one when it starts, as Go's
+    /// runtime does, and gives each child whose command sets no fd limit the one it was
+    /// started with. Used only where
     /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
     /// otherwise, and when false, the server reaps each child through its pidfd, and so holds
     /// one fd per running child: it runs at most half its fd limit (`RLIMIT_NOFILE`, soft)
@@ -1101,6 +1104,14 @@ impl<'a> Looper<'a> {
         }
         let initial = std::mem::take(&mut server.initial);
         let kernel_reaps = server.opts.kernel_reaps && kernel_has_pidfd_exit_info();
+        // A server that owns its process runs on its hard fd limit (before the bound on the
+        // pidfds it holds is read from the soft one); its children get the limit it started
+        // with back, unless their command sets its own.
+        let nofile = if server.opts.kernel_reaps {
+            crate::sys::this_process::raise_fd_limit()
+        } else {
+            None
+        };
         let mut looper = Looper {
             server,
             epoll: epoll.clone(),
@@ -1129,6 +1140,7 @@ impl<'a> Looper<'a> {
             own: Own {
                 euid: server.euid,
                 ignored: SigSet::from_bits(crate::sys::this_process::ignored_signals()),
+                nofile,
             },
         };
         // This thread spawns too (alone, or helping the spawner threads): watched.
@@ -2157,6 +2169,11 @@ struct Own {
     /// starts has them at their default action: the server's dispositions are not the
     /// client's, and a child that ignored SIGINT could not be interrupted.
     ignored: SigSet,
+    /// The fd limit (soft, hard) the server started with, when it raised its own soft limit
+    /// (a server that owns its process: [`crate::sys::this_process::raise_fd_limit`]): a
+    /// child whose command sets no `RLIMIT_NOFILE` gets this one back, so it starts with the
+    /// server's limits as they were given to it, not with the raise.
+    nofile: Option<(u64, u64)>,
 }
 
 /// A command of a request flagged `FLAG_CONN_ENV` (`env`: the connection's environment, or
@@ -2234,6 +2251,11 @@ fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> 
     let euid = own.euid;
     gate(cmd, peer, euid)?;
     cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
+    if let Some((soft, hard)) = own.nofile {
+        if !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile) {
+            cmd.rlimits.push((crate::Resource::Nofile, soft, hard));
+        }
+    }
     let child = super::watchdog::watched(|| {
         if peer.uid == euid {
             cmd.spawn()

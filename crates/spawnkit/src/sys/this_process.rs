@@ -120,6 +120,18 @@ pub(crate) fn getrlimit(resource: libc::__rlimit_resource_t) -> Result<(u64, u64
     }
 }
 
+/// Raise this process's soft `RLIMIT_NOFILE` to its hard limit (what Go's runtime does at
+/// start): the limit it had, when it was lower and the raise took, else `None`.
+pub(crate) fn raise_fd_limit() -> Option<(u64, u64)> {
+    let (soft, hard) = getrlimit(libc::RLIMIT_NOFILE).ok()?;
+    if soft >= hard {
+        return None;
+    }
+    let lim = libc::rlimit { rlim_cur: hard, rlim_max: hard };
+    // SAFETY: setrlimit reads one rlimit struct, a local.
+    (unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0).then_some((soft, hard))
+}
+
 /// pidfd_send_signal(pidfd, sig, NULL, 0) on a raw fd number the caller keeps open.
 pub(crate) fn pidfd_send_signal(pidfd: i32, sig: i32) -> Result<(), i32> {
     // SAFETY: integer arguments and a NULL siginfo (allowed); a wrong fd number gives EBADF.
