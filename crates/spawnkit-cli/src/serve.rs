@@ -41,7 +41,10 @@ Limits:
   The server raises its soft fd limit to its hard one (ulimit -Hn) when it starts, as Go
   programs do: it holds a pidfd per status child (and, on kernels before 6.15, per running
   child) and one fd per client, at most half its fd limit of children. Each child gets the
-  soft limit the server was started with back, unless its command sets one.
+  soft limit the server was started with back, unless its command sets one, its strategy
+  is posix-spawn (which cannot set limits), or the server's limit was changed since
+  (prlimit --pid: children then start with it as it is). An --allow-uid peer's children
+  get the peer's own limits.
 
 Stopping:
   SIGTERM, SIGINT or SIGHUP: stop accepting and exit; running children keep running (their

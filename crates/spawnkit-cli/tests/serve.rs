@@ -1853,15 +1853,15 @@ fn every_flags_byte_on_a_request_leaves_nothing_behind() {
 
 /// `spawnkit serve` with its fd limit (soft and hard) at `n`.
 fn serve_with_nofile(n: u64) -> Serve {
-    serve_with_nofile_of(n, n)
+    serve_with_nofile_of(n, n, &[])
 }
 
-/// `spawnkit serve` started with its fd limit at `soft` and `hard`.
-fn serve_with_nofile_of(soft: u64, hard: u64) -> Serve {
+/// `spawnkit serve` started with its fd limit at `soft` and `hard`, and `extra` arguments.
+fn serve_with_nofile_of(soft: u64, hard: u64, extra: &[&str]) -> Serve {
     use std::os::unix::process::CommandExt;
     let dir = TempDir::new("srv-nofile");
     let socket = dir.join("s.sock");
-    Serve::start_with(dir, socket, &[], move |cmd| {
+    Serve::start_with(dir, socket, extra, move |cmd| {
         // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
         unsafe {
             cmd.pre_exec(move || {
@@ -1887,33 +1887,50 @@ fn nofile_of(pid: u32) -> (String, String) {
 /// raises the soft one to the hard (so the pidfds and connections it may hold are not bound
 /// by a default of 1,024), and every child it starts, from a pool or cloned, gets the limit
 /// the server was given back, unless its command sets one; a status request's child too.
+/// Once the server's limit is changed from outside (`prlimit --pid`), children start with it
+/// as it is; a posix_spawn child (which cannot set a limit) keeps the raised one.
 #[test]
 fn serve_runs_on_its_hard_fd_limit_and_its_children_on_the_one_it_was_given() {
-    let s = serve_with_nofile_of(256, 4096);
-    s.still_serves();
-    assert_eq!(nofile_of(s.pid()), ("4096".into(), "4096".into()));
     let p = probe();
     let p = p.to_str().unwrap();
-    // More than the pools hold (two per spawning thread): cloned children as well.
-    for _ in 0..8 {
-        let r = via(&s, &[p, "state"]);
+    let limit_of = |s: &Serve, run: &[&str]| {
+        let mut cmd = spawnkit_cmd(["run"]);
+        let r = Res::of(cmd.args(run).arg("--via").arg(&s.socket).args(["--", p, "state"]));
         assert_eq!(r.code, Some(0), "{}", r.stderr);
-        assert_eq!(parse_state(&r.stdout)["limit.NOFILE"], "256:4096");
+        parse_state(&r.stdout)["limit.NOFILE"].clone()
+    };
+    // With pools (children made after the raise), and without (each child cloned for it).
+    for extra in [&[][..], &["--pool", "0"][..]] {
+        let s = serve_with_nofile_of(256, 4096, extra);
+        s.still_serves();
+        assert_eq!(nofile_of(s.pid()), ("4096".into(), "4096".into()));
+        for _ in 0..6 {
+            assert_eq!(limit_of(&s, &[]), "256:4096", "{extra:?}");
+        }
+        assert_eq!(limit_of(&s, &["--rlimit", "nofile=300:2048"]), "300:2048");
+        assert_eq!(limit_of(&s, &["--strategy", "fork-exec"]), "256:4096");
+        assert_eq!(limit_of(&s, &["--strategy", "posix-spawn"]), "4096:4096");
+        // A status request's child, through the library's client.
+        let mut c = s.client();
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", "[ \"$(ulimit -Sn):$(ulimit -Hn)\" = 256:4096 ]"]);
+        assert_eq!(c.status(cmd.current_dir("/").env_clear()).unwrap(), ExitStatus::Exited(0));
+        if !extra.is_empty() {
+            // Changed from outside: children start with the limit as it is now (cloned ones:
+            // a parked child copied the limit when it was made, as docs/protocol.md says).
+            let lim = libc::rlimit { rlim_cur: 1000, rlim_max: 4096 };
+            // SAFETY: prlimit reads one rlimit struct and writes nothing (old is NULL).
+            let r = unsafe {
+                libc::prlimit(s.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut())
+            };
+            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            assert_eq!(limit_of(&s, &[]), "1000:4096");
+        }
     }
-    let mut cmd = spawnkit_cmd(["run", "--rlimit", "nofile=300:2048", "--via"]);
-    let r = Res::of(cmd.arg(&s.socket).args(["--", p, "state"]));
-    assert_eq!(r.code, Some(0), "{}", r.stderr);
-    assert_eq!(parse_state(&r.stdout)["limit.NOFILE"], "300:2048");
-    // A status request's child, through the library's client.
-    let mut c = s.client();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.args(["-c", "[ \"$(ulimit -Sn):$(ulimit -Hn)\" = 256:4096 ]"]).current_dir("/").env_clear();
-    assert_eq!(c.status(&cmd).unwrap(), ExitStatus::Exited(0));
     // Started at its hard limit already: nothing raised, nothing restored.
     let t = serve_with_nofile(512);
     assert_eq!(nofile_of(t.pid()), ("512".into(), "512".into()));
-    let r = via(&t, &[p, "state"]);
-    assert_eq!(parse_state(&r.stdout)["limit.NOFILE"], "512:512");
+    assert_eq!(limit_of(&t, &[]), "512:512");
 }
 
 /// A server at its fd limit cannot take in the fds passed with a request: the kernel drops

@@ -63,15 +63,14 @@ pub struct ServerOptions {
     pub allow_uid: Option<u32>,
     /// The server owns its process (`spawnkit serve`, a private server): let the kernel reap
     /// its children as they exit (`SA_NOCLDWAIT` on SIGCHLD, process-wide), so an exit costs
-    /// the server nothing and a client's wait never waits for the server. Such a server also
-    /// raises its soft fd limit (`RLIMIT_NOFILE`) to its hard one when it starts, as Go's
-    /// runtime does, and gives each child whose command sets no fd limit the one it was
-    /// started with. Used only where
+    /// the server nothing and a client's wait never waits for the server. Used only where
     /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
     /// otherwise, and when false, the server reaps each child through its pidfd, and so holds
     /// one fd per running child: it runs at most half its fd limit (`RLIMIT_NOFILE`, soft)
     /// of children at once, status children included, and answers requests beyond with
-    /// EAGAIN.
+    /// EAGAIN. On any kernel, a server with this set also raises its soft fd limit to its
+    /// hard one when it starts, as Go's runtime does, and gives each child whose command sets
+    /// no fd limit the one it was started with (see `docs/protocol.md`).
     pub kernel_reaps: bool,
     /// Close a connection whose request stays half sent this long (default
     /// [`FRAME_TIMEOUT`]): a client cannot hold a frame's worth of the server's memory and
@@ -1107,11 +1106,8 @@ impl<'a> Looper<'a> {
         // A server that owns its process runs on its hard fd limit (before the bound on the
         // pidfds it holds is read from the soft one); its children get the limit it started
         // with back, unless their command sets its own.
-        let nofile = if server.opts.kernel_reaps {
-            crate::sys::this_process::raise_fd_limit()
-        } else {
-            None
-        };
+        let nofile =
+            server.opts.kernel_reaps && crate::sys::this_process::raise_fd_limit().is_some();
         let mut looper = Looper {
             server,
             epoll: epoll.clone(),
@@ -2169,11 +2165,13 @@ struct Own {
     /// starts has them at their default action: the server's dispositions are not the
     /// client's, and a child that ignored SIGINT could not be interrupted.
     ignored: SigSet,
-    /// The fd limit (soft, hard) the server started with, when it raised its own soft limit
-    /// (a server that owns its process: [`crate::sys::this_process::raise_fd_limit`]): a
-    /// child whose command sets no `RLIMIT_NOFILE` gets this one back, so it starts with the
-    /// server's limits as they were given to it, not with the raise.
-    nofile: Option<(u64, u64)>,
+    /// The server raised its own soft fd limit (a server that owns its process:
+    /// [`crate::sys::this_process::raise_fd_limit`]): a child whose command sets no
+    /// `RLIMIT_NOFILE` gets the limit the server was given back, so it starts with the
+    /// server's limits as they were given to it, not with the raise; unless that limit was
+    /// changed since (then the child starts with it as it is, as before), or the command's
+    /// strategy is posix_spawn, which cannot set a limit (its child keeps the raised one).
+    nofile: bool,
 }
 
 /// A command of a request flagged `FLAG_CONN_ENV` (`env`: the connection's environment, or
@@ -2251,8 +2249,13 @@ fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> 
     let euid = own.euid;
     gate(cmd, peer, euid)?;
     cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
-    if let Some((soft, hard)) = own.nofile {
-        if !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile) {
+    if own.nofile
+        && cmd.strategy != crate::Strategy::PosixSpawn
+        && !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile)
+    {
+        // The hard limit is the server's own (unchanged since the raise: checked), so a
+        // cloned child and a parked one (made after the raise) may both set it.
+        if let Some((soft, hard)) = crate::sys::this_process::fd_limit_for_children() {
             cmd.rlimits.push((crate::Resource::Nofile, soft, hard));
         }
     }

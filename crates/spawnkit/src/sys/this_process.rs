@@ -1,6 +1,8 @@
 //! Small facts and knobs of the calling process (parent side, or a fork()ed child that may
 //! call libc): ids, the process group, fd flags, close_range(2), getrlimit(2).
 
+use core::sync::atomic::{AtomicU64, Ordering};
+
 use super::last_errno;
 
 pub(crate) use super::parent::geteuid;
@@ -120,16 +122,46 @@ pub(crate) fn getrlimit(resource: libc::__rlimit_resource_t) -> Result<(u64, u64
     }
 }
 
+/// The soft `RLIMIT_NOFILE` this process had before [`raise_fd_limit`] raised it (`u64::MAX`:
+/// never raised), and the hard one it raised it to. Atomics, not a lock: a process forked
+/// while another thread held a lock would find it held for good.
+static FD_LIMIT_SOFT: AtomicU64 = AtomicU64::new(u64::MAX);
+static FD_LIMIT_HARD: AtomicU64 = AtomicU64::new(0);
+
 /// Raise this process's soft `RLIMIT_NOFILE` to its hard limit (what Go's runtime does at
-/// start): the limit it had, when it was lower and the raise took, else `None`.
+/// start): the limit it had, (soft, hard), when this process raised it (now, or an earlier
+/// call did), else `None`.
 pub(crate) fn raise_fd_limit() -> Option<(u64, u64)> {
+    if let Some(given) = fd_limit_given() {
+        return Some(given);
+    }
     let (soft, hard) = getrlimit(libc::RLIMIT_NOFILE).ok()?;
     if soft >= hard {
         return None;
     }
     let lim = libc::rlimit { rlim_cur: hard, rlim_max: hard };
     // SAFETY: setrlimit reads one rlimit struct, a local.
-    (unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0).then_some((soft, hard))
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return None;
+    }
+    FD_LIMIT_HARD.store(hard, Ordering::Relaxed);
+    FD_LIMIT_SOFT.store(soft, Ordering::Release);
+    Some((soft, hard))
+}
+
+/// The fd limit this process had before [`raise_fd_limit`] raised it, if it did.
+fn fd_limit_given() -> Option<(u64, u64)> {
+    let soft = FD_LIMIT_SOFT.load(Ordering::Acquire);
+    (soft != u64::MAX).then(|| (soft, FD_LIMIT_HARD.load(Ordering::Relaxed)))
+}
+
+/// The fd limit a child of this process should start with, when it differs from this
+/// process's own: the one it was given, if [`raise_fd_limit`] raised it and nobody has changed
+/// it since (a `prlimit --pid` from outside, a `setrlimit` of the program's own: the child
+/// then starts with the limit as it is now, as any child does).
+pub(crate) fn fd_limit_for_children() -> Option<(u64, u64)> {
+    let (soft, hard) = fd_limit_given()?;
+    (getrlimit(libc::RLIMIT_NOFILE).ok()? == (hard, hard)).then_some((soft, hard))
 }
 
 /// pidfd_send_signal(pidfd, sig, NULL, 0) on a raw fd number the caller keeps open.
