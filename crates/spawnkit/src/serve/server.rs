@@ -1106,8 +1106,9 @@ impl<'a> Looper<'a> {
         // A server that owns its process runs on its hard fd limit (before the bound on the
         // pidfds it holds is read from the soft one); its children get the limit it started
         // with back, unless their command sets its own.
-        let nofile =
-            server.opts.kernel_reaps && crate::sys::this_process::raise_fd_limit().is_some();
+        if server.opts.kernel_reaps {
+            crate::sys::this_process::raise_fd_limit();
+        }
         let mut looper = Looper {
             server,
             epoll: epoll.clone(),
@@ -1136,7 +1137,6 @@ impl<'a> Looper<'a> {
             own: Own {
                 euid: server.euid,
                 ignored: SigSet::from_bits(crate::sys::this_process::ignored_signals()),
-                nofile,
             },
         };
         // This thread spawns too (alone, or helping the spawner threads): watched.
@@ -2165,13 +2165,6 @@ struct Own {
     /// starts has them at their default action: the server's dispositions are not the
     /// client's, and a child that ignored SIGINT could not be interrupted.
     ignored: SigSet,
-    /// The server raised its own soft fd limit (a server that owns its process:
-    /// [`crate::sys::this_process::raise_fd_limit`]): a child whose command sets no
-    /// `RLIMIT_NOFILE` gets the limit the server was given back, so it starts with the
-    /// server's limits as they were given to it, not with the raise; unless that limit was
-    /// changed since (then the child starts with it as it is, as before), or the command's
-    /// strategy is posix_spawn, which cannot set a limit (its child keeps the raised one).
-    nofile: bool,
 }
 
 /// A command of a request flagged `FLAG_CONN_ENV` (`env`: the connection's environment, or
@@ -2249,8 +2242,12 @@ fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> 
     let euid = own.euid;
     gate(cmd, peer, euid)?;
     cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
-    if own.nofile
-        && cmd.strategy != crate::Strategy::PosixSpawn
+    // A server that raised its own soft fd limit (one that owns its process: `raise_fd_limit`)
+    // gives a child whose command sets no `RLIMIT_NOFILE` the limit it was given back, so the
+    // child starts with the server's limits as they were given to it; not when that limit was
+    // changed since (the child starts with it as it is), nor to posix_spawn, which cannot set
+    // a limit (its child keeps the raised one).
+    if cmd.strategy != crate::Strategy::PosixSpawn
         && !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile)
     {
         // The hard limit is the server's own (unchanged since the raise: checked), so a

@@ -129,24 +129,21 @@ static FD_LIMIT_SOFT: AtomicU64 = AtomicU64::new(u64::MAX);
 static FD_LIMIT_HARD: AtomicU64 = AtomicU64::new(0);
 
 /// Raise this process's soft `RLIMIT_NOFILE` to its hard limit (what Go's runtime does at
-/// start): the limit it had, (soft, hard), when this process raised it (now, or an earlier
-/// call did), else `None`.
-pub(crate) fn raise_fd_limit() -> Option<(u64, u64)> {
-    if let Some(given) = fd_limit_given() {
-        return Some(given);
+/// start), once per process, remembering the limit it had for [`fd_limit_for_children`].
+pub(crate) fn raise_fd_limit() {
+    if fd_limit_given().is_some() {
+        return;
     }
-    let (soft, hard) = getrlimit(libc::RLIMIT_NOFILE).ok()?;
+    let Ok((soft, hard)) = getrlimit(libc::RLIMIT_NOFILE) else { return };
     if soft >= hard {
-        return None;
+        return;
     }
     let lim = libc::rlimit { rlim_cur: hard, rlim_max: hard };
     // SAFETY: setrlimit reads one rlimit struct, a local.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-        return None;
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        FD_LIMIT_HARD.store(hard, Ordering::Relaxed);
+        FD_LIMIT_SOFT.store(soft, Ordering::Release);
     }
-    FD_LIMIT_HARD.store(hard, Ordering::Relaxed);
-    FD_LIMIT_SOFT.store(soft, Ordering::Release);
-    Some((soft, hard))
 }
 
 /// The fd limit this process had before [`raise_fd_limit`] raised it, if it did.
