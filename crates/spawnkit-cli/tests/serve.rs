@@ -1917,14 +1917,18 @@ fn serve_runs_on_its_hard_fd_limit_and_its_children_on_the_one_it_was_given() {
         assert_eq!(c.status(cmd.current_dir("/").env_clear()).unwrap(), ExitStatus::Exited(0));
         if !extra.is_empty() {
             // Changed from outside: children start with the limit as it is now (cloned ones:
-            // a parked child copied the limit when it was made, as docs/protocol.md says).
-            let lim = libc::rlimit { rlim_cur: 1000, rlim_max: 4096 };
-            // SAFETY: prlimit reads one rlimit struct and writes nothing (old is NULL).
-            let r = unsafe {
-                libc::prlimit(s.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut())
-            };
-            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
-            assert_eq!(limit_of(&s, &[]), "1000:4096");
+            // a parked child copied the limit when it was made, as docs/protocol.md says),
+            // the hard one lowered below the raise, or soft and hard at a new equal value.
+            for (soft, hard) in [(1000, 4096), (1000, 2048), (2048, 2048)] {
+                let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+                // SAFETY: prlimit reads one rlimit struct and writes nothing (old is NULL).
+                let r = unsafe {
+                    libc::prlimit(s.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut())
+                };
+                assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+                assert_eq!(limit_of(&s, &[]), format!("{soft}:{hard}"));
+                assert_eq!(limit_of(&s, &["--strategy", "fork-exec"]), format!("{soft}:{hard}"));
+            }
         }
     }
     // Started at its hard limit already: nothing raised, nothing restored.

@@ -128,6 +128,10 @@ pub enum Step {
     Umask { mask: u32 },
     /// prlimit64(0, resource, {soft, hard}).
     Setrlimit { resource: Resource, soft: u64, hard: u64 },
+    /// If this process's `RLIMIT_NOFILE` is still `hard:hard` (what a server that raised its
+    /// soft limit to its hard one left), prlimit64 it to `soft:hard` (the limit the server was
+    /// given); otherwise leave it. Never fails: a limit changed since is the child's to keep.
+    RestoreFdLimit { soft: u64, hard: u64 },
     /// setpriority(PRIO_PROCESS, 0, value).
     Nice { value: i32 },
     /// sched_setaffinity(0, mask); `cpus` is the list it came from, for messages.

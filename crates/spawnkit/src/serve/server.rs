@@ -2242,20 +2242,6 @@ fn spawn_for(cmd: &mut Command, peer: Peer, own: Own) -> Result<(i32, OwnedFd)> 
     let euid = own.euid;
     gate(cmd, peer, euid)?;
     cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
-    // A server that raised its own soft fd limit (one that owns its process: `raise_fd_limit`)
-    // gives a child whose command sets no `RLIMIT_NOFILE` the limit it was given back, so the
-    // child starts with the server's limits as they were given to it; not when that limit was
-    // changed since (the child starts with it as it is), nor to posix_spawn, which cannot set
-    // a limit (its child keeps the raised one).
-    if cmd.strategy != crate::Strategy::PosixSpawn
-        && !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile)
-    {
-        // The hard limit is the server's own (unchanged since the raise: checked), so a
-        // cloned child and a parked one (made after the raise) may both set it.
-        if let Some((soft, hard)) = crate::sys::this_process::fd_limit_for_children() {
-            cmd.rlimits.push((crate::Resource::Nofile, soft, hard));
-        }
-    }
     let child = super::watchdog::watched(|| {
         if peer.uid == euid {
             cmd.spawn()

@@ -86,6 +86,9 @@ impl Step {
                 ("umask", Umask::new(*mask).map(|m| m.to_string()).unwrap_or_default())
             }
             Step::Setrlimit { resource, .. } => ("setrlimit", resource.name().to_string()),
+            Step::RestoreFdLimit { .. } => {
+                ("setrlimit", "NOFILE (the server's, given back)".into())
+            }
             Step::Nice { value } => ("setpriority", format!("nice {value}")),
             Step::Affinity { cpus, .. } => ("sched_setaffinity", format!("cpus {}", join(cpus))),
             Step::Chdir { path } => ("chdir", quoted(OsStr::from_bytes(path.as_bytes()))),
@@ -127,6 +130,10 @@ impl fmt::Display for Step {
             Step::ClearCloexec { fd } => write!(f, "keep fd {fd} (clear FD_CLOEXEC)"),
             Step::Setrlimit { resource, soft, hard } => {
                 write!(f, "setrlimit {resource} {}:{}", Limit(*soft), Limit(*hard))
+            }
+            Step::RestoreFdLimit { soft, hard } => {
+                let (s, h) = (Limit(*soft), Limit(*hard));
+                write!(f, "setrlimit NOFILE {s}:{h} if it is {h}:{h} (the server's, given back)")
             }
             _ if subject.is_empty() => f.write_str(name),
             _ => write!(f, "{name} {subject}"),
@@ -345,6 +352,17 @@ impl Plan {
         }
         for &(resource, soft, hard) in &cmd.rlimits {
             plan.steps.push(Step::Setrlimit { resource, soft, hard });
+        }
+        // In a process that raised its soft fd limit to its hard one (a server that owns its
+        // process: `this_process::raise_fd_limit`), a child whose command sets no fd limit
+        // gets the one the process was given back, if it still has the raised one; not
+        // through posix_spawn, which cannot set a limit (its child keeps the raised one).
+        if cmd.strategy != Strategy::PosixSpawn
+            && !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile)
+        {
+            if let Some((soft, hard)) = crate::sys::this_process::fd_limit_given() {
+                plan.steps.push(Step::RestoreFdLimit { soft, hard });
+            }
         }
         if let Some(inc) = cmd.nice {
             let value = parent::current_nice().saturating_add(inc).clamp(-20, 19);

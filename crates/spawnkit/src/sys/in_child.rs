@@ -426,6 +426,18 @@ fn run_step(ctx: &ChildCtx<'_>, step: &Step) -> Result<(), i32> {
                 let lim = [*soft, *hard];
                 sc!(libc::SYS_prlimit64, 0, resource.raw(), lim.as_ptr(), 0)
             }
+            Step::RestoreFdLimit { soft, hard } => {
+                // Read from the child's own limits (copied at the clone, or when a pool child
+                // was made), so no change from outside can race between the check and the set:
+                // the hard limit set is the one the child has, which needs no privilege.
+                let mut now = [0u64; 2];
+                let r = sc!(libc::SYS_prlimit64, 0, libc::RLIMIT_NOFILE, 0, now.as_mut_ptr());
+                if r == 0 && now == [*hard, *hard] {
+                    let lim = [*soft, *hard];
+                    sc!(libc::SYS_prlimit64, 0, libc::RLIMIT_NOFILE, lim.as_ptr(), 0);
+                }
+                0
+            }
             Step::Nice { value } => sc!(libc::SYS_setpriority, libc::PRIO_PROCESS, 0, *value),
             Step::Affinity { mask, .. } => {
                 sc!(libc::SYS_sched_setaffinity, 0, mask.len().wrapping_mul(8), mask.as_ptr())

@@ -129,7 +129,7 @@ static FD_LIMIT_SOFT: AtomicU64 = AtomicU64::new(u64::MAX);
 static FD_LIMIT_HARD: AtomicU64 = AtomicU64::new(0);
 
 /// Raise this process's soft `RLIMIT_NOFILE` to its hard limit (what Go's runtime does at
-/// start), once per process, remembering the limit it had for [`fd_limit_for_children`].
+/// start), once per process, remembering the limit it had for [`fd_limit_given`].
 pub(crate) fn raise_fd_limit() {
     if fd_limit_given().is_some() {
         return;
@@ -146,19 +146,11 @@ pub(crate) fn raise_fd_limit() {
     }
 }
 
-/// The fd limit this process had before [`raise_fd_limit`] raised it, if it did.
-fn fd_limit_given() -> Option<(u64, u64)> {
+/// The fd limit this process had before [`raise_fd_limit`] raised it, if it did: what a
+/// plan built here gives a child back (`Step::RestoreFdLimit`).
+pub(crate) fn fd_limit_given() -> Option<(u64, u64)> {
     let soft = FD_LIMIT_SOFT.load(Ordering::Acquire);
     (soft != u64::MAX).then(|| (soft, FD_LIMIT_HARD.load(Ordering::Relaxed)))
-}
-
-/// The fd limit a child of this process should start with, when it differs from this
-/// process's own: the one it was given, if [`raise_fd_limit`] raised it and nobody has changed
-/// it since (a `prlimit --pid` from outside, a `setrlimit` of the program's own: the child
-/// then starts with the limit as it is now, as any child does).
-pub(crate) fn fd_limit_for_children() -> Option<(u64, u64)> {
-    let (soft, hard) = fd_limit_given()?;
-    (getrlimit(libc::RLIMIT_NOFILE).ok()? == (hard, hard)).then_some((soft, hard))
 }
 
 /// pidfd_send_signal(pidfd, sig, NULL, 0) on a raw fd number the caller keeps open.
