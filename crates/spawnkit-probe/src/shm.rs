@@ -4,7 +4,8 @@
 //! The parent maps TOTAL MiB `MAP_SHARED | MAP_ANONYMOUS`; child A writes (touches every page
 //! of) the first A MiB and exits; then child B writes the first B MiB and exits. The parent
 //! reaps both, then reads the first PARENT MiB itself (0 by default: it never touches the
-//! region, so its own RSS shows none of it), prints one line `ready PID START END` (its pid,
+//! region, so its own RSS shows none of it), waits until it is the one process mapping those
+//! pages (an exited child's memory outlives it while another process reads its smaps), prints one line `ready PID START END` (its pid,
 //! the region's start and end addresses in hex) and waits for EOF on its stdin, then exits.
 //!
 //! The region then holds max(A, B) MiB (pages written by processes that have exited) and
@@ -69,6 +70,26 @@ fn child_writes(region: Region, len: usize) {
         eprintln!("shm-fixture: child {pid} failed (status {status:#x})");
         std::process::exit(1);
     }
+}
+
+/// Wait (up to 10 s) until this process is the one mapper of the shmem pages it maps: its
+/// proportional share (`Pss_Shmem`) is all of them (`RssShmem`). A child that has exited and
+/// been reaped may still map them for a while: a process reading its /proc/PID/smaps holds
+/// its memory, which is then torn down when that reader lets go, not at the exit.
+fn alone_in_the_region() {
+    let kb = |path: &str, key: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    for _ in 0..10_000 {
+        let pss = kb("/proc/self/smaps_rollup", "Pss_Shmem");
+        if pss.is_some() && pss == kb("/proc/self/status", "RssShmem") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    eprintln!("shm-fixture: still not the region's one mapper after 10 s");
 }
 
 /// Block in read(2) on stdin until EOF, touching no memory but a stack buffer.
@@ -285,6 +306,7 @@ pub fn main(args: &[String]) {
     child_writes(base, a);
     child_writes(base, b);
     let _ = base.read(0, parent);
+    alone_in_the_region();
     let start = base.start();
     ready(format_args!("ready {} {:x} {:x}", std::process::id(), start, start + total));
     // Wait with read(2) on a stack buffer: nothing allocated or touched after `ready`, so
