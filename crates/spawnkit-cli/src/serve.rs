@@ -44,7 +44,8 @@ Limits:
   soft limit the server was started with back, unless its command sets one, its strategy
   is posix-spawn (which cannot set limits), or the server's limit was changed since
   (prlimit --pid: children then start with it as it is, but up to --pool children per
-  spawner thread, parked before the change, start with the limit the server was given).
+  spawning thread, the loop thread too, parked before the change, start with the limit
+  the server was given).
   An --allow-uid peer's children get the peer's own limits.
 
 Stopping:

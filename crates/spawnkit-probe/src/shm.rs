@@ -5,8 +5,9 @@
 //! of) the first A MiB and exits; then child B writes the first B MiB and exits. The parent
 //! reaps both, then reads the first PARENT MiB itself (0 by default: it never touches the
 //! region, so its own RSS shows none of it), waits until it is the one process mapping those
-//! pages (an exited child's memory outlives it while another process reads its smaps), prints one line `ready PID START END` (its pid,
-//! the region's start and end addresses in hex) and waits for EOF on its stdin, then exits.
+//! pages (an exited child's memory outlives it while another process reads its smaps),
+//! prints one line `ready PID START END` (its pid, the region's start and end addresses in
+//! hex) and waits for EOF on its stdin, then exits.
 //!
 //! The region then holds max(A, B) MiB (pages written by processes that have exited) and
 //! grows `Shmem` in /proc/meminfo by as much. Single-threaded, so fork is fine here.
@@ -72,24 +73,37 @@ fn child_writes(region: Region, len: usize) {
     }
 }
 
-/// Wait (up to 10 s) until this process is the one mapper of the shmem pages it maps: its
-/// proportional share (`Pss_Shmem`) is all of them (`RssShmem`). A child that has exited and
-/// been reaped may still map them for a while: a process reading its /proc/PID/smaps holds
-/// its memory, which is then torn down when that reader lets go, not at the exit.
-fn alone_in_the_region() {
-    let kb = |path: &str, key: &str| -> Option<u64> {
-        let text = std::fs::read_to_string(path).ok()?;
-        let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+/// Wait (up to 10 s) until this process is the one mapper of the region's pages it maps:
+/// none of them shared (`Shared_Clean` and `Shared_Dirty` of the region's block in
+/// /proc/self/smaps, one page walk). A child that has exited and been reaped may still map
+/// them for a while: a process reading its /proc/PID/smaps holds its memory, which is then
+/// torn down when that reader lets go, not at the exit.
+fn alone_in_the_region(start: usize) {
+    let shared_kb = || -> Option<u64> {
+        let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let head = format!("{start:x}-");
+        let block = text.split_once(&*format!("\n{head}")).map(|(_, b)| b)?;
+        let mut sum = 0;
+        // The block's lines up to the next mapping's header (which has no `Key:` first).
+        for line in block.lines().skip(1) {
+            let Some((key, value)) = line.split_once(':') else { break };
+            if key.contains(' ') {
+                break;
+            }
+            if key == "Shared_Clean" || key == "Shared_Dirty" {
+                sum += value.split_whitespace().next()?.parse::<u64>().ok()?;
+            }
+        }
+        Some(sum)
     };
-    for _ in 0..10_000 {
-        let pss = kb("/proc/self/smaps_rollup", "Pss_Shmem");
-        if pss.is_some() && pss == kb("/proc/self/status", "RssShmem") {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while shared_kb() != Some(0) {
+        if std::time::Instant::now() > deadline {
+            eprintln!("shm-fixture: still not the region's one mapper after 10 s");
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    eprintln!("shm-fixture: still not the region's one mapper after 10 s");
 }
 
 /// Block in read(2) on stdin until EOF, touching no memory but a stack buffer.
@@ -306,8 +320,8 @@ pub fn main(args: &[String]) {
     child_writes(base, a);
     child_writes(base, b);
     let _ = base.read(0, parent);
-    alone_in_the_region();
     let start = base.start();
+    alone_in_the_region(start);
     ready(format_args!("ready {} {:x} {:x}", std::process::id(), start, start + total));
     // Wait with read(2) on a stack buffer: nothing allocated or touched after `ready`, so
     // the memory a test reads from now on stays put.

@@ -70,7 +70,9 @@ pub struct ServerOptions {
     /// of children at once, status children included, and answers requests beyond with
     /// EAGAIN. On any kernel, a server with this set also raises its soft fd limit to its
     /// hard one when it starts, as Go's runtime does, and gives each child whose command sets
-    /// no fd limit the one it was started with (see `docs/protocol.md`).
+    /// no fd limit the one it was started with (see `docs/protocol.md`): every child spawned
+    /// in that process from then on, the process's own local spawns too, which is why this is
+    /// only for a server that owns its process.
     pub kernel_reaps: bool,
     /// Close a connection whose request stays half sent this long (default
     /// [`FRAME_TIMEOUT`]): a client cannot hold a frame's worth of the server's memory and
