@@ -45,7 +45,7 @@ Limits:
   is posix-spawn (which cannot set limits), or the server's limit was changed since
   (prlimit --pid: children then start with it as it is, but up to --pool children per
   spawning thread, the loop thread too, parked before the change, start with the limit
-  the server was given).
+  they were made with: if that was the raised one, the one the server was given).
   An --allow-uid peer's children get the peer's own limits.
 
 Stopping:

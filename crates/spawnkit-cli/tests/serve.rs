@@ -1929,6 +1929,19 @@ fn serve_runs_on_its_hard_fd_limit_and_its_children_on_the_one_it_was_given() {
                 assert_eq!(limit_of(&s, &[]), format!("{soft}:{hard}"));
                 assert_eq!(limit_of(&s, &["--strategy", "fork-exec"]), format!("{soft}:{hard}"));
             }
+        } else {
+            // With pools: a child parked before the change copied the raised limit, so it
+            // gets the given one back (never the raised one); once the pools have turned
+            // over (at most --pool per spawning thread), children start with the new one.
+            let lim = libc::rlimit { rlim_cur: 1000, rlim_max: 4096 };
+            // SAFETY: prlimit reads one rlimit struct and writes nothing (old is NULL).
+            let r = unsafe {
+                libc::prlimit(s.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut())
+            };
+            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            let seen: Vec<String> = (0..10).map(|_| limit_of(&s, &[])).collect();
+            assert!(seen.iter().all(|l| l == "256:4096" || l == "1000:4096"), "{seen:?}");
+            assert_eq!(seen.last().unwrap(), "1000:4096", "{seen:?}");
         }
     }
     // Started at its hard limit already: nothing raised, nothing restored.
