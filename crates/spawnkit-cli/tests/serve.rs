@@ -1883,6 +1883,14 @@ fn nofile_of(pid: u32) -> (String, String) {
     (f.next().unwrap().to_string(), f.next().unwrap().to_string())
 }
 
+/// Set the fd limit of process `pid` from outside, as `prlimit --pid` does.
+fn set_nofile_of(pid: u32, soft: u64, hard: u64) {
+    let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    // SAFETY: prlimit reads one rlimit struct and writes nothing (old is NULL).
+    let r = unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+}
+
 /// `spawnkit serve` owns its process: started with a soft fd limit below its hard one, it
 /// raises the soft one to the hard (so the pidfds and connections it may hold are not bound
 /// by a default of 1,024), and every child it starts, from a pool or cloned, gets the limit
@@ -1920,12 +1928,7 @@ fn serve_runs_on_its_hard_fd_limit_and_its_children_on_the_one_it_was_given() {
             // a parked child copied the limit when it was made, as docs/protocol.md says),
             // the hard one lowered below the raise, or soft and hard at a new equal value.
             for (soft, hard) in [(1000, 4096), (1000, 2048), (2048, 2048)] {
-                let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
-                // SAFETY: prlimit reads one rlimit struct and writes nothing (old is NULL).
-                let r = unsafe {
-                    libc::prlimit(s.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut())
-                };
-                assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+                set_nofile_of(s.pid(), soft, hard);
                 assert_eq!(limit_of(&s, &[]), format!("{soft}:{hard}"));
                 assert_eq!(limit_of(&s, &["--strategy", "fork-exec"]), format!("{soft}:{hard}"));
             }
@@ -1933,12 +1936,7 @@ fn serve_runs_on_its_hard_fd_limit_and_its_children_on_the_one_it_was_given() {
             // With pools: a child parked before the change copied the raised limit, so it
             // gets the given one back (never the raised one); once the pools have turned
             // over (at most --pool per spawning thread), children start with the new one.
-            let lim = libc::rlimit { rlim_cur: 1000, rlim_max: 4096 };
-            // SAFETY: prlimit reads one rlimit struct and writes nothing (old is NULL).
-            let r = unsafe {
-                libc::prlimit(s.pid() as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut())
-            };
-            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            set_nofile_of(s.pid(), 1000, 4096);
             let seen: Vec<String> = (0..10).map(|_| limit_of(&s, &[])).collect();
             assert!(seen.iter().all(|l| l == "256:4096" || l == "1000:4096"), "{seen:?}");
             assert_eq!(seen.last().unwrap(), "1000:4096", "{seen:?}");

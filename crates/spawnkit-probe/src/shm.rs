@@ -81,8 +81,7 @@ fn child_writes(region: Region, len: usize) {
 fn alone_in_the_region(start: usize) {
     let shared_kb = || -> Option<u64> {
         let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let head = format!("{start:x}-");
-        let block = text.split_once(&*format!("\n{head}")).map(|(_, b)| b)?;
+        let block = text.split_once(&*format!("\n{start:x}-")).map(|(_, b)| b)?;
         let mut sum = 0;
         // The block's lines up to the next mapping's header (which has no `Key:` first).
         for line in block.lines().skip(1) {

@@ -357,10 +357,10 @@ impl Plan {
         // process: `this_process::raise_fd_limit`), a child whose command sets no fd limit
         // gets the one the process was given back, if it still has the raised one; not
         // through posix_spawn, which cannot set a limit (its child keeps the raised one).
-        if cmd.strategy != Strategy::PosixSpawn
-            && !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile)
-        {
-            if let Some((soft, hard)) = crate::sys::this_process::fd_limit_given() {
+        if let Some((soft, hard)) = crate::sys::this_process::fd_limit_given() {
+            if cmd.strategy != Strategy::PosixSpawn
+                && !cmd.rlimits.iter().any(|(r, _, _)| *r == crate::Resource::Nofile)
+            {
                 plan.steps.push(Step::RestoreFdLimit { soft, hard });
             }
         }
