@@ -97,9 +97,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_seconds)]
     pub exec_timeout: Option<Duration>,
 
-    /// Keep N children made ahead of time per spawning thread, woken by a request instead of
-    /// cloned for it (default 2; 0: none; at most 64). Requests that need namespaces or a
-    /// cgroup at the clone clone as usual.
+    /// Keep N children made ahead of time per spawning thread, woken by a request that comes
+    /// alone instead of cloned for it (default 2; 0: none; at most 64). Requests sent several
+    /// to a message, and those that need namespaces or a cgroup at the clone, clone as usual.
     #[arg(
         long,
         value_name = "N",

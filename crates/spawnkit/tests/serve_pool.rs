@@ -188,3 +188,46 @@ fn an_isolated_lone_request_is_not_cloned_on_the_loop_thread() {
     let maker = maker.expect("the child among some server thread's children");
     assert_ne!(maker, pid, "the loop thread cloned an isolated request itself");
 }
+
+/// The requests of one SpawnMany frame are cloned, each of them, whether they ask for
+/// `Child`s or statuses: the parked children stay parked (the same pids before and after) and
+/// none of the frame's children is one of them. A parked child serves a request that came
+/// alone; one of several would hold the loop thread in its exec while the frame's other
+/// requests wait (and the refill that follows costs more than the clone it saved).
+#[test]
+fn the_requests_of_one_frame_leave_the_parked_children_parked() {
+    let mut server = PrivateServer::start_with_pool(Some(2)).expect("private server");
+    let before = wait_pool_full(server.pid());
+    let mut cmd = Command::new("/bin/true");
+    cmd.stdout(Stdio::Null);
+    let cmds = [&cmd; 8];
+    for status in [true, false] {
+        let client = server.client();
+        let pids: Vec<u32> = if status {
+            let ids = client.submit_status_many(cmds.iter().copied()).expect("submit");
+            for _ in &ids {
+                let st = client.receive_status().expect("answer").1.expect("status");
+                assert!(st.success(), "{st}");
+            }
+            Vec::new()
+        } else {
+            let ids = client.submit_many(cmds.iter().copied()).expect("submit");
+            let children: Vec<_> =
+                ids.iter().map(|_| client.receive().expect("answer").1.expect("spawned")).collect();
+            children
+                .into_iter()
+                .map(|mut c| {
+                    let pid = c.id();
+                    assert!(c.wait().expect("wait").success());
+                    pid
+                })
+                .collect()
+        };
+        for pid in &pids {
+            assert!(!before.contains(pid), "a parked child ({pid}) served one of the frame's");
+        }
+        let mut now = parked(server.pid());
+        now.sort_unstable();
+        assert_eq!(now, before, "status requests: {status}: parked children were used");
+    }
+}

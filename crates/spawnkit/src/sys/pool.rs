@@ -70,6 +70,24 @@ struct Pool {
 thread_local! {
     static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
     static FS_IDS: Cell<Option<(u32, u32)>> = const { Cell::new(None) };
+    /// While a [`Kept`] lives: this thread's spawns clone, its parked children stay parked.
+    static KEPT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While it lives, this thread's spawns clone and leave its parked children parked (a spawn
+/// server's requests that came several to a frame: see `serve::server::spawn_for`).
+pub(crate) struct Kept(bool);
+
+impl Kept {
+    pub(crate) fn new() -> Kept {
+        Kept(KEPT.try_with(|k| k.replace(true)).unwrap_or(false))
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let _ = KEPT.try_with(|k| k.set(self.0));
+    }
 }
 
 /// The pids of one server's parked children (its watchdog's to read).
@@ -181,8 +199,12 @@ pub(crate) fn eligible(plan: &PlanView<'_>) -> bool {
 
 /// Run `ctx` in a parked child of this thread, if there is one: its pid and pidfd once it has
 /// exec'd or exited (its report tells which), as `clone_vfork` returns. `None` when there is
-/// none, or the child died before it ran anything of the plan (then the caller clones).
+/// none, or the child died before it ran anything of the plan (then the caller clones), and
+/// while a [`Kept`] lives.
 pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
+    if KEPT.try_with(Cell::get).unwrap_or(false) {
+        return None;
+    }
     loop {
         let parked = POOL.try_with(|p| p.borrow_mut().as_mut()?.parked.pop()).ok().flatten()?;
         lock(&parked.list).retain(|&p| p != parked.pid);
