@@ -1601,3 +1601,38 @@ fn a_reaping_server_holds_at_most_half_its_fd_limit_of_children() {
     assert!(turned_away(&e), "{e}");
     drop((r, w));
 }
+
+/// A fork-exec child that ends as soon as it has exec'd is handed out like any other by a
+/// server whose kernel reaps its children, however late the server runs again after the
+/// fork: its pidfd comes with the fork (a raw `clone(CLONE_PIDFD)`), not from `pidfd_open`
+/// after it, which found nothing once the kernel had reaped such a child ("the child ran and
+/// was reaped elsewhere": ~2 % of these spawns while other work kept the CPUs busy). Two
+/// spinning threads of this process keep them busy here.
+#[test]
+fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_whose_kernel_reaps() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut server = PrivateServer::start().expect("private server");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let mut cmd = Command::new(probe());
+    cmd.args(["exit", "0"]).strategy(spawnkit::Strategy::ForkExec).stdout(Stdio::Null);
+    let mut failed = Vec::new();
+    for _ in 0..400 {
+        match server.client().spawn(&cmd) {
+            Ok(mut child) => assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(0)),
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    spinners.into_iter().for_each(|t| t.join().unwrap());
+    assert!(failed.is_empty(), "{} of 400 failed, the first: {}", failed.len(), failed[0]);
+}

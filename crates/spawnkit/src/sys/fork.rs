@@ -81,6 +81,28 @@ pub(crate) enum ForkFailure {
     Gone(Report),
 }
 
+/// fork() as a raw `clone(SIGCHLD | CLONE_PIDFD)`, the pidfd stored in `pidfd`; fork() itself
+/// when the kernel or a filter refuses that clone (a kernel before 5.2 leaves `pidfd` at -1).
+///
+/// # Safety
+/// As fork(), and more: the child must run nothing that relies on what glibc's fork() does
+/// for it (the fork handlers, the allocator's locks made consistent).
+unsafe fn fork_with_pidfd(pidfd: &mut i32) -> libc::pid_t {
+    let flags = (libc::SIGCHLD | libc::CLONE_PIDFD) as libc::c_ulong;
+    // SAFETY: the caller's contract; the third argument points at a live i32.
+    let r =
+        unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, pidfd as *mut i32, 0usize, 0usize) };
+    if r >= 0 {
+        return r as libc::pid_t;
+    }
+    *pidfd = -1;
+    match last_errno() {
+        // SAFETY: the caller's contract.
+        libc::EINVAL | libc::ENOSYS | libc::EPERM => unsafe { libc::fork() },
+        _ => -1,
+    }
+}
+
 /// Spawn with fork().
 pub(crate) fn spawn_fork_exec(plan: &PlanView, hooks: &mut [Hook]) -> Result<Outcome, ForkFailure> {
     let (rd, wr) =
@@ -93,9 +115,22 @@ pub(crate) fn spawn_fork_exec(plan: &PlanView, hooks: &mut [Hook]) -> Result<Out
     ctx.report = shared.0;
     ctx.set_notify(&rd, &wr);
     let blocked = SignalsBlocked::new();
-    // SAFETY: fork has no preconditions; the child only runs `child_main`, which obeys the
-    // child rules (plus the caller's hooks, covered by the unsafe `pre_exec` contract).
-    let pid = unsafe { libc::fork() };
+    let mut given: i32 = -1;
+    let pid = match hooks {
+        // No hooks: the child runs `child_main` alone (raw system calls, nothing allocated),
+        // so a raw clone can stand in for fork() and hand back the child's pidfd with its
+        // pid (CLONE_PIDFD). pidfd_open after fork() finds nothing once a child that exec'd
+        // and exited at once was reaped by the kernel (in a process that ignores SIGCHLD,
+        // such as a spawn server) before the parent ran again.
+        // SAFETY: clone without CLONE_VM and without a stack is fork(): the child runs on its
+        // own copy of this stack and memory; it only runs `child_main`, which obeys the child
+        // rules. CLONE_PIDFD stores the pidfd through the third argument (x86_64, aarch64).
+        None => unsafe { fork_with_pidfd(&mut given) },
+        // SAFETY: fork has no preconditions; the child only runs `child_main`, which obeys
+        // the child rules (plus the caller's hooks, covered by the unsafe `pre_exec`
+        // contract).
+        Some(_) => unsafe { libc::fork() },
+    };
     if pid == 0 {
         // SAFETY: `ctx` is valid in the child's copy of memory.
         unsafe { child_main(&ctx) }
@@ -106,8 +141,14 @@ pub(crate) fn spawn_fork_exec(plan: &PlanView, hooks: &mut [Hook]) -> Result<Out
     if pid < 0 {
         return Err(ForkFailure::Syscall("fork", fork_errno));
     }
-    // The pidfd first, while the child is surely alive (it has not exec'd yet, or just).
-    let pidfd = pidfd::open(pid);
+    let pidfd = if given >= 0 {
+        // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(given) })
+    } else {
+        // The pidfd first, while the child is most likely alive (it has not exec'd yet, or
+        // just).
+        pidfd::open(pid)
+    };
     // EOF once the child has exec'd (close-on-exec) or exited.
     let mut byte = 0u8;
     loop {
