@@ -98,8 +98,9 @@ pub struct ServeArgs {
     pub exec_timeout: Option<Duration>,
 
     /// Keep N children made ahead of time per spawning thread, woken by a request that comes
-    /// alone instead of cloned for it (default 2; 0: none; at most 64). Requests sent several
-    /// to a message, and those that need namespaces or a cgroup at the clone, clone as usual.
+    /// alone instead of cloned for it (default 2; 0: none; at most 64). Requests a client
+    /// sends together (one SpawnMany frame: spawn_many, status_many), and those that need
+    /// namespaces or a cgroup at the clone, clone as usual.
     #[arg(
         long,
         value_name = "N",

@@ -1611,9 +1611,18 @@ fn a_reaping_server_holds_at_most_half_its_fd_limit_of_children() {
 #[test]
 fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_whose_kernel_reaps() {
     use std::sync::atomic::{AtomicBool, Ordering};
+    /// Stops and joins the spinning threads when dropped, a failed assertion's unwinding
+    /// too (else they would spin on beside the rest of the suite).
+    struct Spinners(std::sync::Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+    impl Drop for Spinners {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+            self.1.drain(..).for_each(|t| drop(t.join()));
+        }
+    }
     let mut server = PrivateServer::start().expect("private server");
     let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let spinners: Vec<_> = (0..2)
+    let threads = (0..2)
         .map(|_| {
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -1623,6 +1632,7 @@ fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_whose_kernel_re
             })
         })
         .collect();
+    let spinners = Spinners(stop, threads);
     let mut cmd = Command::new(probe());
     cmd.args(["exit", "0"]).strategy(spawnkit::Strategy::ForkExec).stdout(Stdio::Null);
     let mut failed = Vec::new();
@@ -1632,7 +1642,6 @@ fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_whose_kernel_re
             Err(e) => failed.push(e.to_string()),
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    spinners.into_iter().for_each(|t| t.join().unwrap());
+    drop(spinners);
     assert!(failed.is_empty(), "{} of 400 failed, the first: {}", failed.len(), failed[0]);
 }

@@ -226,8 +226,10 @@ fn the_requests_of_one_frame_leave_the_parked_children_parked() {
         for pid in &pids {
             assert!(!before.contains(pid), "a parked child ({pid}) served one of the frame's");
         }
-        let mut now = parked(server.pid());
-        now.sort_unstable();
-        assert_eq!(now, before, "status requests: {status}: parked children were used");
+        // Still parked, each of them (a late refill may have added more: none goes but by
+        // serving a request, or with the server).
+        let now = parked(server.pid());
+        let used: Vec<&u32> = before.iter().filter(|p| !now.contains(p)).collect();
+        assert!(used.is_empty(), "status requests: {status}: parked children used: {used:?}");
     }
 }

@@ -1669,6 +1669,9 @@ impl<'a> Looper<'a> {
                         let (took, refused) =
                             self.admission(&conn.tx, status, want_exit, cmds.len());
                         let n = cmds.len();
+                        // Only a frame of one request may be served by a parked child (however
+                        // many of a frame of several the admission took).
+                        let alone = n == 1;
                         cmds.truncate(took); // the fds of those turned away close now
                         let batch =
                             (batch_reply && !status && cmds.len() > 1 && self.hand_off(conn))
@@ -1680,7 +1683,6 @@ impl<'a> Looper<'a> {
                             Arc::new(StatusBatch { state })
                         });
                         let sreq = status.then_some(StatusReq(sbatch));
-                        let alone = cmds.len() == 1;
                         for (i, cmd) in cmds.into_iter().enumerate() {
                             let sub = (id.wrapping_add(i as u64), alone);
                             let asked = (want_exit, sreq.clone());

@@ -167,8 +167,16 @@ pub(crate) fn watched<T>(spawn: impl FnOnce() -> crate::Result<T>) -> crate::Res
     let Some((slot, epoch, limit)) = slot else { return spawn() };
     slot.killed.store(false, Ordering::Release);
     slot.since.store(epoch.elapsed().as_millis() as u64 + 1, Ordering::Release);
+    /// The spawn is over, even when it panicked (a spawner thread catches that and goes on).
+    struct Over<'a>(&'a AtomicU64);
+    impl Drop for Over<'_> {
+        fn drop(&mut self) {
+            self.0.store(0, Ordering::Release);
+        }
+    }
+    let over = Over(&slot.since);
     let result = spawn();
-    slot.since.store(0, Ordering::Release);
+    drop(over);
     if slot.killed.swap(false, Ordering::AcqRel) && result.is_err() {
         return Err(Error::new(ErrorKind::Timeout, "execve", "").with_reason(format!(
             "the child did not reach execve within {:.3} s (stopped or hung before exec): \
