@@ -190,8 +190,8 @@ fn an_isolated_lone_request_is_not_cloned_on_the_loop_thread() {
 }
 
 /// The requests of one SpawnMany frame are cloned, each of them, whether they ask for
-/// `Child`s or statuses: the parked children stay parked (the same pids before and after) and
-/// none of the frame's children is one of them. A parked child serves a request that came
+/// `Child`s or statuses: every child parked before is still parked after, and none of the
+/// frame's children is one of them. A parked child serves a request that came
 /// alone; one of several would hold the loop thread in its exec while the frame's other
 /// requests wait (and the refill that follows costs more than the clone it saved).
 #[test]
