@@ -148,7 +148,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         exec_timeout: args.exec_timeout,
         allow_uid,
         // This process is the server's alone: the kernel reaps its children.
-        kernel_reaps: true,
+        owns_process: true,
         spawn_threads: spawnkit::serve::default_spawn_threads(),
         pool: args.pool,
     };

@@ -16,6 +16,7 @@ pub(crate) mod client;
 pub mod frame;
 mod gate;
 mod private;
+mod reaper;
 mod reply;
 mod server;
 mod watchdog;

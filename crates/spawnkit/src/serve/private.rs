@@ -68,7 +68,7 @@ impl PrivateServer {
                 None,
                 key.clone(),
                 ServerOptions {
-                    kernel_reaps: true,
+                    owns_process: true,
                     spawn_threads: super::server::default_spawn_threads(),
                     pool,
                     ..ServerOptions::default()

@@ -20,6 +20,7 @@ use super::frame::{
     FLAG_STATUS, FLAG_WANT_EXIT, MAX_BATCH_REPLY,
 };
 use super::gate::{gate, Peer};
+use super::reaper::Reaper;
 use super::reply;
 use crate::error::{quoted, Error, Result};
 use crate::spawn::command::Command;
@@ -39,11 +40,6 @@ const QUEUE_LIMIT: usize = 32;
 /// children, and, in a server that reaps its children, every running child.
 pub const MAX_STATUS_IN_FLIGHT: usize = 1024;
 
-/// How long a status child's pidfd may say "ended" before the kernel has recorded how
-/// (`PIDFD_GET_INFO` answers ESRCH for an instant after the exit) before its answer is exit
-/// code -1. Checked again every millisecond meanwhile, not in a spin.
-const LATE_LIMIT: Duration = Duration::from_secs(5);
-
 /// How long a new connection has to answer the challenge.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -61,11 +57,13 @@ pub struct ServerOptions {
     pub max_clients: Option<usize>,
     /// When the server runs as root: the one other uid let in (its children run as it).
     pub allow_uid: Option<u32>,
-    /// The server owns its process (`spawnkit serve`, a private server): let the kernel reap
-    /// its children as they exit (`SA_NOCLDWAIT` on SIGCHLD, process-wide), so an exit costs
-    /// the server nothing and a client's wait never waits for the server. Used only where
-    /// clients can read an exit status from the pidfd (`PIDFD_INFO_EXIT`, Linux 6.15+);
-    /// otherwise, and when false, the server reaps each child through its pidfd, and so holds
+    /// The server owns its process (`spawnkit serve`, a private server): it reaps every child
+    /// of the process itself, by pid, on SIGCHLD (`waitid(P_ALL)` from a signalfd; SIGCHLD
+    /// blocked in all its threads), so it keeps no pidfd for a child: a status request's
+    /// child is made without one, and a client's pidfd has its child's exit status once the
+    /// server has reaped it. Used only where clients can read an exit status from the pidfd
+    /// (`PIDFD_INFO_EXIT`, Linux 6.15+); otherwise, and when false, the server reaps each
+    /// child through its pidfd, and so holds
     /// one fd per running child: it runs at most half its fd limit (`RLIMIT_NOFILE`, soft)
     /// of children at once, status children included, and answers requests beyond with
     /// EAGAIN. On any kernel, a server with this set also raises its soft fd limit to its
@@ -73,7 +71,7 @@ pub struct ServerOptions {
     /// no fd limit the one it was started with (see `docs/protocol.md`): every child spawned
     /// in that process from then on, the process's own local spawns too, which is why this is
     /// only for a server that owns its process.
-    pub kernel_reaps: bool,
+    pub owns_process: bool,
     /// Close a connection whose request stays half sent this long (default
     /// [`FRAME_TIMEOUT`]): a client cannot hold a frame's worth of the server's memory and
     /// its fds by stalling mid-frame.
@@ -91,7 +89,7 @@ pub struct ServerOptions {
     /// (0: none; the requests of a SpawnMany of several clone). The threads refill their
     /// pools when no request waits. Requests whose clone itself must carry something
     /// (namespaces, a cgroup, id maps written from outside) clone as usual. Default:
-    /// [`DEFAULT_POOL`] for a server that owns its process (`kernel_reaps`: `spawnkit
+    /// [`DEFAULT_POOL`] for a server that owns its process (`owns_process`: `spawnkit
     /// serve`, a private server), none for a server on a thread of a bigger program. A
     /// parked child is a process of its own that copied the server's state when it was
     /// made: what the program changes later for its threads only (glibc's `setuid`, a
@@ -161,6 +159,7 @@ const T_STOP: u64 = 2;
 const T_SIGNALS: u64 = 3;
 const T_ALIVE: u64 = 4;
 const T_WAKE: u64 = 5;
+const T_SIGCHLD: u64 = 6;
 const T_CONN: u64 = 1 << 60;
 const T_CHILD: u64 = 2 << 60;
 const KIND_MASK: u64 = 0xF << 60;
@@ -553,10 +552,20 @@ struct Watched {
     held: AtomicUsize,
     /// The most it admits at once: half the server's fd limit.
     held_max: usize,
-    /// The kernel reaps the server's children (else the server must reap every one).
-    kernel_reaps: bool,
     /// Children a spawner thread could not put in the epoll set: for the loop's late list.
     unwatched: Mutex<Vec<RawFd>>,
+    /// Every child by pid, when the server owns its process and reaps them all itself on
+    /// SIGCHLD (`ServerOptions::owns_process`, on a kernel that records exit statuses in
+    /// pidfds): status children are known there, not by a pidfd. Else every child's pidfd
+    /// is in the map above, reaped through it.
+    reaper: Option<Reaper<StatusChild>>,
+}
+
+/// What the end of a status request's child answers, in a server with a [`Reaper`].
+struct StatusChild {
+    conn: (usize, u32),
+    id: u64,
+    sreq: StatusReq,
 }
 
 /// What became of a child given to [`Watched::add`].
@@ -565,13 +574,10 @@ enum Added {
     Watched,
     /// No room in the epoll set: on the list the loop looks at every millisecond.
     Polled,
-    /// A status child of a connection already closed, when the kernel reaps: not watched,
-    /// its pidfd closed (the child runs on, as one whose client dropped its pidfd).
-    Dropped,
 }
 
 impl Watched {
-    fn new(epoll: Arc<Epoll>, kernel_reaps: bool) -> Watched {
+    fn new(epoll: Arc<Epoll>, has_reaper: bool) -> Watched {
         let soft = crate::sys::this_process::getrlimit(libc::RLIMIT_NOFILE).map_or(1024, |l| l.0);
         let held_max = (soft / 2).clamp(16, 1 << 20) as usize;
         Watched {
@@ -579,8 +585,29 @@ impl Watched {
             map: Mutex::new(HashMap::new()),
             held: AtomicUsize::new(0),
             held_max,
-            kernel_reaps,
             unwatched: Mutex::new(Vec::new()),
+            reaper: has_reaper.then(Reaper::new),
+        }
+    }
+
+    /// Register the child `pid` just spawned with the reaper (a server that has one): a
+    /// status request's (`status`) is answered when it is reaped, or now if it has been
+    /// already. True when the answer had to queue (the loop must watch for EPOLLOUT).
+    fn register(&self, pid: i32, status: Option<StatusChild>, tx: &ConnTx) -> bool {
+        let Some(reaper) = &self.reaper else { return false };
+        let is_status = status.is_some();
+        match reaper.register(pid, status) {
+            Ok(()) => false,
+            Err((what, ended)) => {
+                let Some(sc) = what else { return false };
+                debug_assert!(is_status);
+                self.release();
+                if tx.closed.load(Ordering::Relaxed) {
+                    return false;
+                }
+                let frame = exit_frame(sc.id, pid, ExitStatus::from(ended));
+                status_answered(tx, &sc.sreq, frame)
+            }
         }
     }
 
@@ -612,7 +639,7 @@ impl Watched {
     /// request must be admitted first): a status request's, and every one when the server
     /// reaps.
     fn holds(&self, status: bool) -> bool {
-        status || !self.kernel_reaps
+        status || self.reaper.is_none()
     }
 
     /// An admitted request is over (its child forgotten, or none was kept).
@@ -622,20 +649,11 @@ impl Watched {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(1)));
     }
 
-    /// Watch `rec`'s pidfd: in the epoll set, or, with no room there (ENOMEM, ENOSPC), on
-    /// the loop's late list (`polled`; a spawner thread's go through `unwatched`). A status
-    /// child of `tx` once it is closed is dropped when the kernel reaps: the loop sets
-    /// `closed` under the same lock before it forgets the connection's children, so none is
-    /// added after that.
-    fn add(&self, mut rec: ChildRec, tx: &ConnTx) -> Added {
+    /// Watch `rec`'s pidfd (a server without a reaper): in the epoll set, or, with no room
+    /// there (ENOMEM, ENOSPC), on the loop's late list (`polled`, through `unwatched`).
+    fn add(&self, mut rec: ChildRec) -> Added {
         let raw = rec.pidfd.as_raw_fd();
-        let status = rec.status.is_some();
         let mut map = self.lock();
-        if status && self.kernel_reaps && tx.closed.load(Ordering::Relaxed) {
-            drop(map);
-            self.release();
-            return Added::Dropped;
-        }
         // In the map before the epoll set (both under the lock): the loop finds it as soon as
         // it is readable.
         let watched = self.epoll.add(raw, libc::EPOLLIN as u32, T_CHILD | raw as u64).is_ok();
@@ -929,17 +947,17 @@ impl Server {
     /// Serve until stopped (the stopper, a signal, the alive pipe, `idle_exit`, or, for a
     /// server without a listener, its last connection closing). Children keep running.
     pub fn run(mut self) -> Result<()> {
-        // A server that owns its process (`kernel_reaps`: `spawnkit serve`, a private
-        // server) blocks SIGCHLD in all its threads. A child's exit sends SIGCHLD to the
-        // thread that made the child; while that thread has every signal blocked (around a
-        // clone(2) fallback or a pool child's clone) the kernel does not drop it as ignored
-        // but hands it to a thread that does not block it, waking that thread (the watchdog,
-        // say) once per exit for nothing.
-        // Blocked everywhere (the watchdog and spawner threads inherit this thread's mask),
-        // it stays pending, once, and wakes no one. A server on a thread of a bigger process
-        // leaves the mask alone: there a blocked SIGCHLD would go to the host's threads at
-        // every exit instead of being dropped. The children's masks are their commands' own.
-        let _sigchld = self.opts.kernel_reaps.then(SigchldBlocked::new);
+        // A server that owns its process (`owns_process`: `spawnkit serve`, a private
+        // server) blocks SIGCHLD in all its threads (the watchdog and spawner threads inherit
+        // this thread's mask): its loop reads it from a signalfd and reaps (see
+        // `Reaper`), and no other thread is ever woken for it. Were one thread to leave it
+        // unblocked, the kernel would hand it that thread, which would drop it (its default
+        // action) and the loop would not learn of the exit. (On a kernel without
+        // `PIDFD_INFO_EXIT`, where the server reaps through pidfds, it stays pending, once.)
+        // A server on a thread of a bigger process leaves the mask alone: there a blocked
+        // SIGCHLD would go to the host's threads at every exit instead of being dropped. The
+        // children's masks are their commands' own.
+        let _sigchld = self.opts.owns_process.then(SigchldBlocked::new);
         Looper::new(&mut self).and_then(|mut looper| looper.run())
         // (`self.made` removes the socket and key files as `self` drops here.)
     }
@@ -1066,8 +1084,9 @@ struct Looper<'a> {
     /// A client said a request follows (a Wake frame): poll without sleeping until then,
     /// within a budget.
     awake: Awake,
-    /// Children are reaped by the kernel (see [`ServerOptions::kernel_reaps`]).
-    kernel_reaps: bool,
+    /// The server reaps every child of its process by SIGCHLD (see
+    /// [`ServerOptions::owns_process`]; also: spawner threads, no Exit frames).
+    has_reaper: bool,
     /// Requests for the spawner threads, and the pipe they wake the loop through (a token
     /// per connection whose reply queue they filled).
     jobs: Arc<Jobs>,
@@ -1077,6 +1096,11 @@ struct Looper<'a> {
     wake_r: Option<OwnedFd>,
     wake_w: Option<Arc<OwnedFd>>,
     own: Own,
+    /// SIGCHLD, for a server with a reaper (blocked in every thread of the process: see
+    /// `Server::run`).
+    sigchld: Option<SignalFd>,
+    /// The reaper's answers of one pass (kept for its capacity).
+    reaped: Vec<(i32, StatusChild, pidfd::Ended)>,
 }
 
 fn sys_err(step: &'static str, e: i32) -> Error {
@@ -1107,11 +1131,22 @@ impl<'a> Looper<'a> {
             epoll.add(a.as_raw_fd(), ev_in, T_ALIVE).map_err(|e| sys_err("epoll_ctl", e))?;
         }
         let initial = std::mem::take(&mut server.initial);
-        let kernel_reaps = server.opts.kernel_reaps && kernel_has_pidfd_exit_info();
+        let has_reaper = server.opts.owns_process && kernel_has_pidfd_exit_info();
+        let sigchld = if has_reaper {
+            let set = SigSet::from_bits(1 << (libc::SIGCHLD - 1));
+            let fd =
+                SignalFd::block(set).map_err(|e| Error::os("signalfd", "SIGCHLD", errno_of(&e)))?;
+            epoll
+                .add(fd.as_fd().as_raw_fd(), ev_in, T_SIGCHLD)
+                .map_err(|e| sys_err("epoll_ctl", e))?;
+            Some(fd)
+        } else {
+            None
+        };
         // A server that owns its process runs on its hard fd limit (before the bound on the
         // pidfds it holds is read from the soft one); its children get the limit it started
         // with back, unless their command sets its own.
-        if server.opts.kernel_reaps {
+        if server.opts.owns_process {
             crate::sys::this_process::raise_fd_limit();
         }
         let mut looper = Looper {
@@ -1121,7 +1156,7 @@ impl<'a> Looper<'a> {
             free: Vec::new(),
             live: 0,
             next_gen: 1,
-            children: Arc::new(Watched::new(epoll.clone(), kernel_reaps)),
+            children: Arc::new(Watched::new(epoll.clone(), has_reaper)),
             exits_out: HashMap::new(),
             late: Vec::new(),
             late_at: None,
@@ -1130,7 +1165,7 @@ impl<'a> Looper<'a> {
             scratch: Vec::with_capacity(512),
             idle_since: Some(Instant::now()),
             awake: Awake::default(),
-            kernel_reaps,
+            has_reaper,
             jobs: Arc::new(Jobs::default()),
             spawners: Vec::new(),
             watchdog: super::watchdog::Watchdog::new(
@@ -1143,6 +1178,8 @@ impl<'a> Looper<'a> {
                 euid: server.euid,
                 ignored: SigSet::from_bits(crate::sys::this_process::ignored_signals()),
             },
+            sigchld,
+            reaped: Vec::new(),
         };
         // This thread spawns too (alone, or helping the spawner threads): watched.
         looper.watchdog.enroll();
@@ -1152,7 +1189,7 @@ impl<'a> Looper<'a> {
                 .start()
                 .map_err(|e| Error::os("pthread_create", "watchdog", errno_of(&e)))?,
         );
-        if looper.kernel_reaps && looper.server.opts.spawn_threads > 1 {
+        if looper.has_reaper && looper.server.opts.spawn_threads > 1 {
             looper.start_spawners()?;
         }
         for s in initial {
@@ -1162,8 +1199,10 @@ impl<'a> Looper<'a> {
     }
 
     fn run(&mut self) -> Result<()> {
-        if self.kernel_reaps {
-            sock::let_kernel_reap_children().map_err(|e| sys_err("sigaction", e))?;
+        if self.has_reaper {
+            // Children wait as zombies for the reaper (an inherited SIG_IGN or SA_NOCLDWAIT
+            // would have the kernel reap them, their statuses lost).
+            sock::keep_children_for_reaping().map_err(|e| sys_err("sigaction", e))?;
         }
         // This thread's own pool: for every request when there are no spawner threads, and
         // for a lone request (see `take_request`) when there are.
@@ -1211,7 +1250,7 @@ impl<'a> Looper<'a> {
     }
 
     fn pool_size(&self) -> usize {
-        let default = if self.server.opts.kernel_reaps { DEFAULT_POOL } else { 0 };
+        let default = if self.server.opts.owns_process { DEFAULT_POOL } else { 0 };
         self.server.opts.pool.unwrap_or(default)
     }
 
@@ -1249,6 +1288,7 @@ impl<'a> Looper<'a> {
                     _ => match token {
                         T_LISTENER => self.accept_all(),
                         T_WAKE => self.on_wake(),
+                        T_SIGCHLD => self.on_sigchld(),
                         T_STOP | T_ALIVE => return Ok(()),
                         T_SIGNALS => {
                             if let Some(s) = &self.server.signals {
@@ -1448,24 +1488,11 @@ impl<'a> Looper<'a> {
             self.free.push(idx);
             self.live -= 1;
             self.exits_out.remove(&idx);
-            // Nobody is left to tell how its status children end: their pidfds close now
-            // (the children run on, as a client's do when it drops their pidfds), and a
-            // spawner thread adds none after this (`closed`, set under the map's lock). A
-            // server that reaps keeps watching its own, to reap them.
-            let mut map = self.children.lock();
+            // Nobody is left to tell how its status children end: they run on, as a
+            // client's do when it drops their pidfds, and are reaped (by the reaper, or,
+            // in a server without one, through the pidfds it keeps watching) with no
+            // answer. Its status requests still queued for a spawner thread are not started.
             c.tx.closed.store(true, Ordering::Relaxed);
-            // A status child in the map has its request unanswered: none when none is.
-            if self.kernel_reaps && c.tx.statuses.load(Ordering::Relaxed) > 0 {
-                let generation = c.generation;
-                let gone: Vec<RawFd> = map
-                    .iter()
-                    .filter(|(_, r)| r.status.is_some() && r.conn == (idx, generation))
-                    .map(|(&raw, _)| raw)
-                    .collect();
-                for raw in gone {
-                    drop(self.children.remove(&mut map, raw));
-                }
-            }
         }
     }
 
@@ -1740,7 +1767,7 @@ impl<'a> Looper<'a> {
         };
         if status {
             whole(too_many_statuses(tx, &self.children, n))
-        } else if self.kernel_reaps {
+        } else if self.has_reaper {
             whole(want_exit.then(no_exit_frames))
         } else {
             // This server reaps: it keeps every child's pidfd until the child ends, so a
@@ -1823,7 +1850,13 @@ impl<'a> Looper<'a> {
         (want_exit, status): (bool, Option<StatusReq>),
         mut cmd: Command,
     ) {
-        let (pid, pidfd) = match spawn_for(&mut cmd, conn.peer, self.own, alone) {
+        let bare = status.is_some() && self.children.reaper.is_some();
+        let spawned = spawn_for(&mut cmd, conn.peer, self.own, (alone, bare));
+        let spawned = spawned.and_then(|(pid, pidfd)| {
+            // A bare spawn's pidfd (a pool child's, another strategy's) is not needed.
+            Ok((pid, if bare { None } else { Some(made_pidfd(pidfd)?) }))
+        });
+        let (pid, pidfd) = match spawned {
             Ok(p) => p,
             Err(e) => {
                 if self.children.holds(status.is_some()) {
@@ -1838,6 +1871,13 @@ impl<'a> Looper<'a> {
         };
         drop(cmd); // the fds the request passed close now
         if let Some(sreq) = status {
+            if self.children.reaper.is_some() {
+                // No answer until the reaper reaps it (or now, if it has already).
+                let sc = StatusChild { conn: (idx, conn.generation), id, sreq };
+                self.children.register(pid, Some(sc), &conn.tx);
+                return;
+            }
+            let Some(pidfd) = pidfd else { return };
             // No answer until it ends: its pidfd is watched here, never sent.
             let rec = ChildRec {
                 pidfd,
@@ -1851,12 +1891,14 @@ impl<'a> Looper<'a> {
                 polled: false,
             };
             // Watched (by epoll, or polled from the late list): answered when it ends.
-            self.children.add(rec, &conn.tx);
+            self.children.add(rec);
             return;
         }
+        let Some(pidfd) = pidfd else { return };
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
-        if self.kernel_reaps {
-            // The pidfd goes to the client; the kernel reaps the child when it exits.
+        if self.has_reaper {
+            // The pidfd goes to the client; the reaper reaps the child when it exits.
+            self.children.register(pid, None, &conn.tx);
             conn.tx.send(&[&h.encode(), &pid.to_le_bytes()], vec![pidfd]);
             return;
         }
@@ -1880,7 +1922,7 @@ impl<'a> Looper<'a> {
         };
         // By epoll, or with no room there polled from the late list: reaped when it ends,
         // never waited for on this thread.
-        self.children.add(rec, &conn.tx);
+        self.children.add(rec);
     }
 
     fn send_error(&mut self, conn: &mut Conn, id: u64, e: &Error) {
@@ -2000,16 +2042,11 @@ impl<'a> Looper<'a> {
         }
     }
 
-    /// A child's pidfd is readable: reap it (or, when the kernel reaps, read how it ended),
-    /// tell the client if it asked, forget it.
+    /// A child's pidfd is readable (a server without a reaper): reap it, tell the client if
+    /// it asked, forget it.
     /// `first`: from an epoll event (else from the late list).
     fn on_child(&mut self, raw: RawFd, first: bool) {
-        let ended = if self.kernel_reaps {
-            self.recorded_exit(raw, first)
-        } else {
-            self.reaped(raw, first)
-        };
-        let Some(ended) = ended else {
+        let Some(ended) = self.reaped(raw, first) else {
             // Not over yet: back on the late list if it is one of it.
             if self.children.lock().get(&raw).is_some_and(ChildRec::on_late_list) {
                 self.late.push(raw);
@@ -2023,24 +2060,54 @@ impl<'a> Looper<'a> {
             return;
         };
         if rec.want_exit {
-            let (idx, generation) = rec.conn;
-            let live = self.conns.get(idx).and_then(Option::as_ref);
-            if live.is_some_and(|c| c.generation == generation) {
-                // (A closed connection's entry goes with it: never another generation's.)
-                let out = self.exits_out.entry(idx).or_insert_with(|| (generation, Vec::new(), 0));
-                let frame = exit_frame(rec.id, rec.pid, ExitStatus::from(ended));
-                match &rec.status {
-                    None => out.1.extend_from_slice(&frame),
-                    Some(sreq) => {
-                        if let Some((all, n)) = sreq.answer(frame) {
-                            out.1.extend_from_slice(&all);
-                            out.2 += n;
-                        }
-                    }
+            self.exit_out(rec.conn, (rec.id, rec.pid), ended, rec.status.as_ref());
+        }
+        drop(rec);
+    }
+
+    /// The Exit frame of request `id` (child `pid`) of the connection `(idx, generation)`, if
+    /// it is still open: gathered for this turn's `send_exits` (a status request's with its
+    /// frame's others, when they go together).
+    fn exit_out(
+        &mut self,
+        (idx, generation): (usize, u32),
+        (id, pid): (u64, i32),
+        ended: pidfd::Ended,
+        status: Option<&StatusReq>,
+    ) {
+        let live = self.conns.get(idx).and_then(Option::as_ref);
+        if !live.is_some_and(|c| c.generation == generation) {
+            return;
+        }
+        // (A closed connection's entry goes with it: never another generation's.)
+        let out = self.exits_out.entry(idx).or_insert_with(|| (generation, Vec::new(), 0));
+        let frame = exit_frame(id, pid, ExitStatus::from(ended));
+        match status {
+            None => out.1.extend_from_slice(&frame),
+            Some(sreq) => {
+                if let Some((all, n)) = sreq.answer(frame) {
+                    out.1.extend_from_slice(&all);
+                    out.2 += n;
                 }
             }
         }
-        drop(rec);
+    }
+
+    /// SIGCHLD (a server with a reaper): reap every child that has ended, and answer the
+    /// status requests among them.
+    fn on_sigchld(&mut self) {
+        let Some(reaper) = &self.children.reaper else { return };
+        if let Some(fd) = &self.sigchld {
+            // Read first: a child that ends after the read sends SIGCHLD again.
+            while let Ok(Some(_)) = crate::sys::sigmask::read_siginfo(fd.as_fd()) {}
+        }
+        let mut reaped = std::mem::take(&mut self.reaped);
+        reaper.reap(&mut reaped);
+        for (pid, sc, ended) in reaped.drain(..) {
+            self.children.release();
+            self.exit_out(sc.conn, (sc.id, pid), ended, Some(&sc.sreq));
+        }
+        self.reaped = reaped;
     }
 
     /// The server reaps: the child of `raw` reaped now, if it has ended. One that has ended
@@ -2071,42 +2138,6 @@ impl<'a> Looper<'a> {
                 None
             }
             Err(_) => Some(pidfd::Ended::Exited(-1)),
-        }
-    }
-
-    /// The kernel reaps: how the child of `raw` ended, once the kernel has recorded it. Its
-    /// pidfd turns readable at the exit and the status is recorded a moment later, at the
-    /// reap: on an epoll event (`first`) a few yields (the map's lock not held), then it goes
-    /// on the late list, out of the epoll set, looked at once a millisecond until
-    /// [`LATE_LIMIT`] (then exit code -1). A polled child (not in the epoll set) is looked at
-    /// from the list until it ends.
-    fn recorded_exit(&mut self, raw: RawFd, first: bool) -> Option<pidfd::Ended> {
-        let mut tries = 0;
-        loop {
-            let mut map = self.children.lock();
-            let rec = map.get_mut(&raw)?;
-            match pidfd::exit_info(rec.pidfd.as_fd()) {
-                Ok(Some(e)) => return Some(e),
-                Ok(None) | Err(libc::ESRCH) => {}
-                Err(_) => return Some(pidfd::Ended::Exited(-1)),
-            }
-            if !ended_now(raw) {
-                // It runs (a polled child, or an event for a number an ended child had in
-                // this same turn), or the poll said nothing: looked at again later.
-                return None;
-            }
-            let now = Instant::now();
-            let since = *rec.late.get_or_insert(now);
-            if now.saturating_duration_since(since) >= LATE_LIMIT {
-                return Some(pidfd::Ended::Exited(-1));
-            }
-            if !first || tries >= 5 {
-                let _ = self.epoll.delete(raw);
-                return None;
-            }
-            drop(map);
-            tries += 1;
-            std::thread::yield_now();
         }
     }
 
@@ -2258,23 +2289,41 @@ fn no_conn_env() -> Error {
 /// serve. One of a SpawnMany's several is cloned: under such a load the spawning threads are
 /// busy anyway, and a parked child costs more CPU to hand out than a clone (its park and
 /// wake, and the refill that follows).
-fn spawn_for(cmd: &mut Command, peer: Peer, own: Own, alone: bool) -> Result<(i32, OwnedFd)> {
+/// `bare`: the caller knows the child by its pid alone (a status request's, in a server with
+/// a [`Reaper`]): no pidfd is made where the strategy can do without (see
+/// `engine::spawn_bare`). Otherwise the pidfd is always there.
+fn spawn_for(
+    cmd: &mut Command,
+    peer: Peer,
+    own: Own,
+    (alone, bare): (bool, bool),
+) -> Result<(i32, Option<OwnedFd>)> {
     let euid = own.euid;
     gate(cmd, peer, euid)?;
     cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
-    let child = super::watchdog::watched(|| {
+    let spawn = |cmd: &mut Command| -> Result<(i32, Option<OwnedFd>)> {
+        if bare {
+            return crate::spawn::engine::spawn_bare(cmd);
+        }
+        let (pid, pidfd) = cmd.spawn()?.into_pidfd()?;
+        Ok((pid as i32, Some(pidfd)))
+    };
+    super::watchdog::watched(|| {
         let _kept = (!alone).then(crate::sys::pool::Kept::new);
         if peer.uid == euid {
-            cmd.spawn()
+            spawn(cmd)
         } else {
             // Another uid (a root server's --allow-uid): the child starts with the peer's
             // filesystem rights, so its chdir (before its setuid step) is checked as the peer.
-            sock::with_fs_ids(peer.uid, peer.gid, || cmd.spawn())
+            sock::with_fs_ids(peer.uid, peer.gid, || spawn(cmd))
                 .map_err(|e| Error::os("setfsuid", format!("uid {}", peer.uid), e))?
         }
-    })?;
-    let (pid, pidfd) = child.into_pidfd()?;
-    Ok((pid as i32, pidfd))
+    })
+}
+
+/// The pidfd of a spawn that was not `bare` (see [`spawn_for`]).
+fn made_pidfd(pidfd: Option<OwnedFd>) -> Result<OwnedFd> {
+    pidfd.ok_or_else(|| Error::os("clone3", "CLONE_PIDFD", libc::EBADF))
 }
 
 /// Whether the pidfd `raw` is readable now (its process has ended), without waiting.
@@ -2288,13 +2337,13 @@ fn ended_now(raw: RawFd) -> bool {
     }
 }
 
-/// Spawn a queued request and send its reply (a status request's child goes to `watched`
+/// Spawn a queued request and send its reply (a status request's child goes to the reaper
 /// instead: its answer is its Exit frame). If the reply had to queue, the connection's
 /// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
 fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) -> Option<u64> {
     // Only a kernel-reaping server has spawner threads: a server that reaps spawns every
     // request itself (`spawn_one`), which keeps, reaps and releases each child.
-    debug_assert!(watched.kernel_reaps, "a job in a server that reaps");
+    debug_assert!(watched.reaper.is_some(), "a job in a server without a reaper");
     if job.status.is_some() && job.tx.closed.load(Ordering::Relaxed) {
         // Its client is gone and nobody would learn how it ends: not started (the fds it
         // passed close with it).
@@ -2302,35 +2351,31 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
         return None;
     }
     // A panic here must not lose the answer (nor hold its frame's others forever).
+    let bare = job.status.is_some();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        spawn_for(&mut job.cmd, job.peer, own, job.alone)
+        spawn_for(&mut job.cmd, job.peer, own, (job.alone, bare))
     }))
     .unwrap_or_else(|_| Err(Error::unsupported("serve", "the spawner thread panicked")));
     let Job { tx, token, id, batch, status, cmd, .. } = job;
     drop(cmd);
+    let idx = (token & 0xFFFF_FFFF) as usize;
+    let generation = ((token >> 32) & 0x0FFF_FFFF) as u32;
     let queued = match (result, status) {
-        (Ok((pid, pidfd)), Some(sreq)) => {
-            let idx = (token & 0xFFFF_FFFF) as usize;
-            let generation = ((token >> 32) & 0x0FFF_FFFF) as u32;
-            let rec = ChildRec {
-                pidfd,
-                pid,
-                conn: (idx, generation),
-                id,
-                want_exit: true,
-                status: Some(sreq),
-                late: None,
-                due: None,
-                polled: false,
-            };
-            // Polled: the loop must wake to put it on its late list (the token does it).
-            matches!(watched.add(rec, &tx), Added::Polled)
+        (Ok((pid, _)), Some(sreq)) => {
+            // No pidfd: answered when the reaper reaps it (or now, if it has already).
+            watched.register(pid, Some(StatusChild { conn: (idx, generation), id, sreq }), &tx)
         }
         (Err(e), Some(sreq)) => {
             watched.release();
             status_answered(&tx, &sreq, error_frame(id, &e))
         }
-        (result, None) => tx.finished(id, batch.as_deref(), result),
+        (result, None) => {
+            let result = result.and_then(|(pid, pidfd)| Ok((pid, made_pidfd(pidfd)?)));
+            if let Ok((pid, _)) = &result {
+                watched.register(*pid, None, &tx);
+            }
+            tx.finished(id, batch.as_deref(), result)
+        }
     };
     if !queued {
         return None;

@@ -21,21 +21,47 @@ pub(crate) fn spawn(cmd: &mut Command) -> Result<Child> {
 
 /// [`spawn`] with the plan built already.
 fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
+    let (pid, pidfd) = launch(cmd, &mut plan, true)?;
+    let pidfd = pidfd.expect("a pidfd is made when one is asked for");
+    let [stdin, stdout, stderr] = std::mem::take(&mut plan.parent_pipes);
+    Ok(Child::new(pid, pidfd, stdin, stdout, stderr, cmd.kill_on_drop))
+}
+
+/// Spawn for a caller that knows its child by pid alone and reaps it itself (a spawn
+/// server that reaps its children by SIGCHLD, for a request whose status it sends): the
+/// clone-vfork strategy makes no pidfd (which saves its file, and the server's closing of
+/// it); another strategy, or a child parked in the pool, comes with one, returned. The
+/// parent's ends of pipes the command asked for close here.
+pub(crate) fn spawn_bare(cmd: &mut Command) -> Result<(i32, Option<std::os::fd::OwnedFd>)> {
+    orphans::reap();
+    let mut plan = Plan::build(cmd)?;
+    launch(cmd, &mut plan, false)
+}
+
+/// Run `plan`: the child's pid, and its pidfd (always with `want_pidfd`).
+fn launch(
+    cmd: &mut Command,
+    plan: &mut Plan,
+    want_pidfd: bool,
+) -> Result<(i32, Option<std::os::fd::OwnedFd>)> {
     if let Some((fd, lock)) = &plan.lock {
         crate::isolate::compile::acquire(*fd, lock)?;
     }
     let (pid, pidfd) = match plan.strategy {
-        Strategy::PosixSpawn => sys::posix::spawn_posix(&plan.view())?,
+        Strategy::PosixSpawn => {
+            let (pid, pidfd) = sys::posix::spawn_posix(&plan.view())?;
+            (pid, Some(pidfd))
+        }
         Strategy::CloneVfork | Strategy::ForkExec => {
             let out = if plan.strategy == Strategy::CloneVfork {
-                sys::spawn_clone_vfork(&plan.view())
-                    .map_err(|(step, e)| clone_error(&plan, step, e))?
+                sys::spawn_clone_vfork(&plan.view(), want_pidfd)
+                    .map_err(|(step, e)| clone_error(plan, step, e))?
             } else {
                 match sys::fork::spawn_fork_exec(&plan.view(), &mut cmd.pre_exec) {
                     Ok(out) => out,
                     Err(ForkFailure::Syscall(step, e)) => return Err(Error::os(step, "", e)),
                     Err(ForkFailure::Gone(report)) if report.errno != 0 => {
-                        return Err(child_error(&plan, report, None));
+                        return Err(child_error(plan, report, None));
                     }
                     Err(ForkFailure::Gone(_)) => {
                         return Err(Error::os("pidfd_open", "", libc::ESRCH).with_reason(
@@ -46,15 +72,17 @@ fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
             };
             if !handed_out(out.report, cmd.pre_exec_may_exit, cmd.may_die_before_exec) {
                 // The child failed before execve and exited (or died): reap it here.
-                let ended = reap_failed(&out.pidfd);
-                return Err(child_error(&plan, out.report, ended));
+                let ended = match &out.pidfd {
+                    Some(fd) => reap_failed(fd),
+                    None => reap_failed_pid(out.pid),
+                };
+                return Err(child_error(plan, out.report, ended));
             }
             (out.pid, out.pidfd)
         }
     };
-    handed_over(cmd, &mut plan);
-    let [stdin, stdout, stderr] = std::mem::take(&mut plan.parent_pipes);
-    Ok(Child::new(pid, pidfd, stdin, stdout, stderr, cmd.kill_on_drop))
+    handed_over(cmd, plan);
+    Ok((pid, pidfd))
 }
 
 /// A child being started by [`Command::start`]: cloned, perhaps not yet exec'd. Its outcome
@@ -212,6 +240,13 @@ fn handed_over(cmd: &mut Command, plan: &mut Plan) {
 /// Reap a child that did not reach its execve; how it ended. Where the kernel reaped it
 /// already (a spawn server that ignores SIGCHLD), its pidfd still tells (PIDFD_GET_INFO,
 /// Linux 6.15+), so the error can say which signal killed it.
+/// [`reap_failed`] for a child with no pidfd: by its pid (our own child, not reaped: nobody
+/// else reaps it but the caller of [`spawn_bare`], whose reaper may have been first: then
+/// how it ended is not known here).
+fn reap_failed_pid(pid: i32) -> Option<pidfd::Ended> {
+    pidfd::waitid(libc::P_PID, pid as libc::id_t, false).ok().flatten().map(|(_, e)| e)
+}
+
 fn reap_failed(pidfd: &std::os::fd::OwnedFd) -> Option<pidfd::Ended> {
     let fd = std::os::fd::AsFd::as_fd(pidfd);
     pidfd::wait(fd, false).ok().flatten().or_else(|| pidfd::exit_info_settled(fd).ok().flatten())

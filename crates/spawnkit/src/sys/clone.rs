@@ -76,16 +76,18 @@ pub(crate) struct Cloned {
 /// close-on-exec pipe in `ctx.notify_fd`) before `ctx`, `stack` or anything they point to is
 /// touched, moved or freed.
 /// `extra` adds `CLONE_NEW*` flags; `cgroup` (a cgroup v2 directory fd) asks for
-/// CLONE_INTO_CGROUP, which only clone3 can do: then there is no fallback.
+/// CLONE_INTO_CGROUP, which only clone3 can do: then there is no fallback. Without `pidfd`
+/// the child gets none (`Cloned::pidfd` is -1): for a caller that reaps by pid.
 pub(crate) unsafe fn clone_vfork(
     ctx: &mut ChildCtx<'_>,
     stack: &Stack,
-    extra: u64,
-    cgroup: Option<i32>,
+    (extra, cgroup): (u64, Option<i32>),
     vfork: bool,
+    pidfd: bool,
 ) -> Result<Cloned, i32> {
     let needs_clone3 = cgroup.is_some();
-    let flags = if vfork { BASE_FLAGS | libc::CLONE_VFORK as u64 } else { BASE_FLAGS };
+    let base = if pidfd { BASE_FLAGS } else { libc::CLONE_VM as u64 };
+    let flags = if vfork { base | libc::CLONE_VFORK as u64 } else { base };
     if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
         if needs_clone3 {
             return Err(libc::ENOSYS);
@@ -244,7 +246,7 @@ unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, flags: u64) -> Res
         )
     };
     let pid = check(r)? as i32;
-    if pidfd < 0 {
+    if pidfd < 0 && flags & libc::CLONE_PIDFD as u64 != 0 {
         // A kernel before 5.2 ignores CLONE_PIDFD: without a pidfd the child cannot be handed
         // out safely. Stop and reap it (after which it no longer runs on `stack`).
         // SAFETY: `pid` is our own unreaped child.

@@ -175,5 +175,5 @@ pub(crate) fn spawn_fork_exec(plan: &PlanView, hooks: &mut [Hook]) -> Result<Out
             return Err(ForkFailure::Syscall("pidfd_open", e));
         }
     };
-    Ok(Outcome { pid, pidfd, report })
+    Ok(Outcome { pid, pidfd: Some(pidfd), report })
 }

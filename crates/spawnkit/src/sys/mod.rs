@@ -95,7 +95,9 @@ use parent::CStrArray;
 /// `report.step == STEP_EXEC && report.errno == 0`.
 pub(crate) struct Outcome {
     pub pid: i32,
-    pub pidfd: OwnedFd,
+    /// None only when the caller asked for none (`spawn_clone_vfork`) and the clone made
+    /// the child (a pool child always comes with its pidfd).
+    pub pidfd: Option<OwnedFd>,
     pub report: Report,
 }
 
@@ -234,7 +236,10 @@ impl ChildCtx<'_> {
 /// parent slept: creating and joining it cost ~35 µs.) As with fork-exec's pipe, a process
 /// forked by another thread during the clone inherits the write end until it execs or
 /// exits, which delays this spawn's return until then.
-pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static str, i32)> {
+pub(crate) fn spawn_clone_vfork(
+    plan: &PlanView,
+    want_pidfd: bool,
+) -> Result<Outcome, (&'static str, i32)> {
     let mut report = Report { step: STEP_NONE, errno: 0, detail: 0 };
     let mut scratch = vec![-1i32; plan.scratch];
     let mut ctx = context(plan, &mut report, &mut scratch, None);
@@ -248,7 +253,7 @@ pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static st
     }
     if pool::eligible(plan) {
         if let Some((pid, pidfd)) = pool::run(&mut ctx) {
-            return Ok(Outcome { pid, pidfd, report });
+            return Ok(Outcome { pid, pidfd: Some(pidfd), report });
         }
     }
     let (vfork, flags) = (notify.is_none(), plan.clone_flags);
@@ -257,7 +262,8 @@ pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static st
         // with it `stack`) and before `ctx` or `report` is touched again.
         // SAFETY: `ctx`, `report`, `scratch` and `stack` outlive the child's use of them
         // (CLONE_VFORK returns only after execve or exit).
-        let cloned = unsafe { clone::clone_vfork(&mut ctx, stack, flags, cgroup, vfork) }?;
+        let cloned =
+            unsafe { clone::clone_vfork(&mut ctx, stack, (flags, cgroup), vfork, want_pidfd) }?;
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
             // Only the child holds the write end now: EOF comes when it execs or exits.
             drop(wr);
@@ -268,8 +274,8 @@ pub(crate) fn spawn_clone_vfork(plan: &PlanView) -> Result<Outcome, (&'static st
     })
     .map_err(|e| ("mmap", e))?
     .map_err(|e| ("clone", e))?;
-    // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(cloned.pidfd) };
+    // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else (-1: none was asked for).
+    let pidfd = (cloned.pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(cloned.pidfd) });
     Ok(Outcome { pid: cloned.pid, pidfd, report })
 }
 
@@ -366,7 +372,7 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
     let (st, flags, cgroup) =
         (launch.stack.as_ref().expect("set above"), plan.clone_flags, plan.cgroup);
     // SAFETY: the Launch waits for EOF before freeing what the child uses.
-    let cloned = unsafe { clone::clone_vfork(&mut *launch.ctx, st, flags, cgroup, false) };
+    let cloned = unsafe { clone::clone_vfork(&mut *launch.ctx, st, (flags, cgroup), false, true) };
     // Only the child holds the write end now: EOF comes when it execs or exits.
     drop(wr);
     let c = cloned.map_err(|e| ("clone", e))?;

@@ -46,12 +46,22 @@ pub(crate) enum Ended {
 
 /// waitid(P_PIDFD, pidfd, WEXITED [| WNOHANG]): `Ok(None)` when `nohang` and still running.
 pub(crate) fn wait(pidfd: BorrowedFd<'_>, nohang: bool) -> Result<Option<Ended>, i32> {
+    Ok(waitid(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, nohang)?.map(|(_, e)| e))
+}
+
+/// waitid(`idtype`, `id`, WEXITED [| WNOHANG]), EINTR retried: the pid reaped and how it
+/// ended; `Ok(None)` when `nohang` and none has ended.
+pub(crate) fn waitid(
+    idtype: libc::idtype_t,
+    id: libc::id_t,
+    nohang: bool,
+) -> Result<Option<(i32, Ended)>, i32> {
     let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
     loop {
         // SAFETY: zeroed siginfo_t is a valid out-parameter.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid writes into `info`; the pidfd is open.
-        let r = unsafe { libc::waitid(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, flags) };
+        // SAFETY: waitid writes into `info` only.
+        let r = unsafe { libc::waitid(idtype, id, &mut info, flags) };
         if r < 0 {
             let e = last_errno();
             if e == libc::EINTR {
@@ -64,11 +74,14 @@ pub(crate) fn wait(pidfd: BorrowedFd<'_>, nohang: bool) -> Result<Option<Ended>,
         if pid == 0 {
             return Ok(None);
         }
-        return Ok(Some(match info.si_code {
-            libc::CLD_EXITED => Ended::Exited(status),
-            libc::CLD_DUMPED => Ended::Signaled { signal: status, core: true },
-            _ => Ended::Signaled { signal: status, core: false },
-        }));
+        return Ok(Some((
+            pid,
+            match info.si_code {
+                libc::CLD_EXITED => Ended::Exited(status),
+                libc::CLD_DUMPED => Ended::Signaled { signal: status, core: true },
+                _ => Ended::Signaled { signal: status, core: false },
+            },
+        )));
     }
 }
 

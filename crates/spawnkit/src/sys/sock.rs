@@ -349,15 +349,14 @@ pub(crate) fn with_fs_ids<R>(uid: u32, gid: u32, f: impl FnOnce() -> R) -> Resul
     Ok(r)
 }
 
-/// sigaction(SIGCHLD, SIG_DFL with SA_NOCLDWAIT): from now on the kernel reaps this
-/// process's children as they exit (process-wide). Unlike SIG_IGN this is not inherited
-/// through execve (which clears the flags), so spawned programs see a normal SIGCHLD.
-pub(crate) fn let_kernel_reap_children() -> Result<(), i32> {
+/// SIGCHLD's default action, without `SA_NOCLDWAIT`: the process's children stay zombies
+/// until it reaps them (an inherited `SIG_IGN` or `SA_NOCLDWAIT` would let the kernel reap
+/// them at their exit and their statuses be lost).
+pub(crate) fn keep_children_for_reaping() -> Result<(), i32> {
     // SAFETY: a zeroed sigaction is valid; SIG_DFL runs no handler code.
     let r = unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = libc::SIG_DFL;
-        sa.sa_flags = libc::SA_NOCLDWAIT;
         libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut())
     };
     if r < 0 {
