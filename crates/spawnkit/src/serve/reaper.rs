@@ -59,10 +59,9 @@ impl<T> Reaper<T> {
     /// push (pid, what, how it ended) to `out`.
     pub(crate) fn reap(&self, out: &mut Vec<(i32, T, Ended)>) {
         let now = Instant::now();
-        loop {
-            // ECHILD (no child at all) ends it, as "none has ended" does; any other error
-            // (none is documented for these arguments) too: the next SIGCHLD tries again.
-            let Ok(Some((pid, ended))) = pidfd::waitid(libc::P_ALL, 0, true) else { break };
+        // ECHILD (no child at all) ends it, as "none has ended" does; any other error (none
+        // is documented for these arguments) too: the next SIGCHLD tries again.
+        while let Ok(Some((pid, ended))) = pidfd::waitid(libc::P_ALL, 0, true) {
             let mut st = self.lock();
             match st.live.remove(&pid) {
                 Some(Some(what)) => out.push((pid, what, ended)),

@@ -2076,7 +2076,7 @@ impl<'a> Looper<'a> {
         status: Option<&StatusReq>,
     ) {
         let live = self.conns.get(idx).and_then(Option::as_ref);
-        if !live.is_some_and(|c| c.generation == generation) {
+        if live.is_none_or(|c| c.generation != generation) {
             return;
         }
         // (A closed connection's entry goes with it: never another generation's.)
