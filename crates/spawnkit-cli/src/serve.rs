@@ -147,7 +147,7 @@ fn serve(args: &ServeArgs) -> Result<(), String> {
         frame_timeout: args.frame_timeout,
         exec_timeout: args.exec_timeout,
         allow_uid,
-        // This process is the server's alone: the kernel reaps its children.
+        // This process is the server's alone: it reaps every child of it (see `owns_process`).
         owns_process: true,
         spawn_threads: spawnkit::serve::default_spawn_threads(),
         pool: args.pool,

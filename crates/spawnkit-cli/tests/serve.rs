@@ -1995,7 +1995,7 @@ fn a_request_whose_fds_the_server_cannot_take_is_answered_and_the_connection_goe
     s.still_serves();
 }
 
-/// The server as a whole holds the pidfds of at most half its fd limit of status children,
+/// The server as a whole keeps at most half its fd limit of status children,
 /// however many connections ask: beyond, EAGAIN naming the limit, and every connection
 /// goes on.
 #[test]

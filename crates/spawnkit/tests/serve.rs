@@ -160,8 +160,8 @@ fn pipes_statuses_and_signals() {
 
 #[test]
 fn errors_carry_the_step_path_and_errno_of_a_local_spawn() {
-    // A server that reaps through pidfds (on a thread here) and one whose children the
-    // kernel reaps (a private server, in a process of its own).
+    // A server that reaps through pidfds (on a thread here) and one with a reaper (a
+    // private server, in a process of its own).
     let server = ThreadServer::start();
     errors_match_local(&mut server.client());
     let mut private = PrivateServer::start().unwrap();
@@ -494,7 +494,7 @@ fn a_batch_that_fails_midway_spawns_nothing_twice() {
     assert_eq!(client.in_flight(), 0);
 }
 
-/// Exit frames asked of a kernel-reaping server in a SpawnMany: every request of the frame
+/// Exit frames asked of a server with a reaper in a SpawnMany: every request of the frame
 /// gets its own refusal (none is left waiting).
 #[test]
 fn exit_frames_refused_for_every_request_of_a_batch() {
@@ -681,7 +681,8 @@ fn exit_frames_carry_the_status_when_asked() {
     assert_eq!(b.wait().unwrap().signal(), Some(libc::SIGKILL));
     let mut c = client.receive_id(id).unwrap();
     assert_eq!(c.wait().unwrap(), ExitStatus::Exited(7));
-    // A server whose kernel reaps its children cannot send them: a clear refusal.
+    // A server with a reaper does not send them (its clients read the status from their
+    // pidfds): a clear refusal.
     let mut private = PrivateServer::start().unwrap();
     private.client().use_exit_frames(true);
     let e = private.client().spawn(&exit7).unwrap_err();
@@ -752,8 +753,8 @@ fn allow_uid_refuses_a_socket_dir_others_can_write() {
     drop(server);
 }
 
-/// A child's exit wakes no thread of the server: the kernel reaps it (SA_NOCLDWAIT) and
-/// SIGCHLD, blocked in every server thread, stays pending instead of being handed to a
+/// A child's exit wakes no thread of the server but its loop: SIGCHLD, blocked in every
+/// server thread, goes to the loop's signalfd (its reaper) instead of being handed to a
 /// thread that would wake for it and drop it (the watchdog did, once per exit).
 #[test]
 fn exits_wake_no_server_thread() {
@@ -1602,37 +1603,45 @@ fn a_reaping_server_holds_at_most_half_its_fd_limit_of_children() {
     drop((r, w));
 }
 
-/// A fork-exec child that ends as soon as it has exec'd is handed out like any other by a
-/// server whose kernel reaps its children, however late the server runs again after the
-/// fork: its pidfd comes with the fork (a raw `clone(CLONE_PIDFD)`), not from `pidfd_open`
-/// after it, which found nothing once the kernel had reaped such a child ("the child ran and
-/// was reaped elsewhere": ~2 % of these spawns while other work kept the CPUs busy). Two
-/// spinning threads of this process keep them busy here.
-#[test]
-fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_whose_kernel_reaps() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    /// Stops and joins the spinning threads when dropped, a failed assertion's unwinding
-    /// too (else they would spin on beside the rest of the suite).
-    struct Spinners(std::sync::Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>);
-    impl Drop for Spinners {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-            self.1.drain(..).for_each(|t| drop(t.join()));
-        }
-    }
-    let mut server = PrivateServer::start().expect("private server");
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let threads = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
+/// Threads of this process that keep the CPUs busy until dropped (also when a failed
+/// assertion unwinds: else they would spin on beside the rest of the suite).
+struct Spinners(std::sync::Arc<std::sync::atomic::AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl Spinners {
+    fn start(n: usize) -> Spinners {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
             })
-        })
-        .collect();
-    let spinners = Spinners(stop, threads);
+            .collect();
+        Spinners(stop, threads)
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.1.drain(..).for_each(|t| drop(t.join()));
+    }
+}
+
+/// A fork-exec child that ends as soon as it has exec'd is handed out like any other by a
+/// server that reaps every child of its process, however late the server runs again after
+/// the fork: its pidfd comes with the fork (a raw `clone(CLONE_PIDFD)`), not from
+/// `pidfd_open` after it, which found nothing once such a child had been reaped ("the child
+/// ran and was reaped elsewhere": ~2 % of these spawns while other work kept the CPUs busy,
+/// when the kernel reaped the server's children). Two spinning threads of this process keep
+/// them busy here.
+#[test]
+fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_that_reaps_all() {
+    let mut server = PrivateServer::start().expect("private server");
+    let spinners = Spinners::start(2);
     let mut cmd = Command::new(probe());
     cmd.args(["exit", "0"]).strategy(spawnkit::Strategy::ForkExec).stdout(Stdio::Null);
     let mut failed = Vec::new();
@@ -1644,4 +1653,52 @@ fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_whose_kernel_re
     }
     drop(spinners);
     assert!(failed.is_empty(), "{} of 400 failed, the first: {}", failed.len(), failed[0]);
+}
+
+/// Status children that end as soon as they have exec'd, eight per message, while other
+/// work keeps the CPUs busy: the server's reaper may reap one before the thread that spawned
+/// it has registered its pid, or after. Either way each request is answered once, with its
+/// own child's exit code, and no child is left a zombie.
+#[test]
+fn status_children_that_end_at_once_are_each_answered_with_their_own_code() {
+    let mut server = PrivateServer::start().expect("private server");
+    let spinners = Spinners::start(2);
+    let cmds: Vec<Command> = (0..8)
+        .map(|i| {
+            let mut c = Command::new(probe());
+            c.args(["exit", &i.to_string()]).stdout(Stdio::Null);
+            c
+        })
+        .collect();
+    let server_pid = server.pid();
+    // On a thread, so that an answer never sent fails the test rather than hanging it.
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let client = server.client();
+        for round in 0..150 {
+            let ids = client.submit_status_many(cmds.iter()).expect("submit");
+            let mut got = std::collections::HashMap::new();
+            for _ in 0..cmds.len() {
+                let (id, st) = client.receive_status().expect("an answer");
+                let st = st.unwrap_or_else(|e| panic!("round {round}: {e}"));
+                assert!(got.insert(id, st).is_none(), "round {round}: request {id} answered twice");
+            }
+            for (i, id) in ids.iter().enumerate() {
+                assert_eq!(got.get(id), Some(&ExitStatus::Exited(i as i32)), "round {round}");
+            }
+        }
+        let _ = done_tx.send(server);
+    });
+    let server = done.recv_timeout(Duration::from_secs(120)).expect("every request answered");
+    drop(spinners);
+    let zombies = || -> Vec<u32> {
+        let server_children = common::children_of(server_pid);
+        server_children.into_iter().filter(|&(_, st)| st == 'Z').map(|(p, _)| p).collect()
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(5), || zombies().is_empty()),
+        "zombies left in the server: {:?}",
+        zombies()
+    );
+    drop(server);
 }

@@ -236,8 +236,8 @@ impl Client {
 
     /// Ask the server for an Exit frame per child and take exit statuses from those rather
     /// than from the pidfd: what this client does by itself on a kernel before 6.15 (no
-    /// `PIDFD_INFO_EXIT`); settable for tests. A server whose kernel reaps its children
-    /// refuses such requests.
+    /// `PIDFD_INFO_EXIT`); settable for tests. A server with a reaper (`spawnkit serve`, a
+    /// private server, on Linux 6.15+) refuses such requests.
     pub fn use_exit_frames(&mut self, on: bool) {
         lock(&self.io).want_exit = on;
     }

@@ -33,11 +33,12 @@ use crate::{ExitStatus, SignalFd};
 /// instead of reading more.
 const QUEUE_LIMIT: usize = 32;
 
-/// Status requests (`FLAG_STATUS`) one connection may have unanswered: their children's
-/// pidfds are the server's to hold until they end. Beyond it a request is refused (an Error,
-/// EAGAIN; the connection goes on). The server as a whole holds at most half its fd limit
-/// (`RLIMIT_NOFILE`, soft) of children's pidfds, whatever the number of connections: status
-/// children, and, in a server that reaps its children, every running child.
+/// Status requests (`FLAG_STATUS`) one connection may have unanswered: their children are
+/// the server's to keep until they end (by pid in a server with a reaper, else by pidfd).
+/// Beyond it a request is refused (an Error, EAGAIN; the connection goes on). The server as
+/// a whole keeps at most half its fd limit (`RLIMIT_NOFILE`, soft) of children, whatever the
+/// number of connections: status children, and, in a server that reaps through pidfds,
+/// every running child.
 pub const MAX_STATUS_IN_FLIGHT: usize = 1024;
 
 /// How long a new connection has to answer the challenge.
@@ -539,10 +540,10 @@ impl ChildRec {
     }
 }
 
-/// The children whose pidfd the server watches (in its epoll set, token `T_CHILD | fd`):
-/// every child when the server reaps them, and the children of status requests when the
-/// kernel does. Shared with the spawner threads, which add the children they start for
-/// status requests; the loop thread alone takes them out.
+/// The children the server keeps: in a server with a reaper, every child of the process by
+/// pid (`reaper`; the spawner threads register those they start); else each child's pidfd,
+/// watched in the epoll set (token `T_CHILD | fd`), added and taken out by the loop thread
+/// alone. And the count of children kept, against the bound on it.
 struct Watched {
     epoll: Arc<Epoll>,
     map: Mutex<HashMap<RawFd, ChildRec>>,
@@ -2191,12 +2192,13 @@ fn too_many_statuses(tx: &ConnTx, watched: &Watched, n: usize) -> Option<Error> 
     Some(Error::os("serve", "status request", libc::EAGAIN).with_reason(why))
 }
 
-/// The refusal of requests that would make the server hold more children's pidfds than it
-/// may ([`Watched::admit`]).
+/// The refusal of requests that would make the server keep more children than it may
+/// ([`Watched::admit`]).
 fn too_many_held(watched: &Watched, what: &'static str) -> Error {
+    let what_kept = if watched.reaper.is_some() { "status children" } else { "pidfds" };
     let why = format!(
-        "the server holds, or is about to, the pidfds of {} children, at most {} (half its fd \
-         limit): wait for some to end first",
+        "the server keeps, or is about to, {} {what_kept}, at most {} (half its fd limit): \
+         wait for some to end first",
         watched.held.load(Ordering::Relaxed),
         watched.held_max
     );
@@ -2341,8 +2343,8 @@ fn ended_now(raw: RawFd) -> bool {
 /// instead: its answer is its Exit frame). If the reply had to queue, the connection's
 /// token: the loop must watch it for EPOLLOUT (a spawner thread tells it through `wake`).
 fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) -> Option<u64> {
-    // Only a kernel-reaping server has spawner threads: a server that reaps spawns every
-    // request itself (`spawn_one`), which keeps, reaps and releases each child.
+    // Only a server with a reaper has spawner threads: one that reaps through pidfds spawns
+    // every request itself (`spawn_one`), which keeps, reaps and releases each child.
     debug_assert!(watched.reaper.is_some(), "a job in a server without a reaper");
     if job.status.is_some() && job.tx.closed.load(Ordering::Relaxed) {
         // Its client is gone and nobody would learn how it ends: not started (the fds it

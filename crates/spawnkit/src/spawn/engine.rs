@@ -237,9 +237,6 @@ fn handed_over(cmd: &mut Command, plan: &mut Plan) {
     }
 }
 
-/// Reap a child that did not reach its execve; how it ended. Where the kernel reaped it
-/// already (a spawn server that ignores SIGCHLD), its pidfd still tells (PIDFD_GET_INFO,
-/// Linux 6.15+), so the error can say which signal killed it.
 /// [`reap_failed`] for a child with no pidfd: by its pid (our own child, not reaped: nobody
 /// else reaps it but the caller of [`spawn_bare`], whose reaper may have been first: then
 /// how it ended is not known here).
@@ -247,6 +244,10 @@ fn reap_failed_pid(pid: i32) -> Option<pidfd::Ended> {
     pidfd::waitid(libc::P_PID, pid as libc::id_t, false).ok().flatten().map(|(_, e)| e)
 }
 
+/// Reap a child that did not reach its execve; how it ended. Where it was reaped already
+/// (the reaper of a spawn server, or the kernel in a process that ignores SIGCHLD), its
+/// pidfd still tells (PIDFD_GET_INFO, Linux 6.15+), so the error can say which signal
+/// killed it.
 fn reap_failed(pidfd: &std::os::fd::OwnedFd) -> Option<pidfd::Ended> {
     let fd = std::os::fd::AsFd::as_fd(pidfd);
     pidfd::wait(fd, false).ok().flatten().or_else(|| pidfd::exit_info_settled(fd).ok().flatten())

@@ -274,7 +274,7 @@ impl Child {
                     // POLLHUP without an exit record: a kernel before 6.15.
                     return Err(Error::unsupported(
                         "wait",
-                        "the kernel reaped the remote child but recorded no exit status \
+                        "the remote child was reaped but the kernel recorded no exit status \
                          (PIDFD_INFO_EXIT needs Linux 6.15+)",
                     ));
                 }

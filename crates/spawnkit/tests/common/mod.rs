@@ -317,7 +317,12 @@ pub fn proc_state(pid: u32) -> Option<char> {
 
 /// Every child of this process as (pid, state), from a scan of /proc.
 pub fn children_of_self() -> Vec<(u32, char)> {
-    let me = std::process::id();
+    children_of(std::process::id())
+}
+
+/// Every child of process `me` as (pid, state), from a scan of /proc.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn children_of(me: u32) -> Vec<(u32, char)> {
     let mut out = Vec::new();
     let Ok(dir) = fs::read_dir("/proc") else { return out };
     for entry in dir.flatten() {
