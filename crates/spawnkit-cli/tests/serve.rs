@@ -2027,6 +2027,38 @@ fn status_children_are_bounded_by_the_servers_fd_limit() {
         assert!(b.receive_status().unwrap().1.unwrap().success());
     }
     assert!(b.status(&probe_cmd(&["exit", "0"])).unwrap().success(), "taken again");
+    // A connection gone with its status children running: they count no more (nobody is
+    // left to answer), so the bound is free for others at once, while they still run.
+    let mut long = Command::new("/bin/sleep");
+    long.arg("30").current_dir("/").env_clear().stdin(null()).stdout(null()).stderr(null());
+    let mut gone = s.client();
+    gone.submit_status_many(std::iter::repeat_n(&long, 64)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.children().len() < 64 {
+        assert!(Instant::now() < deadline, "{} children", s.children().len());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(gone);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match b.status(&probe_cmd(&["exit", "0"])) {
+            Ok(st) => break assert!(st.success(), "{st}"),
+            // The server may not have seen the close yet.
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("the gone connection's children still count: {e}"),
+        }
+    }
+    assert_eq!(s.children().len(), 64, "they run on");
+    for pid in s.children() {
+        unsafe_free_kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.children().is_empty() {
+        assert!(Instant::now() < deadline, "not reaped: {:?}", s.children());
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // Four clients at once, 32 frames of 2 each: admitted or turned away (EAGAIN) as they
     // come, never more held than the bound, never a spawn failing for want of an fd.
     let mut short = Command::new("/bin/sleep");

@@ -1655,6 +1655,49 @@ fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_that_reaps_all(
     assert!(failed.is_empty(), "{} of 400 failed, the first: {}", failed.len(), failed[0]);
 }
 
+/// A status request's answer is its own child's status, never that of an earlier process
+/// that had the same pid: children that fail before their exec (reaped by the server's
+/// reaper, never registered by a spawn) go with status requests, until the pids have wrapped
+/// around (`/proc/sys/kernel/pid_max` spawns, at most 40,000). A child reaped before its
+/// spawn registered it must be told from one that had its pid before the spawn began.
+#[test]
+fn a_status_answer_is_never_that_of_an_earlier_process_with_the_pid() {
+    let pid_max: usize = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(32768);
+    let total = pid_max.min(40_000);
+    let mut server = PrivateServer::start().expect("private server");
+    let mut fails = Command::new("/nonexistent/spawnkit-test-program");
+    fails.stdout(Stdio::Null);
+    let mut three = Command::new(probe());
+    three.args(["exit", "3"]).stdout(Stdio::Null);
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let client = server.client();
+        let batch: Vec<&Command> =
+            (0..8).map(|i| if i % 2 == 0 { &fails } else { &three }).collect();
+        for round in 0..total.div_ceil(batch.len()) {
+            let ids = client.submit_status_many(batch.iter().copied()).expect("submit");
+            let mut got = std::collections::HashMap::new();
+            for _ in 0..batch.len() {
+                let (id, st) = client.receive_status().expect("an answer");
+                assert!(got.insert(id, st).is_none(), "round {round}: request {id} answered twice");
+            }
+            for (i, id) in ids.iter().enumerate() {
+                match (i % 2, &got[id]) {
+                    (0, Err(e)) => assert_eq!(e.step(), "execve", "round {round}: {e}"),
+                    (1, Ok(st)) => assert_eq!(*st, ExitStatus::Exited(3), "round {round}"),
+                    (_, other) => panic!("round {round}, request {i}: {other:?}"),
+                }
+            }
+        }
+        let _ = done_tx.send(server);
+    });
+    let server = done.recv_timeout(Duration::from_secs(300)).expect("every request answered");
+    drop(server);
+}
+
 /// Status children that end as soon as they have exec'd, eight per message, while other
 /// work keeps the CPUs busy: the server's reaper may reap one before the thread that spawned
 /// it has registered its pid, or after. Either way each request is answered once, with its

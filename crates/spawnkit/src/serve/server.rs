@@ -20,7 +20,7 @@ use super::frame::{
     FLAG_STATUS, FLAG_WANT_EXIT, MAX_BATCH_REPLY,
 };
 use super::gate::{gate, Peer};
-use super::reaper::Reaper;
+use super::reaper::{Reaper, Ticket};
 use super::reply;
 use crate::error::{quoted, Error, Result};
 use crate::spawn::command::Command;
@@ -81,7 +81,7 @@ pub struct ServerOptions {
     /// [`EXEC_TIMEOUT`](super::EXEC_TIMEOUT)): a client that stops its child before the exec
     /// cannot hold a spawning thread of the server.
     pub exec_timeout: Option<Duration>,
-    /// Threads that spawn (at least 1). With more, a kernel-reaping server hands every
+    /// Threads that spawn (at least 1). With more, a server with a reaper hands every
     /// decoded request to a spawner thread (see `hand_off`), so several clone+exec run at once
     /// and the loop stays free to read; the loop itself helps when two or more are queued.
     pub spawn_threads: usize,
@@ -427,8 +427,8 @@ struct Job {
     cmd: Command,
 }
 
-/// Requests waiting for a spawner thread (kernel-reaping servers only: a spawner then has no
-/// child to hand back).
+/// Requests waiting for a spawner thread (servers with a reaper only: a spawner then keeps no
+/// pidfd to hand back to the loop).
 #[derive(Default)]
 struct Jobs {
     /// (waiting requests, stop)
@@ -517,8 +517,8 @@ struct ChildRec {
     want_exit: bool,
     /// The child of a status request: its Exit frame is the request's answer.
     status: Option<StatusReq>,
-    /// Since when its pidfd has said "ended" with the exit not recorded yet (kernel reaps),
-    /// or with the child not reapable yet (the server reaps; a traced zombie).
+    /// Since when its pidfd has said "ended" with the child not reapable yet (a traced
+    /// zombie).
     late: Option<Instant>,
     /// Not looked at again before this: a traced zombie's back-off (see [`late_look_every`]).
     due: Option<Instant>,
@@ -591,21 +591,36 @@ impl Watched {
         }
     }
 
-    /// Register the child `pid` just spawned with the reaper (a server that has one): a
-    /// status request's (`status`) is answered when it is reaped, or now if it has been
-    /// already. True when the answer had to queue (the loop must watch for EPOLLOUT).
-    fn register(&self, pid: i32, status: Option<StatusChild>, tx: &ConnTx) -> bool {
-        let Some(reaper) = &self.reaper else { return false };
-        let is_status = status.is_some();
-        match reaper.register(pid, status) {
-            Ok(()) => false,
-            Err((what, ended)) => {
-                let Some(sc) = what else { return false };
-                debug_assert!(is_status);
+    /// A spawn begins (before its clone): its ticket with the reaper, in a server that has
+    /// one.
+    fn ticket(&self) -> Option<Ticket<'_, StatusChild>> {
+        self.reaper.as_ref().map(Reaper::ticket)
+    }
+
+    /// Register the child `pid` of the spawn of `ticket` with the reaper (a server that has
+    /// one): a status request's (`status`) is answered when it is reaped, or now if it has
+    /// been already. True when the answer had to queue (the loop must watch for EPOLLOUT).
+    fn register(
+        &self,
+        ticket: Option<Ticket<'_, StatusChild>>,
+        pid: i32,
+        status: Option<StatusChild>,
+        tx: &ConnTx,
+    ) -> bool {
+        let Some(ticket) = ticket else { return false };
+        let status = match status {
+            // Its connection is gone: reaped with no answer, and no longer counted (as
+            // `Looper::close` does with those registered before).
+            Some(_) if tx.closed.load(Ordering::Relaxed) => {
                 self.release();
-                if tx.closed.load(Ordering::Relaxed) {
-                    return false;
-                }
+                None
+            }
+            s => s,
+        };
+        match ticket.register(pid, status) {
+            Ok(()) | Err((None, _)) => false,
+            Err((Some(sc), ended)) => {
+                self.release();
                 let frame = exit_frame(sc.id, pid, ExitStatus::from(ended));
                 status_answered(tx, &sc.sreq, frame)
             }
@@ -1070,11 +1085,10 @@ struct Looper<'a> {
     /// Exit frames for each connection (index: generation, frames, status answers among
     /// them), sent together once the loop has handled what epoll returned.
     exits_out: HashMap<usize, (u32, Vec<u8>, usize)>,
-    /// Children looked at every millisecond rather than by epoll: those whose pidfd said
-    /// "ended" before the kernel recorded how (kernel reaps), those that ended but cannot be
-    /// reaped yet (the server reaps; a zombie another process traces), both out of the
-    /// epoll set (no spinning on a level-triggered fd), and those the epoll set had no room
-    /// for (`polled`).
+    /// Children looked at every millisecond rather than by epoll (a server without a
+    /// reaper): those that ended but cannot be reaped yet (a zombie another process
+    /// traces), out of the epoll set (no spinning on a level-triggered fd), and those the
+    /// epoll set had no room for (`polled`).
     late: Vec<RawFd>,
     /// When the late list was last looked at (once a millisecond at most).
     late_at: Option<Instant>,
@@ -1134,6 +1148,9 @@ impl<'a> Looper<'a> {
         let initial = std::mem::take(&mut server.initial);
         let has_reaper = server.opts.owns_process && kernel_has_pidfd_exit_info();
         let sigchld = if has_reaper {
+            // Children wait as zombies for the reaper (an inherited SIG_IGN or SA_NOCLDWAIT
+            // would have the kernel reap them, their statuses lost): set before any child.
+            sock::keep_children_for_reaping().map_err(|e| sys_err("sigaction", e))?;
             let set = SigSet::from_bits(1 << (libc::SIGCHLD - 1));
             let fd =
                 SignalFd::block(set).map_err(|e| Error::os("signalfd", "SIGCHLD", errno_of(&e)))?;
@@ -1200,11 +1217,6 @@ impl<'a> Looper<'a> {
     }
 
     fn run(&mut self) -> Result<()> {
-        if self.has_reaper {
-            // Children wait as zombies for the reaper (an inherited SIG_IGN or SA_NOCLDWAIT
-            // would have the kernel reap them, their statuses lost).
-            sock::keep_children_for_reaping().map_err(|e| sys_err("sigaction", e))?;
-        }
         // This thread's own pool: for every request when there are no spawner threads, and
         // for a lone request (see `take_request`) when there are.
         crate::sys::pool::enable(self.pool_size(), self.watchdog.parked());
@@ -1494,6 +1506,14 @@ impl<'a> Looper<'a> {
             // in a server without one, through the pidfds it keeps watching) with no
             // answer. Its status requests still queued for a spawner thread are not started.
             c.tx.closed.store(true, Ordering::Relaxed);
+            if let Some(reaper) = &self.children.reaper {
+                // No longer counted against the server's bound either: what it answered for.
+                let generation = c.generation;
+                if c.tx.statuses.load(Ordering::Relaxed) > 0 {
+                    let n = reaper.forget(|sc| sc.conn == (idx, generation));
+                    (0..n).for_each(|_| self.children.release());
+                }
+            }
         }
     }
 
@@ -1753,7 +1773,7 @@ impl<'a> Looper<'a> {
 
     /// Which of `n` requests of a connection (`tx`; one frame's) are taken: the first so
     /// many, admitted (counted in until their children are forgotten), and why the others
-    /// are turned away. Status requests (and Exit-frame requests a kernel-reaping server
+    /// are turned away. Status requests (and Exit-frame requests a server with a reaper
     /// refuses) are taken or turned away whole.
     fn admission(
         &self,
@@ -1852,6 +1872,8 @@ impl<'a> Looper<'a> {
         mut cmd: Command,
     ) {
         let bare = status.is_some() && self.children.reaper.is_some();
+        let children = Arc::clone(&self.children);
+        let ticket = children.ticket();
         let spawned = spawn_for(&mut cmd, conn.peer, self.own, (alone, bare));
         let spawned = spawned.and_then(|(pid, pidfd)| {
             // A bare spawn's pidfd (a pool child's, another strategy's) is not needed.
@@ -1875,10 +1897,14 @@ impl<'a> Looper<'a> {
             if self.children.reaper.is_some() {
                 // No answer until the reaper reaps it (or now, if it has already).
                 let sc = StatusChild { conn: (idx, conn.generation), id, sreq };
-                self.children.register(pid, Some(sc), &conn.tx);
+                children.register(ticket, pid, Some(sc), &conn.tx);
                 return;
             }
-            let Some(pidfd) = pidfd else { return };
+            let Some(pidfd) = pidfd else {
+                let e = Error::os("clone3", "CLONE_PIDFD", libc::EBADF);
+                status_answered(&conn.tx, &sreq, error_frame(id, &e));
+                return;
+            };
             // No answer until it ends: its pidfd is watched here, never sent.
             let rec = ChildRec {
                 pidfd,
@@ -1895,11 +1921,13 @@ impl<'a> Looper<'a> {
             self.children.add(rec);
             return;
         }
-        let Some(pidfd) = pidfd else { return };
+        let Some(pidfd) = pidfd else {
+            return self.send_error(conn, id, &Error::os("clone3", "CLONE_PIDFD", libc::EBADF));
+        };
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
         if self.has_reaper {
             // The pidfd goes to the client; the reaper reaps the child when it exits.
-            self.children.register(pid, None, &conn.tx);
+            children.register(ticket, pid, None, &conn.tx);
             conn.tx.send(&[&h.encode(), &pid.to_le_bytes()], vec![pidfd]);
             return;
         }
@@ -2354,6 +2382,7 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
     }
     // A panic here must not lose the answer (nor hold its frame's others forever).
     let bare = job.status.is_some();
+    let ticket = watched.ticket();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         spawn_for(&mut job.cmd, job.peer, own, (job.alone, bare))
     }))
@@ -2365,7 +2394,8 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
     let queued = match (result, status) {
         (Ok((pid, _)), Some(sreq)) => {
             // No pidfd: answered when the reaper reaps it (or now, if it has already).
-            watched.register(pid, Some(StatusChild { conn: (idx, generation), id, sreq }), &tx)
+            let sc = StatusChild { conn: (idx, generation), id, sreq };
+            watched.register(ticket, pid, Some(sc), &tx)
         }
         (Err(e), Some(sreq)) => {
             watched.release();
@@ -2374,7 +2404,7 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
         (result, None) => {
             let result = result.and_then(|(pid, pidfd)| Ok((pid, made_pidfd(pidfd)?)));
             if let Ok((pid, _)) = &result {
-                watched.register(*pid, None, &tx);
+                watched.register(ticket, *pid, None, &tx);
             }
             tx.finished(id, batch.as_deref(), result)
         }
@@ -2396,12 +2426,12 @@ fn status_answered(tx: &ConnTx, sreq: &StatusReq, frame: Vec<u8>) -> bool {
     tx.send(&[&out], Vec::new())
 }
 
-/// The refusal of an Exit-frame request by a server whose kernel reaps.
+/// The refusal of an Exit-frame request by a server with a reaper.
 fn no_exit_frames() -> Error {
     Error::unsupported(
         "serve",
-        "no Exit frames from this server: its kernel reaps the children and records their \
-         status in their pidfds (PIDFD_INFO_EXIT)",
+        "no Exit frames from this server: it reaps its children by SIGCHLD and the kernel \
+         records their status in their pidfds (PIDFD_INFO_EXIT)",
     )
 }
 

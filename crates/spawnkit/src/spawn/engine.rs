@@ -27,11 +27,12 @@ fn spawn_planned(cmd: &mut Command, mut plan: Plan) -> Result<Child> {
     Ok(Child::new(pid, pidfd, stdin, stdout, stderr, cmd.kill_on_drop))
 }
 
-/// Spawn for a caller that knows its child by pid alone and reaps it itself (a spawn
-/// server that reaps its children by SIGCHLD, for a request whose status it sends): the
-/// clone-vfork strategy makes no pidfd (which saves its file, and the server's closing of
-/// it); another strategy, or a child parked in the pool, comes with one, returned. The
-/// parent's ends of pipes the command asked for close here.
+/// Spawn for a caller that knows its child by pid alone and reaps every child of its process
+/// itself (a spawn server's reaper, for a request whose status it sends): the clone-vfork
+/// and posix-spawn strategies make no pidfd (which saves its file, and the server's closing
+/// of it); fork-exec, or a child parked in the pool, comes with one, returned. A child that
+/// fails before its exec is not reaped here (the caller's reaper does). The parent's ends of
+/// pipes the command asked for close here.
 pub(crate) fn spawn_bare(cmd: &mut Command) -> Result<(i32, Option<std::os::fd::OwnedFd>)> {
     orphans::reap();
     let mut plan = Plan::build(cmd)?;
@@ -48,10 +49,7 @@ fn launch(
         crate::isolate::compile::acquire(*fd, lock)?;
     }
     let (pid, pidfd) = match plan.strategy {
-        Strategy::PosixSpawn => {
-            let (pid, pidfd) = sys::posix::spawn_posix(&plan.view())?;
-            (pid, Some(pidfd))
-        }
+        Strategy::PosixSpawn => sys::posix::spawn_posix(&plan.view(), want_pidfd)?,
         Strategy::CloneVfork | Strategy::ForkExec => {
             let out = if plan.strategy == Strategy::CloneVfork {
                 sys::spawn_clone_vfork(&plan.view(), want_pidfd)
@@ -72,10 +70,10 @@ fn launch(
             };
             if !handed_out(out.report, cmd.pre_exec_may_exit, cmd.may_die_before_exec) {
                 // The child failed before execve and exited (or died): reap it here.
-                let ended = match &out.pidfd {
-                    Some(fd) => reap_failed(fd),
-                    None => reap_failed_pid(out.pid),
-                };
+                // With no pidfd (`spawn_bare`) it is left to the caller's reaper: a wait by
+                // pid here could find another child that took the pid after the reaper was
+                // first, and take its status. The error then cannot name a signal.
+                let ended = out.pidfd.as_ref().and_then(reap_failed);
                 return Err(child_error(plan, out.report, ended));
             }
             (out.pid, out.pidfd)
@@ -235,13 +233,6 @@ fn handed_over(cmd: &mut Command, plan: &mut Plan) {
             *slot = None;
         }
     }
-}
-
-/// [`reap_failed`] for a child with no pidfd: by its pid (our own child, not reaped: nobody
-/// else reaps it but the caller of [`spawn_bare`], whose reaper may have been first: then
-/// how it ended is not known here).
-fn reap_failed_pid(pid: i32) -> Option<pidfd::Ended> {
-    pidfd::waitid(libc::P_PID, pid as libc::id_t, false).ok().flatten().map(|(_, e)| e)
 }
 
 /// Reap a child that did not reach its execve; how it ended. Where it was reaped already

@@ -244,8 +244,9 @@ fn prepare(plan: &PlanView) -> Result<Box<Attrs>> {
 }
 
 /// Spawn with posix_spawn(p). glibc reaps a child that failed to exec, so a failure here
-/// leaves no child behind.
-pub(crate) fn spawn_posix(plan: &PlanView) -> Result<(i32, OwnedFd)> {
+/// leaves no child behind. Without `want_pidfd` the child's pid alone (for a caller that
+/// reaps by pid).
+pub(crate) fn spawn_posix(plan: &PlanView, want_pidfd: bool) -> Result<(i32, Option<OwnedFd>)> {
     let a = prepare(plan)?;
     let envp = plan.envp.as_ptr();
     let argv = plan.argv.as_ptr() as *const *mut c_char;
@@ -287,8 +288,13 @@ pub(crate) fn spawn_posix(plan: &PlanView) -> Result<(i32, OwnedFd)> {
     if r != 0 {
         return Err(posix_error(plan, r).in_child());
     }
+    if !want_pidfd {
+        // A caller that reaps by pid (a spawn server's reaper): a pidfd_open here could
+        // come after that reap.
+        return Ok((pid, None));
+    }
     match pidfd::open(pid) {
-        Ok(fd) => Ok((pid, fd)),
+        Ok(fd) => Ok((pid, Some(fd))),
         // Reaped already (SIGCHLD ignored, or a waitpid(-1) elsewhere): the pid may belong to
         // another process by now, so it must not be signalled.
         Err(libc::ESRCH) => Err(Error::os("pidfd_open", pid.to_string(), libc::ESRCH)
