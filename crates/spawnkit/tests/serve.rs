@@ -1413,6 +1413,88 @@ fn a_traced_zombie_does_not_spin_the_server() {
     assert_eq!(status.and_then(|s| s.signal()), Some(libc::SIGKILL));
 }
 
+/// A server with a reaper (a private server) leaves a child traced by another process that
+/// has ended a zombie until its tracer lets it go (its real parent cannot reap it before),
+/// then reaps it at the SIGCHLD the kernel sends it then: a plain request's client learns
+/// how it ended through its pidfd, and a status request is answered.
+#[test]
+fn a_server_with_a_reaper_reaps_a_traced_child_once_its_tracer_lets_go() {
+    let mut server = PrivateServer::start().expect("private server");
+    let server_pid = server.pid();
+    let client = server.client();
+    let mut plain = Command::new(probe());
+    plain.args(["sleep", "61"]).stdout(Stdio::Null);
+    let mut child = client.spawn(&plain).unwrap();
+    let mut traced_status = Command::new(probe());
+    traced_status.args(["sleep", "62"]).stdout(Stdio::Null);
+    let id = client.submit_status_many([&traced_status]).unwrap()[0];
+    // The status request's child, found by its arguments among the server's children.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status_pid = loop {
+        let found = common::children_of(server_pid).into_iter().map(|(p, _)| p).find(|p| {
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            cmdline.ends_with(b"sleep\x0062\x00")
+        });
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "the status child never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let pids = [child.id(), status_pid];
+    // Another process traces both (PTRACE_SEIZE), says so, and holds them until its stdin
+    // ends.
+    let mut tracer = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes, sys\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             for pid in sys.argv[1:]:\n\
+             \x20   if libc.ptrace(0x4206, int(pid), None, None) != 0:\n\
+             \x20       print('refused: errno %d' % ctypes.get_errno(), flush=True)\n\
+             \x20       sys.exit(0)\n\
+             print('seized', flush=True)\n\
+             sys.stdin.read()\n",
+        ])
+        .args(pids.iter().map(|p| p.to_string()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(tracer.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    for pid in pids {
+        // SAFETY: kill takes integers; both are the server's children, not reaped yet.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    if line.starts_with("refused") {
+        // No ptrace here (Yama's ptrace_scope, a seccomp filter, a sandbox): nothing to test.
+        eprintln!("skipped: PTRACE_SEIZE {}", line.trim());
+        assert!(tracer.wait().unwrap().success());
+        return;
+    }
+    assert_eq!(line.trim(), "seized");
+    let zombie = |pid: u32| common::proc_state(pid) == Some('Z');
+    assert!(
+        common::wait_until(Duration::from_secs(10), || pids.iter().all(|&p| zombie(p))),
+        "both ended and wait, zombies"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(pids.iter().all(|&p| zombie(p)), "reaped while traced");
+    assert_eq!(child.try_wait().unwrap(), None, "reaped while traced");
+    // The tracer goes: the server reaps both.
+    drop(tracer.stdin.take());
+    assert!(tracer.wait().unwrap().success());
+    let status = child.wait_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(status.and_then(|s| s.signal()), Some(libc::SIGKILL));
+    let (answered, st) = client.receive_status().unwrap();
+    assert_eq!((answered, st.unwrap().signal()), (id, Some(libc::SIGKILL)));
+}
+
 /// With Exit frames, `try_wait` reads everything that has come: a child's Exit frame queued
 /// behind another request's answer (whose pidfd ends a `recvmsg`) is seen at once. (Found in
 /// review: a single read took only the answer, and `try_wait` said "running".)
