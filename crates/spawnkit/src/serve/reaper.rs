@@ -6,18 +6,26 @@
 //! (`PIDFD_INFO_EXIT`, recorded at the reap).
 //!
 //! A child may end, and be reaped, before the thread that spawned it has registered it (the
-//! few microseconds between its clone and the registration): its status waits in `early`
-//! until the registration takes it. Pids are reused, and some children are reaped that no
-//! spawn registers (one that failed before its exec, whose spawn answered with the error; a
-//! parked pool child that died), so an entry of `early` is only ever taken by a spawn that
-//! began before that reap: each reap is numbered, and each spawn holds a [`Ticket`] with the
-//! number of the last reap before it began. A spawn that began after a reap cannot have made
-//! the child reaped then (its pid was still that child's, a zombie's, until the reap). An
-//! entry that no spawn under way can take any more is dropped, so `early` holds only children
-//! reaped while some spawn was under way.
+//! few microseconds between its clone and the registration). Each spawn holds a [`Ticket`]
+//! from before its clone to its registration, with a pid slot that the kernel fills with the
+//! child's pid as it makes the child, before the child can run (`CLONE_PARENT_SETTID`; the
+//! pool fills it before it wakes a parked child): a reaped pid that no registered child has
+//! is looked for in the slots of the spawns under way, and its status kept for that spawn's
+//! registration, the slot emptied. A pid in no slot is a child no spawn will register (one
+//! whose spawn failed before its exec, a parked pool child that died): nothing is kept. Pids
+//! are reused, but a pid in a slot is that spawn's child's until the child is reaped (by the
+//! reaper, which empties the slot; or, for a spawn that failed or a parked child that could
+//! not be woken, through its pidfd by the spawning thread, which empties it too), so a status
+//! is never given to the wrong spawn.
+//!
+//! A spawn whose child's pid cannot be known that early (posix_spawn, which is followed by a
+//! `pidfd_open` by pid, and glibc waits by pid for a child that failed; a fork) pins the
+//! reaper instead: no reap while it is under way (SIGCHLD is raised again when the last pin
+//! goes, so the loop reaps then).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::sys::pidfd::{self, Ended};
 
@@ -30,33 +38,42 @@ pub(crate) struct Reaper<T> {
 struct State<T> {
     /// Spawned, registered, not reaped yet.
     live: HashMap<i32, Option<T>>,
-    /// Reaped before their registration: how they ended, and the number of their reap.
-    early: HashMap<i32, (Ended, u64)>,
-    /// Children reaped so far: the number of the last reap.
-    reaps: u64,
-    /// Spawns under way (a [`Ticket`] taken, not yet registered or dropped), counted by the
-    /// number of the last reap before each began.
-    spawning: BTreeMap<u64, usize>,
+    /// Spawns under way (a [`Ticket`] taken, not yet registered or dropped): a handful, one
+    /// per spawning thread at most.
+    spawning: Vec<Spawning>,
+    next_ticket: u64,
+    /// Spawns that pinned the reaper, under way.
+    pins: usize,
+    /// A reap was put off by a pin: SIGCHLD is raised again when the last pin goes.
+    put_off: bool,
 }
 
-impl<T> State<T> {
-    fn spawn_over(&mut self, since: u64) {
-        if let Some(n) = self.spawning.get_mut(&since) {
-            *n -= 1;
-            if *n == 0 {
-                self.spawning.remove(&since);
-            }
-        }
-    }
+struct Spawning {
+    ticket: u64,
+    /// The pid of the child this spawn made (0 until it is known).
+    slot: Arc<AtomicI32>,
+    /// A child of this slot reaped before the registration: its pid and how it ended.
+    reaped: Option<(i32, Ended)>,
 }
 
-/// A spawn under way, taken before its clone: what lets its registration take the status of
-/// its child if the reaper was first. Dropped unregistered (the spawn failed, or panicked),
-/// it ends the spawn's claim.
+/// What became of a registration ([`Ticket::register`]).
+pub(crate) enum Registered<T> {
+    /// Kept: answered when the child is reaped.
+    Kept,
+    /// Reaped already: answer now with how it ended.
+    Ended(Option<T>, Ended),
+    /// Its answer has nobody to go to (`gone`): kept with no answer; what it was.
+    Dropped(T),
+}
+
+/// A spawn under way, taken before its clone: its pid slot (see [`Ticket::slot`]).
+/// Dropped unregistered (the spawn failed, or panicked), it ends the spawn's claim.
 pub(crate) struct Ticket<'a, T> {
     reaper: &'a Reaper<T>,
-    since: u64,
-    registered: bool,
+    ticket: u64,
+    slot: Arc<AtomicI32>,
+    pinned: bool,
+    over: bool,
 }
 
 impl<T> Reaper<T> {
@@ -64,9 +81,10 @@ impl<T> Reaper<T> {
         Reaper {
             state: Mutex::new(State {
                 live: HashMap::new(),
-                early: HashMap::new(),
-                reaps: 0,
-                spawning: BTreeMap::new(),
+                spawning: Vec::new(),
+                next_ticket: 0,
+                pins: 0,
+                put_off: false,
             }),
         }
     }
@@ -77,37 +95,47 @@ impl<T> Reaper<T> {
 
     /// A spawn begins (before its clone).
     pub(crate) fn ticket(&self) -> Ticket<'_, T> {
+        let slot = Arc::new(AtomicI32::new(0));
         let mut st = self.lock();
-        let since = st.reaps;
-        *st.spawning.entry(since).or_insert(0) += 1;
-        Ticket { reaper: self, since, registered: false }
+        st.next_ticket += 1;
+        let ticket = st.next_ticket;
+        st.spawning.push(Spawning { ticket, slot: slot.clone(), reaped: None });
+        Ticket { reaper: self, ticket, slot, pinned: false, over: false }
     }
 
     /// Reap every child that has ended; for each registered one with something to answer,
-    /// push (pid, what, how it ended) to `out`.
+    /// push (pid, what, how it ended) to `out`. Nothing while a spawn has pinned the reaper.
     pub(crate) fn reap(&self, out: &mut Vec<(i32, T, Ended)>) {
         loop {
-            // Under the lock from the reap to the record: a registration of the same pid
-            // (reused at once) comes after it, never between.
+            // Under the lock from the reap to the record: a registration of the pid comes
+            // before it or after it, never between.
             let mut st = self.lock();
+            if st.pins > 0 {
+                st.put_off = true;
+                return;
+            }
             // ECHILD (no child at all) ends it, as "none has ended" does; any other error
             // (none is documented for these arguments) too: the next SIGCHLD tries again.
-            let Ok(Some((pid, ended))) = pidfd::waitid(libc::P_ALL, 0, true) else { break };
-            st.reaps += 1;
-            let reap = st.reaps;
+            let Ok(Some((pid, ended))) = pidfd::waitid(libc::P_ALL, 0, true) else { return };
             match st.live.remove(&pid) {
                 Some(Some(what)) => out.push((pid, what, ended)),
                 Some(None) => {}
                 None => {
-                    st.early.insert(pid, (ended, reap));
+                    // A spawn under way made it, or none will register it. Its slot is
+                    // emptied as its status is kept (so that another spawn's child, given
+                    // the pid later, is never taken for it); unless the spawn has made
+                    // another child since (a parked child that could not be woken, then a
+                    // clone), whose pid the slot holds now.
+                    for s in &mut st.spawning {
+                        let (acq, rel) = (Ordering::AcqRel, Ordering::Acquire);
+                        if s.slot.compare_exchange(pid, 0, acq, rel).is_ok() {
+                            s.reaped = Some((pid, ended));
+                            break;
+                        }
+                    }
                 }
             }
         }
-        let mut st = self.lock();
-        // Only a spawn that began before a reap may take its entry: none under way began
-        // before `floor`, and every later one begins after the last reap.
-        let floor = st.spawning.keys().next().copied().unwrap_or(st.reaps);
-        st.early.retain(|_, (_, reap)| *reap > floor);
     }
 
     /// Stop answering for the registered children `which` picks (their answers' connection
@@ -123,31 +151,238 @@ impl<T> Reaper<T> {
         }
         n
     }
+
+    /// End the spawn of `ticket` (registered or not): what the reaper kept for it.
+    fn spawn_over(st: &mut State<T>, ticket: u64, pinned: bool) -> Option<Spawning> {
+        let at = st.spawning.iter().position(|s| s.ticket == ticket);
+        let spawning = at.map(|i| st.spawning.swap_remove(i));
+        if pinned {
+            st.pins -= 1;
+        }
+        spawning
+    }
+}
+
+/// SIGCHLD to this process again: a reap put off by a pin happens now (it is blocked in
+/// every thread of a server with a reaper: the loop's signalfd takes it).
+fn reap_again() {
+    crate::sys::this_process::signal_self(libc::SIGCHLD);
 }
 
 impl<T> Ticket<'_, T> {
-    /// Register the child `pid` this spawn made, with what its end must answer. If it has
-    /// been reaped already: `Err` with that and how it ended (answer it now; it is not kept).
-    pub(crate) fn register(mut self, pid: i32, what: Option<T>) -> Result<(), (Option<T>, Ended)> {
-        self.registered = true;
+    /// Where this spawn's child's pid goes as the child is made (see
+    /// `sys::clone::with_pid_slot`).
+    pub(crate) fn slot(&self) -> &AtomicI32 {
+        &self.slot
+    }
+
+    /// No reap until this spawn is registered or dropped: for a spawn whose child's pid is
+    /// known only after the child may have ended (posix_spawn, a fork).
+    pub(crate) fn pin(&mut self) {
+        if !self.pinned {
+            self.reaper.lock().pins += 1;
+            self.pinned = true;
+        }
+    }
+
+    /// Register the child `pid` this spawn made, with what its end must answer (`gone`, read
+    /// under the reaper's lock: its answer has nobody to go to any more).
+    pub(crate) fn register(
+        mut self,
+        pid: i32,
+        what: Option<T>,
+        gone: impl FnOnce() -> bool,
+    ) -> Registered<T> {
+        self.over = true;
         let mut st = self.reaper.lock();
-        st.spawn_over(self.since);
-        match st.early.remove(&pid) {
-            Some((ended, reap)) if reap > self.since => Err((what, ended)),
-            // None, or another process's that had the pid before this spawn began.
-            _ => {
+        let spawning = Reaper::spawn_over(&mut st, self.ticket, self.pinned);
+        let again = self.pinned && st.pins == 0 && std::mem::take(&mut st.put_off);
+        let reaped = spawning.and_then(|s| s.reaped).filter(|&(p, _)| p == pid);
+        let result = match (reaped, what) {
+            (Some((_, ended)), what) => Registered::Ended(what, ended),
+            (None, Some(what)) if gone() => {
+                st.live.insert(pid, None);
+                Registered::Dropped(what)
+            }
+            (None, what) => {
                 let before = st.live.insert(pid, what);
                 debug_assert!(before.is_none(), "pid {pid} registered twice");
-                Ok(())
+                Registered::Kept
             }
+        };
+        drop(st);
+        if again {
+            reap_again();
         }
+        result
     }
 }
 
 impl<T> Drop for Ticket<'_, T> {
     fn drop(&mut self) {
-        if !self.registered {
-            self.reaper.lock().spawn_over(self.since);
+        if self.over {
+            return;
         }
+        let mut st = self.reaper.lock();
+        Reaper::spawn_over(&mut st, self.ticket, self.pinned);
+        let again = self.pinned && st.pins == 0 && std::mem::take(&mut st.put_off);
+        drop(st);
+        if again {
+            reap_again();
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)] // fork, kill, waitpid, _exit: the test's own children, in a forked child
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A child that exits with `code` at once.
+    fn fork_exit(code: i32) -> i32 {
+        // SAFETY: the child only calls _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe { libc::_exit(code) };
+        }
+        pid
+    }
+
+    /// A child that waits for a signal.
+    fn fork_paused() -> i32 {
+        // SAFETY: the child only calls pause and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::pause();
+                libc::_exit(0)
+            };
+        }
+        pid
+    }
+
+    /// A child of this process with pid `want`, made by `fork` (ns_last_pid set just before,
+    /// tried again if another process of the machine took the pid first); `None` when the
+    /// pid cannot be chosen here (not root, no such file).
+    fn fork_with_pid(want: i32, fork: impl Fn() -> i32) -> Option<i32> {
+        for _ in 0..50 {
+            std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", want - 1)).ok()?;
+            let pid = fork();
+            if pid == want {
+                return Some(pid);
+            }
+            // SAFETY: our own child, not reaped by anything else in this process.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+        None
+    }
+
+    /// Run `scenario` in a forked child of the test process (whose other threads' children
+    /// the reaper's `waitid(P_ALL)` must not take): Ok, skipped (with the reason), or the
+    /// failure as a panic here.
+    fn in_forked_child(scenario: fn() -> Result<(), String>) {
+        let (r, w) = crate::sys::parent::pipe().expect("pipe");
+        // SAFETY: the child runs the scenario (system calls, allocations) and leaves with
+        // _exit; no lock of another thread is taken in it.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let (code, msg) = match std::panic::catch_unwind(scenario) {
+                Ok(Ok(())) => (0, String::new()),
+                Ok(Err(skip)) => (2, skip),
+                Err(_) => (1, "panicked".to_string()),
+            };
+            crate::sys::parent::write_all(std::os::fd::AsRawFd::as_raw_fd(&w), msg.as_bytes());
+            // SAFETY: leave the forked child without the harness's atexit.
+            unsafe { libc::_exit(code) };
+        }
+        drop(w);
+        let mut msg = vec![0u8; 4096];
+        let n = crate::sys::parent::read_some(std::os::fd::AsRawFd::as_raw_fd(&r), &mut msg);
+        let msg = String::from_utf8_lossy(&msg[..n]).into_owned();
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        match libc::WEXITSTATUS(status) {
+            0 => {}
+            2 => eprintln!("skipped: {msg}"),
+            _ => panic!("the scenario failed: {msg} (status {status:#x})"),
+        }
+    }
+
+    fn settle() {
+        std::thread::sleep(Duration::from_millis(30));
+    }
+
+    /// A spawn began (its ticket), then, before its clone, a child no spawn registers was
+    /// reaped (a failed spawn's, a parked child that died), and the spawn's clone was given
+    /// the same pid: that spawn is answered with its own child's end, never the earlier
+    /// process's.
+    #[test]
+    fn a_pid_reaped_before_a_spawns_clone_is_not_taken_for_its_child() {
+        in_forked_child(|| {
+            let reaper: Reaper<u32> = Reaper::new();
+            let ticket = reaper.ticket();
+            let old = fork_exit(7);
+            settle();
+            let mut out = Vec::new();
+            reaper.reap(&mut out);
+            if !out.is_empty() {
+                return Err(format!("an unregistered child answered for: {:?}", out.len()));
+            }
+            let Some(pid) = fork_with_pid(old, fork_paused) else {
+                return Err("ns_last_pid not writable".into());
+            };
+            ticket.slot().store(pid, Ordering::Release); // as CLONE_PARENT_SETTID does
+            if !matches!(ticket.register(pid, Some(1), || false), Registered::Kept) {
+                panic!("answered with the earlier process's status");
+            }
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            settle();
+            reaper.reap(&mut out);
+            let got: Vec<_> = out.iter().map(|&(p, w, e)| (p, w, e)).collect();
+            let killed = Ended::Signaled { signal: libc::SIGKILL, core: false };
+            assert_eq!(got, vec![(pid, 1, killed)]);
+            Ok(())
+        });
+    }
+
+    /// A spawn's child was reaped before the spawn registered it, and its pid was given to
+    /// another spawn's child, which also ended before its registration: each spawn is
+    /// answered with its own child's end.
+    #[test]
+    fn a_pid_given_again_is_not_taken_for_the_first_child_that_had_it() {
+        in_forked_child(|| {
+            let reaper: Reaper<u32> = Reaper::new();
+            let first = reaper.ticket();
+            let c1 = fork_exit(3);
+            first.slot().store(c1, Ordering::Release);
+            settle();
+            let mut out = Vec::new();
+            reaper.reap(&mut out);
+            let second = reaper.ticket();
+            let Some(c2) = fork_with_pid(c1, || fork_exit(5)) else {
+                return Err("ns_last_pid not writable".into());
+            };
+            second.slot().store(c2, Ordering::Release);
+            settle();
+            reaper.reap(&mut out);
+            assert!(out.is_empty());
+            match first.register(c1, Some(1), || false) {
+                Registered::Ended(Some(1), Ended::Exited(3)) => {}
+                _ => panic!("the first spawn was not answered with its own child's end"),
+            }
+            match second.register(c2, Some(2), || false) {
+                Registered::Ended(Some(2), Ended::Exited(5)) => {}
+                _ => panic!("the second spawn was not answered with its own child's end"),
+            }
+            Ok(())
+        });
     }
 }

@@ -20,7 +20,7 @@ use super::frame::{
     FLAG_STATUS, FLAG_WANT_EXIT, MAX_BATCH_REPLY,
 };
 use super::gate::{gate, Peer};
-use super::reaper::{Reaper, Ticket};
+use super::reaper::{Reaper, Registered, Ticket};
 use super::reply;
 use crate::error::{quoted, Error, Result};
 use crate::spawn::command::Command;
@@ -608,19 +608,20 @@ impl Watched {
         tx: &ConnTx,
     ) -> bool {
         let Some(ticket) = ticket else { return false };
-        let status = match status {
-            // Its connection is gone: reaped with no answer, and no longer counted (as
-            // `Looper::close` does with those registered before).
-            Some(_) if tx.closed.load(Ordering::Relaxed) => {
+        // Its connection gone (`Looper::close` sets `closed` before it forgets those
+        // registered earlier, under the reaper's lock): reaped with no answer.
+        let gone = || tx.closed.load(Ordering::Relaxed);
+        match ticket.register(pid, status, gone) {
+            Registered::Kept | Registered::Ended(None, _) => false,
+            Registered::Dropped(_) => {
                 self.release();
-                None
+                false
             }
-            s => s,
-        };
-        match ticket.register(pid, status) {
-            Ok(()) | Err((None, _)) => false,
-            Err((Some(sc), ended)) => {
+            Registered::Ended(Some(sc), ended) => {
                 self.release();
+                if tx.closed.load(Ordering::Relaxed) {
+                    return false;
+                }
                 let frame = exit_frame(sc.id, pid, ExitStatus::from(ended));
                 status_answered(tx, &sc.sreq, frame)
             }
@@ -1873,8 +1874,8 @@ impl<'a> Looper<'a> {
     ) {
         let bare = status.is_some() && self.children.reaper.is_some();
         let children = Arc::clone(&self.children);
-        let ticket = children.ticket();
-        let spawned = spawn_for(&mut cmd, conn.peer, self.own, (alone, bare));
+        let mut ticket = children.ticket();
+        let spawned = spawn_for(&mut cmd, conn.peer, self.own, (alone, bare), ticket.as_mut());
         let spawned = spawned.and_then(|(pid, pidfd)| {
             // A bare spawn's pidfd (a pool child's, another strategy's) is not needed.
             Ok((pid, if bare { None } else { Some(made_pidfd(pidfd)?) }))
@@ -2327,16 +2328,34 @@ fn spawn_for(
     peer: Peer,
     own: Own,
     (alone, bare): (bool, bool),
+    ticket: Option<&mut Ticket<'_, StatusChild>>,
 ) -> Result<(i32, Option<OwnedFd>)> {
     let euid = own.euid;
     gate(cmd, peer, euid)?;
     cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
-    let spawn = |cmd: &mut Command| -> Result<(i32, Option<OwnedFd>)> {
-        if bare {
-            return crate::spawn::engine::spawn_bare(cmd);
+    let slot = match ticket {
+        Some(t) => {
+            if cmd.strategy != crate::Strategy::CloneVfork {
+                // posix_spawn and a fork know the child's pid only once it may have ended
+                // (and glibc waits by pid for one that failed): no reap meanwhile.
+                t.pin();
+            }
+            Some(t.slot())
         }
-        let (pid, pidfd) = cmd.spawn()?.into_pidfd()?;
-        Ok((pid as i32, Some(pidfd)))
+        None => None,
+    };
+    let spawn = |cmd: &mut Command| -> Result<(i32, Option<OwnedFd>)> {
+        let run = |cmd: &mut Command| {
+            if bare {
+                return crate::spawn::engine::spawn_bare(cmd);
+            }
+            let (pid, pidfd) = cmd.spawn()?.into_pidfd()?;
+            Ok((pid as i32, Some(pidfd)))
+        };
+        match slot {
+            Some(slot) => crate::sys::clone::with_pid_slot(slot, || run(cmd)),
+            None => run(cmd),
+        }
     };
     super::watchdog::watched(|| {
         let _kept = (!alone).then(crate::sys::pool::Kept::new);
@@ -2382,9 +2401,9 @@ fn run_job(mut job: Job, own: Own, wake: Option<&OwnedFd>, watched: &Watched) ->
     }
     // A panic here must not lose the answer (nor hold its frame's others forever).
     let bare = job.status.is_some();
-    let ticket = watched.ticket();
+    let mut ticket = watched.ticket();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        spawn_for(&mut job.cmd, job.peer, own, (job.alone, bare))
+        spawn_for(&mut job.cmd, job.peer, own, (job.alone, bare), ticket.as_mut())
     }))
     .unwrap_or_else(|_| Err(Error::unsupported("serve", "the spawner thread panicked")));
     let Job { tx, token, id, batch, status, cmd, .. } = job;

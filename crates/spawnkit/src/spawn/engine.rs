@@ -74,6 +74,8 @@ fn launch(
                 // pid here could find another child that took the pid after the reaper was
                 // first, and take its status. The error then cannot name a signal.
                 let ended = out.pidfd.as_ref().and_then(reap_failed);
+                // Reaped (or left to the reaper): its pid is no longer this spawn's child's.
+                sys::clone::note_pid(0);
                 return Err(child_error(plan, out.report, ended));
             }
             (out.pid, out.pidfd)

@@ -8,7 +8,8 @@
 //! falls back to `clone(2)` and remembers that for the life of the process.
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::cell::Cell;
 
 use super::in_child::{child_main, pool_main, ChildCtx, Dock};
 use super::raw::check;
@@ -51,6 +52,45 @@ pub(crate) fn disable_clone3() {
 /// Whether the last spawns used clone3 (for diagnostics and `spawnkit bench`).
 pub(crate) fn clone3_in_use() -> bool {
     CLONE3.load(Ordering::Relaxed) != CLONE3_REFUSED
+}
+
+thread_local! {
+    /// Where this thread's next child's pid is written as the child is made (the address of
+    /// an `AtomicI32`; 0: nowhere): see [`with_pid_slot`].
+    static PID_SLOT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Run `f` (a spawn) with the pid of each child this thread makes written into `slot` as the
+/// child is made, before it can run, let alone end: by the kernel at the clone
+/// (`CLONE_PARENT_SETTID`, clone3), and by the pool before it wakes a parked child. A spawn
+/// server's reaper, on another thread, reads it to know a child it reaps for that spawn's
+/// before the spawn returns. (The clone(2) fallback, which has the one `parent_tid` for its
+/// pidfd, writes it after the call: late.)
+pub(crate) fn with_pid_slot<R>(slot: &AtomicI32, f: impl FnOnce() -> R) -> R {
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = PID_SLOT.try_with(|s| s.set(self.0));
+        }
+    }
+    let before = PID_SLOT.with(|s| s.replace(slot as *const AtomicI32 as usize));
+    let _restore = Restore(before);
+    f()
+}
+
+/// This thread's pid slot (0: none).
+fn pid_slot() -> usize {
+    PID_SLOT.try_with(Cell::get).unwrap_or(0)
+}
+
+/// Write `pid` into this thread's pid slot, if it has one.
+pub(crate) fn note_pid(pid: i32) {
+    let slot = pid_slot();
+    if slot != 0 {
+        // SAFETY: the slot is an AtomicI32 that `with_pid_slot`'s caller keeps alive for as
+        // long as it is set (the closure's run).
+        unsafe { (*(slot as *const AtomicI32)).store(pid, Ordering::Release) };
+    }
 }
 
 /// The result of a successful clone: the child's pid and its pidfd.
@@ -196,10 +236,14 @@ unsafe fn clone3(
     ctx.mask_inherited = true;
     let mut pidfd: i32 = -1;
     let into_cgroup = if cgroup.is_some() { CLONE_INTO_CGROUP } else { 0 };
+    // The pid slot, if any: the kernel writes the child's pid there before the child runs.
+    let slot = pid_slot();
+    let settid = if slot != 0 { libc::CLONE_PARENT_SETTID as u64 } else { 0 };
     let args = CloneArgs {
-        flags: flags | CLONE_CLEAR_SIGHAND | into_cgroup,
+        flags: flags | CLONE_CLEAR_SIGHAND | into_cgroup | settid,
         cgroup: cgroup.unwrap_or(0) as u64,
         pidfd: &mut pidfd as *mut i32 as u64,
+        parent_tid: slot as u64,
         exit_signal: libc::SIGCHLD as u64,
         stack: stack.base() as u64,
         stack_size: stack.size() as u64,
@@ -256,6 +300,7 @@ unsafe fn clone_legacy(ctx: &mut ChildCtx<'_>, stack: &Stack, flags: u64) -> Res
         }
         return Err(libc::ENOSYS);
     }
+    note_pid(pid);
     Ok(Cloned { pid, pidfd })
 }
 

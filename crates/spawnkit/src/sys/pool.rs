@@ -224,6 +224,8 @@ pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
             }
             None => dock.fs_set.store(0, Ordering::Relaxed),
         }
+        // Known as this spawn's child before it runs anything (a spawn server's reaper).
+        super::clone::note_pid(parked.pid);
         dock.go.store(DOCK_GO, Ordering::Release);
         futex_wake(dock.go.as_ptr());
         wait_tid_clear(dock);
@@ -239,6 +241,8 @@ pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
                 )
             };
             recycle(parked);
+            // Reaped: its pid is no longer this spawn's child's.
+            super::clone::note_pid(0);
             continue;
         }
         let mut parked = parked;

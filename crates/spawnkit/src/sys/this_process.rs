@@ -99,6 +99,13 @@ pub(crate) fn kill_group(pgid: i32, sig: i32) -> Result<(), i32> {
     }
 }
 
+/// kill(getpid(), sig): signal this process (any thread that does not block `sig` takes
+/// it, or a signalfd when every thread blocks it).
+pub(crate) fn signal_self(sig: i32) {
+    // SAFETY: kill(2) with our own pid; no memory is passed.
+    unsafe { libc::kill(libc::getpid(), sig) };
+}
+
 /// close_range(first, last, CLOSE_RANGE_CLOEXEC): mark the range close-on-exec.
 pub(crate) fn cloexec_range(first: u32, last: u32) -> Result<(), i32> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
