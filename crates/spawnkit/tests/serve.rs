@@ -1321,6 +1321,35 @@ fn a_wait_on_the_connection_holds_up_no_other_thread() {
     kill_waited(long_pid, waiter);
 }
 
+/// A process that traces `pids` (PTRACE_SEIZE) and holds them until its stdin ends, and
+/// its first line: "seized", or "refused: errno N" where ptrace is not allowed.
+fn seize(pids: &[u32]) -> (std::process::Child, String) {
+    let mut tracer = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes, sys\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             for pid in sys.argv[1:]:\n\
+             \x20   if libc.ptrace(0x4206, int(pid), None, None) != 0:\n\
+             \x20       print('refused: errno %d' % ctypes.get_errno(), flush=True)\n\
+             \x20       sys.exit(0)\n\
+             print('seized', flush=True)\n\
+             sys.stdin.read()\n",
+        ])
+        .args(pids.iter().map(|p| p.to_string()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(tracer.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    (tracer, line)
+}
+
 /// A server that reaps its own children (a server on a thread, as here; every server on a
 /// kernel before 6.15) does not spin on a child it cannot reap yet: a child traced by
 /// another process that has ended stays a zombie, its pidfd readable, until its tracer
@@ -1340,28 +1369,7 @@ fn a_traced_zombie_does_not_spin_the_server() {
     let mut child = client.spawn(&sleeper).unwrap();
     let pid = child.id();
     // Another process traces it (PTRACE_SEIZE), says so, and holds it until its stdin ends.
-    let mut tracer = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import ctypes, sys\n\
-             libc = ctypes.CDLL(None, use_errno=True)\n\
-             if libc.ptrace(0x4206, int(sys.argv[1]), None, None) != 0:\n\
-             \x20   print('refused: errno %d' % ctypes.get_errno(), flush=True)\n\
-             \x20   sys.exit(0)\n\
-             print('seized', flush=True)\n\
-             sys.stdin.read()\n",
-        ])
-        .arg(pid.to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(tracer.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let (mut tracer, line) = seize(&[pid]);
     if line.starts_with("refused") {
         // No ptrace here (Yama's ptrace_scope, a seccomp filter, a sandbox): nothing to test.
         eprintln!("skipped: PTRACE_SEIZE {}", line.trim());
@@ -1444,29 +1452,7 @@ fn a_server_with_a_reaper_reaps_a_traced_child_once_its_tracer_lets_go() {
     let pids = [child.id(), status_pid];
     // Another process traces both (PTRACE_SEIZE), says so, and holds them until its stdin
     // ends.
-    let mut tracer = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import ctypes, sys\n\
-             libc = ctypes.CDLL(None, use_errno=True)\n\
-             for pid in sys.argv[1:]:\n\
-             \x20   if libc.ptrace(0x4206, int(pid), None, None) != 0:\n\
-             \x20       print('refused: errno %d' % ctypes.get_errno(), flush=True)\n\
-             \x20       sys.exit(0)\n\
-             print('seized', flush=True)\n\
-             sys.stdin.read()\n",
-        ])
-        .args(pids.iter().map(|p| p.to_string()))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(tracer.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let (mut tracer, line) = seize(&pids);
     for pid in pids {
         // SAFETY: kill takes integers; both are the server's children, not reaped yet.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -1722,19 +1708,38 @@ impl Drop for Spinners {
 /// them busy here.
 #[test]
 fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_that_reaps_all() {
+    let failed = children_that_end_at_once_under_load(spawnkit::Strategy::ForkExec, 1);
+    assert!(failed.is_empty(), "{} of 400 failed, the first: {}", failed.len(), failed[0]);
+}
+
+/// 400 spawns through a private server of a child that ends as soon as it has exec'd, by
+/// `strategy`, `per_message` per message (1: `Client::spawn`), each waited for, beside two
+/// spinning threads of this process: the spawns' errors.
+fn children_that_end_at_once_under_load(
+    strategy: spawnkit::Strategy,
+    per_message: usize,
+) -> Vec<String> {
     let mut server = PrivateServer::start().expect("private server");
     let spinners = Spinners::start(2);
     let mut cmd = Command::new(probe());
-    cmd.args(["exit", "0"]).strategy(spawnkit::Strategy::ForkExec).stdout(Stdio::Null);
+    cmd.args(["exit", "0"]).strategy(strategy).stdout(Stdio::Null);
+    let client = server.client();
     let mut failed = Vec::new();
-    for _ in 0..400 {
-        match server.client().spawn(&cmd) {
-            Ok(mut child) => assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(0)),
-            Err(e) => failed.push(e.to_string()),
+    for _ in 0..400 / per_message {
+        let children = if per_message == 1 {
+            vec![client.spawn(&cmd)]
+        } else {
+            client.spawn_many(std::iter::repeat_n(&cmd, per_message), per_message).expect("send")
+        };
+        for child in children {
+            match child {
+                Ok(mut child) => assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(0)),
+                Err(e) => failed.push(e.to_string()),
+            }
         }
     }
     drop(spinners);
-    assert!(failed.is_empty(), "{} of 400 failed, the first: {}", failed.len(), failed[0]);
+    failed
 }
 
 /// A posix-spawn child that ends at once is handed out like any other by a server with a
@@ -1744,21 +1749,7 @@ fn a_fork_exec_child_that_ends_at_once_is_handed_out_by_a_server_that_reaps_all(
 /// elsewhere" (and with the kernel reaping, ~15 %).
 #[test]
 fn a_posix_spawn_child_that_ends_at_once_is_handed_out_by_a_server_with_a_reaper() {
-    let mut server = PrivateServer::start().expect("private server");
-    let spinners = Spinners::start(2);
-    let mut cmd = Command::new(probe());
-    cmd.args(["exit", "0"]).strategy(spawnkit::Strategy::PosixSpawn).stdout(Stdio::Null);
-    let client = server.client();
-    let mut failed = Vec::new();
-    for _ in 0..50 {
-        for child in client.spawn_many(std::iter::repeat_n(&cmd, 8), 8).expect("spawn_many") {
-            match child {
-                Ok(mut child) => assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(0)),
-                Err(e) => failed.push(e.to_string()),
-            }
-        }
-    }
-    drop(spinners);
+    let failed = children_that_end_at_once_under_load(spawnkit::Strategy::PosixSpawn, 8);
     assert!(failed.is_empty(), "{} of 400 failed, the first: {}", failed.len(), failed[0]);
 }
 
