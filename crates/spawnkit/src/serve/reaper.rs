@@ -56,6 +56,31 @@ struct Spawning {
     reaped: Option<(i32, Ended)>,
 }
 
+impl<T> State<T> {
+    /// A child reaped: its registered answer to `out`, or its status kept for the spawn
+    /// under way whose slot holds its pid.
+    fn record(&mut self, pid: i32, ended: Ended, out: &mut Vec<(i32, T, Ended)>) {
+        match self.live.remove(&pid) {
+            Some(Some(what)) => out.push((pid, what, ended)),
+            Some(None) => {}
+            None => {
+                // A spawn under way made it, or none will register it. Its slot is emptied
+                // as its status is kept (so that another spawn's child, given the pid later,
+                // is never taken for it); unless the spawn has made another child since (a
+                // parked child that could not be woken, then a clone), whose pid the slot
+                // holds now.
+                for s in &mut self.spawning {
+                    let (acq, rel) = (Ordering::AcqRel, Ordering::Acquire);
+                    if s.slot.compare_exchange(pid, 0, acq, rel).is_ok() {
+                        s.reaped = Some((pid, ended));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// What became of a registration ([`Ticket::register`]).
 pub(crate) enum Registered<T> {
     /// Kept: answered when the child is reaped.
@@ -104,8 +129,13 @@ impl<T> Reaper<T> {
     }
 
     /// Reap every child that has ended; for each registered one with something to answer,
-    /// push (pid, what, how it ended) to `out`. Nothing while a spawn has pinned the reaper.
+    /// push (pid, what, how it ended) to `out`. While a spawn has pinned the reaper, only
+    /// the children it knows (registered, or in a spawn's slot) are reaped, each by its pid;
+    /// the others (a failed spawn's, a pinned spawn's own) when the last pin goes.
     pub(crate) fn reap(&self, out: &mut Vec<(i32, T, Ended)>) {
+        if self.reap_known(out) {
+            return;
+        }
         loop {
             // Under the lock from the reap to the record: a registration of the pid comes
             // before it or after it, never between.
@@ -117,25 +147,27 @@ impl<T> Reaper<T> {
             // ECHILD (no child at all) ends it, as "none has ended" does; any other error
             // (none is documented for these arguments) too: the next SIGCHLD tries again.
             let Ok(Some((pid, ended))) = pidfd::waitid(libc::P_ALL, 0, true) else { return };
-            match st.live.remove(&pid) {
-                Some(Some(what)) => out.push((pid, what, ended)),
-                Some(None) => {}
-                None => {
-                    // A spawn under way made it, or none will register it. Its slot is
-                    // emptied as its status is kept (so that another spawn's child, given
-                    // the pid later, is never taken for it); unless the spawn has made
-                    // another child since (a parked child that could not be woken, then a
-                    // clone), whose pid the slot holds now.
-                    for s in &mut st.spawning {
-                        let (acq, rel) = (Ordering::AcqRel, Ordering::Acquire);
-                        if s.slot.compare_exchange(pid, 0, acq, rel).is_ok() {
-                            s.reaped = Some((pid, ended));
-                            break;
-                        }
-                    }
-                }
+            st.record(pid, ended, out);
+        }
+    }
+
+    /// While pinned: reap the registered children and those in the slots of spawns under
+    /// way, each by its pid (only the reaper reaps them: the pid is still theirs), and put
+    /// the rest off; true. Not pinned: false (nothing done).
+    fn reap_known(&self, out: &mut Vec<(i32, T, Ended)>) -> bool {
+        let mut st = self.lock();
+        if st.pins == 0 {
+            return false;
+        }
+        st.put_off = true;
+        let slots = st.spawning.iter().map(|s| s.slot.load(Ordering::Acquire));
+        let known: Vec<i32> = st.live.keys().copied().chain(slots).filter(|&p| p > 0).collect();
+        for pid in known {
+            if let Ok(Some((pid, ended))) = pidfd::waitid(libc::P_PID, pid as libc::id_t, true) {
+                st.record(pid, ended, out);
             }
         }
+        true
     }
 
     /// Stop answering for the registered children `which` picks (their answers' connection
@@ -197,7 +229,12 @@ impl<T> Ticket<'_, T> {
         let mut st = self.reaper.lock();
         let spawning = Reaper::spawn_over(&mut st, self.ticket, self.pinned);
         let again = self.pinned && st.pins == 0 && std::mem::take(&mut st.put_off);
-        let reaped = spawning.and_then(|s| s.reaped).filter(|&(p, _)| p == pid);
+        // Kept for this pid, and the slot emptied by that reap since (a slot that holds the
+        // pid again is a later child's, not reaped yet).
+        let reaped = spawning
+            .filter(|s| s.slot.load(Ordering::Acquire) == 0)
+            .and_then(|s| s.reaped)
+            .filter(|&(p, _)| p == pid);
         let result = match (reaped, what) {
             (Some((_, ended)), what) => Registered::Ended(what, ended),
             (None, Some(what)) if gone() => {
@@ -315,6 +352,12 @@ mod tests {
         }
     }
 
+    /// The state letter of process `pid` (None: gone).
+    fn proc_state(pid: i32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+    }
+
     fn settle() {
         std::thread::sleep(Duration::from_millis(30));
     }
@@ -349,6 +392,42 @@ mod tests {
             let got: Vec<_> = out.iter().map(|&(p, w, e)| (p, w, e)).collect();
             let killed = Ended::Signaled { signal: libc::SIGKILL, core: false };
             assert_eq!(got, vec![(pid, 1, killed)]);
+            Ok(())
+        });
+    }
+
+    /// While a spawn has pinned the reaper (a posix_spawn or a fork under way, which may
+    /// take as long as a child stopped before its exec), the children it knows are still
+    /// reaped, each by its pid: a registered one, and one in another spawn's slot. A child
+    /// it does not know (a failed spawn's) waits for the pin to go.
+    #[test]
+    fn a_pinned_reaper_still_reaps_the_children_it_knows() {
+        in_forked_child(|| {
+            let reaper: Reaper<u32> = Reaper::new();
+            let mut pinned = reaper.ticket();
+            pinned.pin();
+            let registered = reaper.ticket();
+            let c1 = fork_exit(1);
+            assert!(matches!(registered.register(c1, Some(1), || false), Registered::Kept));
+            let in_slot = reaper.ticket();
+            let c2 = fork_exit(2);
+            in_slot.slot().store(c2, Ordering::Release);
+            let unknown = fork_exit(3);
+            settle();
+            let mut out = Vec::new();
+            reaper.reap(&mut out);
+            assert_eq!(
+                out.iter().map(|&(p, w, e)| (p, w, e)).collect::<Vec<_>>(),
+                vec![(c1, 1, Ended::Exited(1))]
+            );
+            match in_slot.register(c2, Some(2), || false) {
+                Registered::Ended(Some(2), Ended::Exited(2)) => {}
+                _ => panic!("the child in a slot was not reaped for its spawn"),
+            }
+            assert_eq!(proc_state(unknown), Some('Z'), "put off");
+            drop(pinned);
+            reaper.reap(&mut out);
+            assert_eq!(proc_state(unknown), None, "reaped after the pin");
             Ok(())
         });
     }

@@ -2335,9 +2335,11 @@ fn spawn_for(
     cmd.sig_default = SigSet::from_bits(cmd.sig_default.bits() | own.ignored.bits());
     let slot = match ticket {
         Some(t) => {
-            if cmd.strategy != crate::Strategy::CloneVfork {
+            let slot_at_clone = crate::sys::clone::clone3_known_to_work();
+            if cmd.strategy != crate::Strategy::CloneVfork || !slot_at_clone {
                 // posix_spawn and a fork know the child's pid only once it may have ended
-                // (and glibc waits by pid for one that failed): no reap meanwhile.
+                // (and glibc waits by pid for one that failed), and so does clone(2) where
+                // clone3 is refused (a seccomp filter): reaping by P_ALL waits meanwhile.
                 t.pin();
             }
             Some(t.slot())

@@ -73,9 +73,10 @@ fn launch(
                 // With no pidfd (`spawn_bare`) it is left to the caller's reaper: a wait by
                 // pid here could find another child that took the pid after the reaper was
                 // first, and take its status. The error then cannot name a signal.
-                let ended = out.pidfd.as_ref().and_then(reap_failed);
-                // Reaped (or left to the reaper): its pid is no longer this spawn's child's.
+                // No longer this spawn's child, before it is reaped here or left to the
+                // reaper (its pid may be another's after).
                 sys::clone::note_pid(0);
+                let ended = out.pidfd.as_ref().and_then(reap_failed);
                 return Err(child_error(plan, out.report, ended));
             }
             (out.pid, out.pidfd)

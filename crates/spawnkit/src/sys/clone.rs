@@ -49,6 +49,12 @@ pub(crate) fn disable_clone3() {
     CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
 }
 
+/// Whether clone3 has made a child in this process already (so the pid slot is written at
+/// the clone: see [`with_pid_slot`]).
+pub(crate) fn clone3_known_to_work() -> bool {
+    CLONE3.load(Ordering::Relaxed) == CLONE3_OK
+}
+
 /// Whether the last spawns used clone3 (for diagnostics and `spawnkit bench`).
 pub(crate) fn clone3_in_use() -> bool {
     CLONE3.load(Ordering::Relaxed) != CLONE3_REFUSED

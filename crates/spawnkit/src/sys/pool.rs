@@ -208,8 +208,13 @@ pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
     loop {
         let parked = POOL.try_with(|p| p.borrow_mut().as_mut()?.parked.pop()).ok().flatten()?;
         lock(&parked.list).retain(|&p| p != parked.pid);
-        // Killed while parked: the kernel cleared its tid. Reap it and try the next.
+        // Known as this spawn's child before it runs anything (a spawn server's reaper).
+        super::clone::note_pid(parked.pid);
+        // Killed while parked: the kernel cleared its tid (before it could be reaped, so a
+        // tid still set, read after the pid was noted, says the pid was still this child's).
+        // Reap it and try the next.
         if parked.dock.tid.load(Ordering::Acquire) == 0 {
+            super::clone::note_pid(0);
             recycle(parked);
             continue;
         }
@@ -224,8 +229,6 @@ pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
             }
             None => dock.fs_set.store(0, Ordering::Relaxed),
         }
-        // Known as this spawn's child before it runs anything (a spawn server's reaper).
-        super::clone::note_pid(parked.pid);
         dock.go.store(DOCK_GO, Ordering::Release);
         futex_wake(dock.go.as_ptr());
         wait_tid_clear(dock);
@@ -240,9 +243,10 @@ pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
                     super::Report { step: STEP_NONE, errno: 0, detail: 0 },
                 )
             };
-            recycle(parked);
-            // Reaped: its pid is no longer this spawn's child's.
+            // No longer this spawn's child (before it is reaped: its pid may be another's
+            // after).
             super::clone::note_pid(0);
+            recycle(parked);
             continue;
         }
         let mut parked = parked;
