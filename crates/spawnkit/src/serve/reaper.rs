@@ -161,8 +161,15 @@ impl<T> Reaper<T> {
         }
         st.put_off = true;
         let slots = st.spawning.iter().map(|s| s.slot.load(Ordering::Acquire));
-        let known: Vec<i32> = st.live.keys().copied().chain(slots).filter(|&p| p > 0).collect();
+        let mut known: Vec<i32> = st.live.keys().copied().chain(slots).filter(|&p| p > 0).collect();
+        known.sort_unstable();
+        known.dedup();
         for pid in known {
+            // Still known (not reaped earlier in this scan, its pid free for another since).
+            let in_slot = st.spawning.iter().any(|s| s.slot.load(Ordering::Acquire) == pid);
+            if !st.live.contains_key(&pid) && !in_slot {
+                continue;
+            }
             if let Ok(Some((pid, ended))) = pidfd::waitid(libc::P_PID, pid as libc::id_t, true) {
                 st.record(pid, ended, out);
             }

@@ -84,6 +84,12 @@ pub(crate) fn with_pid_slot<R>(slot: &AtomicI32, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Whether a refused clone3 may fall back to clone(2) for this thread's spawn: not for one
+/// with a pid slot once clone3 has worked (it did not pin the reaper).
+fn may_fall_back() -> bool {
+    pid_slot() == 0 || !clone3_known_to_work()
+}
+
 /// This thread's pid slot (0: none).
 fn pid_slot() -> usize {
     PID_SLOT.try_with(Cell::get).unwrap_or(0)
@@ -148,8 +154,13 @@ pub(crate) unsafe fn clone_vfork(
             Ok(c)
         }
         // Refused (old kernel, seccomp filter, sandbox): try clone(2), and remember that only
-        // if clone(2) then works, so a genuine clone3 error is still reported as such.
-        Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)) if !needs_clone3 => {
+        // if clone(2) then works, so a genuine clone3 error is still reported as such. Not
+        // for a spawn with a pid slot once clone3 has worked: that spawn did not pin the
+        // reaper, and clone(2) would write the slot only after the call (see
+        // `with_pid_slot`).
+        Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG))
+            if !needs_clone3 && may_fall_back() =>
+        {
             // SAFETY: the caller's contract.
             match unsafe { clone_legacy_blocked(ctx, stack, flags | extra) } {
                 Ok(c) => {
@@ -227,6 +238,8 @@ pub(crate) unsafe fn clone_parked(dock: &Dock, stack: &Stack) -> Result<Cloned, 
         )
     };
     let pid = check(r)? as i32;
+    // A server whose spawns are served by parked children knows clone3 works from here.
+    CLONE3.store(CLONE3_OK, Ordering::Relaxed);
     Ok(Cloned { pid, pidfd })
 }
 

@@ -208,12 +208,16 @@ pub(crate) fn run(ctx: &mut ChildCtx<'_>) -> Option<(i32, OwnedFd)> {
     loop {
         let parked = POOL.try_with(|p| p.borrow_mut().as_mut()?.parked.pop()).ok().flatten()?;
         lock(&parked.list).retain(|&p| p != parked.pid);
-        // Known as this spawn's child before it runs anything (a spawn server's reaper).
-        super::clone::note_pid(parked.pid);
-        // Killed while parked: the kernel cleared its tid (before it could be reaped, so a
-        // tid still set, read after the pid was noted, says the pid was still this child's).
-        // Reap it and try the next.
-        if parked.dock.tid.load(Ordering::Acquire) == 0 {
+        // Killed while parked: the kernel cleared its tid (before it could be reaped). Reap
+        // it and try the next. Else known as this spawn's child before it runs anything (a
+        // spawn server's reaper), and checked again after: a tid still set, read after the
+        // pid was noted (the fence orders the two), says the pid was still this child's.
+        let alive = parked.dock.tid.load(Ordering::Acquire) != 0;
+        if alive {
+            super::clone::note_pid(parked.pid);
+            core::sync::atomic::fence(Ordering::SeqCst);
+        }
+        if !alive || parked.dock.tid.load(Ordering::Acquire) == 0 {
             super::clone::note_pid(0);
             recycle(parked);
             continue;
