@@ -12,16 +12,20 @@
 //! pool fills it before it wakes a parked child): a reaped pid that no registered child has
 //! is looked for in the slots of the spawns under way, and its status kept for that spawn's
 //! registration, the slot emptied. A pid in no slot is a child no spawn will register (one
-//! whose spawn failed before its exec, a parked pool child that died): nothing is kept. Pids
+//! whose spawn failed before its exec and was reaped before the spawn marked it, a parked
+//! pool child that died): nothing is kept. A spawn whose child failed before its exec with no
+//! pidfd (a bare spawn's) marks it in its slot, the pid negated: it is known from then on, as
+//! a registered child with no answer, and reaped by pid even while the reaper is pinned. Pids
 //! are reused, but a pid in a slot is that spawn's child's until the child is reaped (by the
 //! reaper, which empties the slot; or, for a spawn that failed or a parked child that could
 //! not be woken, through its pidfd by the spawning thread, which empties it too), so a status
 //! is never given to the wrong spawn.
 //!
 //! A spawn whose child's pid cannot be known that early (posix_spawn, which is followed by a
-//! `pidfd_open` by pid, and glibc waits by pid for a child that failed; a fork) pins the
-//! reaper instead: no reap while it is under way (SIGCHLD is raised again when the last pin
-//! goes, so the loop reaps then).
+//! `pidfd_open` by pid, and glibc waits by pid for a child that failed; glibc's fork; the
+//! clone(2) fallback) pins the reaper instead: while it is under way only the children the
+//! reaper knows are reaped, by pid (SIGCHLD is raised again when the last pin goes, so the
+//! loop reaps the rest then). The clone-vfork and fork-exec strategies' clone3 fill the slot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -50,7 +54,10 @@ struct State<T> {
 
 struct Spawning {
     ticket: u64,
-    /// The pid of the child this spawn made (0 until it is known).
+    /// The pid of the child this spawn made (0 until it is known); negated once the child
+    /// failed before its exec and is left to the reaper (a bare spawn's: no pidfd to reap it
+    /// with). Such a child is known to the reaper as any registered one: reaped by its pid
+    /// with no answer.
     slot: Arc<AtomicI32>,
     /// A child of this slot reaped before the registration: its pid and how it ended.
     reaped: Option<(i32, Ended)>,
@@ -69,10 +76,15 @@ impl<T> State<T> {
                 // is never taken for it); unless the spawn has made another child since (a
                 // parked child that could not be woken, then a clone), whose pid the slot
                 // holds now.
+                // A slot that holds the pid negated is a failed spawn's child (see
+                // `Spawning::slot`): reaped, nothing kept.
                 for s in &mut self.spawning {
                     let (acq, rel) = (Ordering::AcqRel, Ordering::Acquire);
                     if s.slot.compare_exchange(pid, 0, acq, rel).is_ok() {
                         s.reaped = Some((pid, ended));
+                        break;
+                    }
+                    if s.slot.compare_exchange(-pid, 0, acq, rel).is_ok() {
                         break;
                     }
                 }
@@ -160,13 +172,16 @@ impl<T> Reaper<T> {
             return false;
         }
         st.put_off = true;
-        let slots = st.spawning.iter().map(|s| s.slot.load(Ordering::Acquire));
+        let slots = st.spawning.iter().map(|s| s.slot.load(Ordering::Acquire).saturating_abs());
         let mut known: Vec<i32> = st.live.keys().copied().chain(slots).filter(|&p| p > 0).collect();
         known.sort_unstable();
         known.dedup();
         for pid in known {
             // Still known (not reaped earlier in this scan, its pid free for another since).
-            let in_slot = st.spawning.iter().any(|s| s.slot.load(Ordering::Acquire) == pid);
+            let in_slot = st.spawning.iter().any(|s| {
+                let held = s.slot.load(Ordering::Acquire);
+                held == pid || held == -pid
+            });
             if !st.live.contains_key(&pid) && !in_slot {
                 continue;
             }
@@ -195,6 +210,12 @@ impl<T> Reaper<T> {
     fn spawn_over(st: &mut State<T>, ticket: u64, pinned: bool) -> Option<Spawning> {
         let at = st.spawning.iter().position(|s| s.ticket == ticket);
         let spawning = at.map(|i| st.spawning.swap_remove(i));
+        // Its failed child, not reaped yet (the slot still holds its pid negated): known from
+        // now on as a registered child with no answer.
+        let failed = spawning.as_ref().map_or(0, |s| s.slot.load(Ordering::Acquire));
+        if failed < 0 {
+            st.live.entry(-failed).or_insert(None);
+        }
         if pinned {
             st.pins -= 1;
         }
@@ -216,7 +237,7 @@ impl<T> Ticket<'_, T> {
     }
 
     /// No reap until this spawn is registered or dropped: for a spawn whose child's pid is
-    /// known only after the child may have ended (posix_spawn, a fork).
+    /// known only after the child may have ended (posix_spawn, glibc's fork, clone(2)).
     pub(crate) fn pin(&mut self) {
         if !self.pinned {
             self.reaper.lock().pins += 1;
@@ -468,6 +489,38 @@ mod tests {
                 Registered::Ended(Some(2), Ended::Exited(5)) => {}
                 _ => panic!("the second spawn was not answered with its own child's end"),
             }
+            Ok(())
+        });
+    }
+
+    /// A bare spawn's child that failed before its exec is left to the reaper (its slot
+    /// holds the pid negated, as `sys::clone::note_failed` marks it). While another spawn
+    /// has pinned the reaper, it is reaped by its pid all the same: after its spawn has
+    /// ended (known from then on, as a registered child with no answer), and while it is
+    /// still under way (in its slot). Nothing is answered for either.
+    #[test]
+    fn a_failed_spawns_child_is_reaped_while_the_reaper_is_pinned() {
+        in_forked_child(|| {
+            let reaper: Reaper<u32> = Reaper::new();
+            let mut pinned = reaper.ticket();
+            pinned.pin();
+            let failed = reaper.ticket();
+            let c1 = fork_exit(127);
+            failed.slot().store(-c1, Ordering::Release);
+            drop(failed); // the spawn failed: no registration
+            let under_way = reaper.ticket();
+            let c2 = fork_exit(126);
+            under_way.slot().store(-c2, Ordering::Release);
+            settle();
+            let mut out = Vec::new();
+            reaper.reap(&mut out);
+            assert!(out.is_empty(), "a failed spawn's child answered for");
+            assert_eq!(proc_state(c1), None, "a failed spawn's child left a zombie while pinned");
+            assert_eq!(proc_state(c2), None, "a child in a failed slot left while pinned");
+            assert_eq!(under_way.slot().load(Ordering::Acquire), 0, "the slot emptied");
+            drop(under_way);
+            drop(pinned);
+            assert!(reaper.lock().live.is_empty(), "a reaped child still known");
             Ok(())
         });
     }

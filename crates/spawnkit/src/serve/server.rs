@@ -1876,12 +1876,22 @@ impl<'a> Looper<'a> {
         let children = Arc::clone(&self.children);
         let mut ticket = children.ticket();
         let spawned = spawn_for(&mut cmd, conn.peer, self.own, (alone, bare), ticket.as_mut());
-        let spawned = spawned.and_then(|(pid, pidfd)| {
-            // A bare spawn's pidfd (a pool child's, another strategy's) is not needed.
-            Ok((pid, if bare { None } else { Some(made_pidfd(pidfd)?) }))
-        });
+        drop(cmd); // the fds the request passed close now
+                   // A bare spawn's pidfd (a pool child's, another strategy's) is not needed; any other
+                   // spawn's is.
+        let spawned = spawned
+            .and_then(|(pid, pidfd)| Ok((pid, if bare { None } else { Some(made_pidfd(pidfd)?) })));
         let (pid, pidfd) = match spawned {
-            Ok(p) => p,
+            Ok((pid, Some(pidfd))) => (pid, pidfd),
+            Ok((pid, None)) => {
+                // A status request's child in a server with a reaper: no answer until the
+                // reaper reaps it (or now, if it has already).
+                if let Some(sreq) = status {
+                    let sc = StatusChild { conn: (idx, conn.generation), id, sreq };
+                    children.register(ticket, pid, Some(sc), &conn.tx);
+                }
+                return;
+            }
             Err(e) => {
                 if self.children.holds(status.is_some()) {
                     self.children.release();
@@ -1893,20 +1903,9 @@ impl<'a> Looper<'a> {
                 return self.send_error(conn, id, &e);
             }
         };
-        drop(cmd); // the fds the request passed close now
         if let Some(sreq) = status {
-            if self.children.reaper.is_some() {
-                // No answer until the reaper reaps it (or now, if it has already).
-                let sc = StatusChild { conn: (idx, conn.generation), id, sreq };
-                children.register(ticket, pid, Some(sc), &conn.tx);
-                return;
-            }
-            let Some(pidfd) = pidfd else {
-                let e = Error::os("clone3", "CLONE_PIDFD", libc::EBADF);
-                status_answered(&conn.tx, &sreq, error_frame(id, &e));
-                return;
-            };
-            // No answer until it ends: its pidfd is watched here, never sent.
+            // No answer until it ends: its pidfd is watched here (a server without a reaper),
+            // never sent.
             let rec = ChildRec {
                 pidfd,
                 pid,
@@ -1922,9 +1921,6 @@ impl<'a> Looper<'a> {
             self.children.add(rec);
             return;
         }
-        let Some(pidfd) = pidfd else {
-            return self.send_error(conn, id, &Error::os("clone3", "CLONE_PIDFD", libc::EBADF));
-        };
         let h = Header { len: 4, kind: Kind::Spawned, flags: 0, nfds: 1, id };
         if self.has_reaper {
             // The pidfd goes to the client; the reaper reaps the child when it exits.
@@ -2336,10 +2332,13 @@ fn spawn_for(
     let slot = match ticket {
         Some(t) => {
             let slot_at_clone = crate::sys::clone::clone3_known_to_work();
-            if cmd.strategy != crate::Strategy::CloneVfork || !slot_at_clone {
-                // posix_spawn and a fork know the child's pid only once it may have ended
-                // (and glibc waits by pid for one that failed), and so does clone(2) where
-                // clone3 is refused (a seccomp filter): reaping by P_ALL waits meanwhile.
+            let hooks = !cmd.pre_exec.is_empty();
+            if cmd.strategy == crate::Strategy::PosixSpawn || hooks || !slot_at_clone {
+                // posix_spawn knows the child's pid only once it may have ended (and glibc
+                // waits by pid for one that failed), and so do glibc's fork (a command with
+                // hooks, which no client can send) and clone(2) where clone3 is refused (a
+                // seccomp filter): reaping by P_ALL waits meanwhile. The clone-vfork and
+                // fork-exec strategies' clone3 writes the slot as it makes the child.
                 t.pin();
             }
             Some(t.slot())

@@ -73,9 +73,14 @@ fn launch(
                 // With no pidfd (`spawn_bare`) it is left to the caller's reaper: a wait by
                 // pid here could find another child that took the pid after the reaper was
                 // first, and take its status. The error then cannot name a signal.
-                // No longer this spawn's child, before it is reaped here or left to the
-                // reaper (its pid may be another's after).
-                sys::clone::note_pid(0);
+                // No longer this spawn's child, before it is reaped here (the slot emptied:
+                // its pid may be another's after) or left to the reaper (the slot marks it
+                // failed, its pid negated: the reaper reaps it by pid with no answer, even
+                // while a pinned spawn holds off its other reaps).
+                match out.pidfd {
+                    Some(_) => sys::clone::note_pid(0),
+                    None => sys::clone::note_failed(out.pid),
+                }
                 let ended = out.pidfd.as_ref().and_then(reap_failed);
                 return Err(child_error(plan, out.report, ended));
             }

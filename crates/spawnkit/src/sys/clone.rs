@@ -95,6 +95,18 @@ fn pid_slot() -> usize {
     PID_SLOT.try_with(Cell::get).unwrap_or(0)
 }
 
+/// Mark this thread's child `pid` failed in its pid slot, if it has one (the pid negated: see
+/// the reaper's `Spawning::slot`): only if the slot still holds it (a reaper that reaped the
+/// child first emptied the slot, and the pid may be another process's since).
+pub(crate) fn note_failed(pid: i32) {
+    let slot = pid_slot();
+    if slot != 0 {
+        // SAFETY: as in `note_pid`.
+        let slot = unsafe { &*(slot as *const AtomicI32) };
+        let _ = slot.compare_exchange(pid, -pid, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
 /// Write `pid` into this thread's pid slot, if it has one.
 pub(crate) fn note_pid(pid: i32) {
     let slot = pid_slot();
@@ -241,6 +253,49 @@ pub(crate) unsafe fn clone_parked(dock: &Dock, stack: &Stack) -> Result<Cloned, 
     // A server whose spawns are served by parked children knows clone3 works from here.
     CLONE3.store(CLONE3_OK, Ordering::Relaxed);
     Ok(Cloned { pid, pidfd })
+}
+
+/// fork() as clone3 with `CLONE_PIDFD` (no `CLONE_VM`, no stack: the child returns from
+/// this call on its own copy of memory, as from fork), with this thread's pid slot written
+/// by the kernel as the child is made (`CLONE_PARENT_SETTID`: see [`with_pid_slot`]). The
+/// pid (0 in the child), or -1 with errno set; `None` when clone3 is refused and the caller
+/// may fall back to clone(2), which writes the slot only after the call.
+///
+/// # Safety
+/// As fork(), and more: the child must run nothing that relies on what glibc's fork() does
+/// for it (the fork handlers, the allocator's locks made consistent).
+pub(crate) unsafe fn fork3(pidfd: &mut i32) -> Option<libc::pid_t> {
+    if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
+        return None;
+    }
+    let slot = pid_slot();
+    let settid = if slot != 0 { libc::CLONE_PARENT_SETTID as u64 } else { 0 };
+    let args = CloneArgs {
+        flags: libc::CLONE_PIDFD as u64 | settid,
+        pidfd: pidfd as *mut i32 as u64,
+        parent_tid: slot as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    // SAFETY: a valid clone_args with no CLONE_VM and no stack: the child runs on a copy of
+    // this stack (the caller's contract covers what it runs).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            core::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if r > 0 {
+        CLONE3.store(CLONE3_OK, Ordering::Relaxed);
+    }
+    if r >= 0 {
+        return Some(r as libc::pid_t);
+    }
+    match super::last_errno() {
+        libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG if may_fall_back() => None,
+        _ => Some(-1),
+    }
 }
 
 /// # Safety

@@ -81,26 +81,40 @@ pub(crate) enum ForkFailure {
     Gone(Report),
 }
 
-/// fork() as a raw `clone(SIGCHLD | CLONE_PIDFD)`, the pidfd stored in `pidfd`; fork() itself
-/// when the kernel or a filter refuses that clone (a kernel before 5.2 leaves `pidfd` at -1).
+/// fork() with the child's pidfd stored in `pidfd`: clone3 (which also writes this thread's
+/// pid slot as the child is made: `sys::clone::with_pid_slot`), else a raw
+/// `clone(SIGCHLD | CLONE_PIDFD)` and the slot written after it, else fork() itself when the
+/// kernel or a filter refuses both (a kernel before 5.2 leaves `pidfd` at -1).
 ///
 /// # Safety
 /// As fork(), and more: the child must run nothing that relies on what glibc's fork() does
 /// for it (the fork handlers, the allocator's locks made consistent).
 unsafe fn fork_with_pidfd(pidfd: &mut i32) -> libc::pid_t {
+    // SAFETY: the caller's contract.
+    if let Some(pid) = unsafe { super::clone::fork3(pidfd) } {
+        if pid < 0 {
+            *pidfd = -1;
+        }
+        return pid;
+    }
     let flags = (libc::SIGCHLD | libc::CLONE_PIDFD) as libc::c_ulong;
     // SAFETY: the caller's contract; the third argument points at a live i32.
     let r =
         unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, pidfd as *mut i32, 0usize, 0usize) };
-    if r >= 0 {
-        return r as libc::pid_t;
+    let pid = if r >= 0 {
+        r as libc::pid_t
+    } else {
+        *pidfd = -1;
+        match last_errno() {
+            // SAFETY: the caller's contract.
+            libc::EINVAL | libc::ENOSYS | libc::EPERM => unsafe { libc::fork() },
+            _ => -1,
+        }
+    };
+    if pid > 0 {
+        super::clone::note_pid(pid);
     }
-    *pidfd = -1;
-    match last_errno() {
-        // SAFETY: the caller's contract.
-        libc::EINVAL | libc::ENOSYS | libc::EPERM => unsafe { libc::fork() },
-        _ => -1,
-    }
+    pid
 }
 
 /// Spawn with fork().

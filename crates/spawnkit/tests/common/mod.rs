@@ -462,3 +462,39 @@ pub fn set_fd_limit(n: u64) {
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
     }
 }
+
+/// `n` commands of the probe by `strategy`, the i-th exiting with code i, stdout on
+/// /dev/null.
+pub fn exit_codes(n: usize, strategy: Strategy) -> Vec<Command> {
+    (0..n)
+        .map(|i| {
+            let mut c = Command::new(probe());
+            c.args(["exit", &i.to_string()]).strategy(strategy).stdout(Stdio::Null);
+            c
+        })
+        .collect()
+}
+
+/// `rounds` rounds of status requests of `cmds` (from [`exit_codes`]), all of a round in one
+/// call: each request answered once, with its own child's exit code; `after` runs after each
+/// round (given the client and the round).
+pub fn status_rounds(
+    client: &mut spawnkit::serve::Client,
+    cmds: &[Command],
+    rounds: usize,
+    mut after: impl FnMut(&mut spawnkit::serve::Client, usize),
+) {
+    for round in 0..rounds {
+        let ids = client.submit_status_many(cmds.iter()).expect("submit");
+        let mut got = std::collections::HashMap::new();
+        for _ in 0..cmds.len() {
+            let (id, st) = client.receive_status().expect("an answer");
+            let st = st.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            assert!(got.insert(id, st).is_none(), "round {round}: request {id} answered twice");
+        }
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(got.get(id), Some(&spawnkit::ExitStatus::Exited(i as i32)), "round {round}");
+        }
+        after(client, round);
+    }
+}
