@@ -560,6 +560,20 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
         bytes.extend_from_slice(&body);
         bytes
     };
+    // The same, with fds named by index among the frame's (FLAG_FD_INDEX).
+    let many_indexed = |entries: &[(Vec<u8>, Vec<u8>)], nfds: u8, id: u64| {
+        let mut body = Vec::new();
+        for (b, indices) in entries {
+            body.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            body.push(indices.len() as u8);
+            body.extend_from_slice(indices);
+            body.extend_from_slice(b);
+        }
+        let mut bytes = header(frame::Kind::SpawnMany, body.len() as u32, nfds, id).to_vec();
+        bytes[6] = frame::FLAG_FD_INDEX;
+        bytes.extend_from_slice(&body);
+        bytes
+    };
     let (good, good_fds) = touch_request(&marker, 0, None);
     let good_body = good[16..].to_vec();
     let n = good_fds.len() as u8;
@@ -701,6 +715,39 @@ fn hostile_clients_are_cut_off_and_leave_nothing_behind() {
                 vec![],
             ),
             ("wake: with an id", header(frame::Kind::Wake, 0, 0, 7).to_vec(), vec![]),
+            (
+                "many, fds by index: an index beyond the frame's fds",
+                many_indexed(&[(good_body.clone(), (1..=n).collect())], n, 29),
+                good_fds.clone(),
+            ),
+            (
+                "many, fds by index: a fd of the frame that no entry names",
+                many_indexed(&[(good_body.clone(), (0..n).collect())], n + 1, 30),
+                good_fds.iter().chain(&[0]).copied().collect(),
+            ),
+            (
+                "many, fds by index: indices cut short",
+                {
+                    let mut b = many_indexed(&[(vec![], (0..n).collect())], n, 31);
+                    b.truncate(b.len() - 1);
+                    let body_len = (b.len() - 16) as u32;
+                    b[..4].copy_from_slice(&body_len.to_le_bytes());
+                    b
+                },
+                good_fds.clone(),
+            ),
+            (
+                "many, fds by index: a good entry, then one naming the fds twice over",
+                many_indexed(
+                    &[
+                        (good_body.clone(), (0..n).collect()),
+                        (good_body.clone(), (0..n).chain(0..n).collect()),
+                    ],
+                    n,
+                    32,
+                ),
+                good_fds.clone(),
+            ),
             ("env: a flagged request with no Env before it", flagged.clone(), flagged_fds.clone()),
             (
                 "env: a flagged SpawnMany with no Env before it",
@@ -1977,7 +2024,8 @@ fn a_request_whose_fds_the_server_cannot_take_is_answered_and_the_connection_goe
     for (i, f) in files.iter().enumerate() {
         many.fd(10 + i as i32, f.as_raw_fd());
     }
-    // The 80 and the three standard streams; a frame of two commands carries both's.
+    // The 80 and the three standard streams; a frame of two commands carries them once
+    // (each fd once per frame, named by index by both: FLAG_FD_INDEX).
     let lost = |e: &spawnkit::Error, fds: usize| {
         e.raw_os_error() == Some(libc::EMFILE)
             && e.step() == "recvmsg"
@@ -1989,7 +2037,7 @@ fn a_request_whose_fds_the_server_cannot_take_is_answered_and_the_connection_goe
     let answers = c.spawn_many([&many, &many], 16).unwrap();
     assert_eq!(answers.len(), 2);
     for a in &answers {
-        assert!(a.as_ref().is_err_and(|e| lost(e, 166)), "{:?}", a.as_ref().err());
+        assert!(a.as_ref().is_err_and(|e| lost(e, 83)), "{:?}", a.as_ref().err());
     }
     // A status request the same.
     let e = c.status(&many).unwrap_err();
@@ -2000,6 +2048,15 @@ fn a_request_whose_fds_the_server_cannot_take_is_answered_and_the_connection_goe
     let mut few = probe_cmd(&["exit", "0"]);
     few.fd(10, files[0].as_raw_fd());
     assert!(c.spawn(&few).unwrap().wait().unwrap().success());
+    // Commands that share their fds pass each once per frame: 16 in one message with the
+    // same four (the three standard streams and a file) are all served, where passing 64
+    // would be more than the server has room for.
+    let answers = c.spawn_many(std::iter::repeat_n(&few, 16), 16).unwrap();
+    assert_eq!(answers.len(), 16);
+    for a in answers {
+        let mut child = a.unwrap_or_else(|e| panic!("a shared fd passed per command? {e}"));
+        assert!(child.wait().unwrap().success());
+    }
     drop(c);
     s.settles_at(base);
     s.still_serves();

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::auth::{self, Key, NONCE_LEN};
 use super::frame::{
-    self as frames, Expect, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV, FLAG_STATUS,
-    MAX_BODY,
+    self as frames, Expect, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV, FLAG_FD_INDEX,
+    FLAG_STATUS, MAX_BODY,
 };
 use super::reply;
 use super::server::key_path_for;
@@ -1042,10 +1042,17 @@ impl Io {
         while let Some(r) = reqs.peek() {
             // The same command as the entry before: a repeat entry, no bytes.
             let repeat = batch.last().is_some_and(|p: &Request| Arc::ptr_eq(&p.bytes, &r.bytes));
-            let adds = if repeat { 0 } else { r.bytes.len() };
+            let adds = r.fds.len() + if repeat { 0 } else { r.bytes.len() };
             let costs = r.bytes.len() + if r.conn_env { env_len } else { 0 };
+            // Each fd goes once per frame (FLAG_FD_INDEX): only those not passed yet count.
+            let mut new_fds: Vec<RawFd> = Vec::new();
+            for f in r.fds.iter() {
+                if !fds.contains(f) && !new_fds.contains(f) {
+                    new_fds.push(*f);
+                }
+            }
             let fits = batch.len() < super::frame::MAX_BATCH_REPLY
-                && fds.len() + r.fds.len() <= super::frame::MAX_FDS
+                && fds.len() + new_fds.len() <= super::frame::MAX_FDS
                 && body.len() + 5 + adds <= MAX_BODY
                 && decoded + costs <= MAX_BODY;
             if !fits && !batch.is_empty() {
@@ -1058,19 +1065,26 @@ impl Io {
                 body.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
             }
             body.push(r.fds.len() as u8);
+            fds.extend_from_slice(&new_fds);
+            for f in r.fds.iter() {
+                let at = fds.iter().position(|x| x == f).unwrap_or_default();
+                body.push(at as u8);
+            }
             if !repeat {
                 body.extend_from_slice(&r.bytes);
             }
             decoded += costs;
-            fds.extend_from_slice(&r.fds);
             batch.push(r);
         }
         // A lone request too large for an entry's header, or over the budget with the
-        // environment it takes: a plain Spawn (one spawn's worth, whatever its size).
-        let (kind, body) = if batch.len() == 1 && (body.len() > MAX_BODY || decoded > MAX_BODY) {
-            (Kind::Spawn, body.split_off(5))
-        } else {
-            (Kind::SpawnMany, body)
+        // environment it takes: a plain Spawn (one spawn's worth, whatever its size), its
+        // fds its own, in order.
+        let lone_too_large = batch.len() == 1 && (body.len() > MAX_BODY || decoded > MAX_BODY);
+        let (kind, body, fds, indexed) = match batch.first() {
+            Some(r) if lone_too_large => {
+                (Kind::Spawn, body.split_off(5 + r.fds.len()), r.fds.to_vec(), 0)
+            }
+            _ => (Kind::SpawnMany, body, fds, FLAG_FD_INDEX),
         };
         let conn_env = if batch.iter().any(|r| r.conn_env) { FLAG_CONN_ENV } else { 0 };
         // One call's requests are all of a kind (status requests or not).
@@ -1078,7 +1092,7 @@ impl Io {
         let h = Header {
             len: body.len() as u32,
             kind,
-            flags: self.flags(status) | conn_env,
+            flags: self.flags(status) | conn_env | indexed,
             nfds: fds.len() as u8,
             id: self.next_id,
         };

@@ -7,7 +7,7 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 /// The protocol version this build speaks (byte 4 of every header).
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 16;
 /// The largest body a frame may have (4 MiB: room for a command with an environment and
@@ -39,6 +39,12 @@ pub const FLAG_CONN_ENV: u8 = 4;
 /// an [`Kind::Error`] if it could not start. No Spawned, no pidfd: the caller holds no fd per
 /// child and reads no status from one.
 pub const FLAG_STATUS: u8 = 8;
+
+/// Request flag, on a [`Kind::SpawnMany`]: each entry names its fds by index into the
+/// frame's (its fd count byte followed by that many one-byte indices), so a fd that several
+/// entries use (the same stdout for all, the caller's own stdin and stderr) is passed once
+/// per frame, not once per entry. Every fd of the frame is named by at least one entry.
+pub const FLAG_FD_INDEX: u8 = 16;
 
 /// Bytes per entry of a [`Kind::SpawnedMany`] body: the request id (u64 LE) and the pid
 /// (i32 LE).
@@ -432,7 +438,8 @@ pub fn split_many(
 ) -> Result<Vec<ManyEntry<'_>>, &'static str> {
     let mut out: Vec<ManyEntry<'_>> = Vec::new();
     let mut fds = fds.into_iter();
-    walk_many(body, max, |bytes, nfds| {
+    walk_many(body, max, false, |bytes, indices| {
+        let nfds = indices.len();
         let entry_fds: Vec<OwnedFd> = fds.by_ref().take(nfds).collect();
         if entry_fds.len() != nfds {
             return Err("entries declare more fds than were passed");
@@ -446,13 +453,53 @@ pub fn split_many(
     Ok(out)
 }
 
-/// How many commands a [`Kind::SpawnMany`] body holds, checked as [`split_many`] checks it
-/// when handed the `declared` fds of the frame's header (a frame whose fds were lost on the
-/// way in: each command is answered).
-pub fn count_many(body: &[u8], max: usize, declared: usize) -> Result<usize, &'static str> {
+/// One entry of a [`Kind::SpawnMany`] body flagged [`FLAG_FD_INDEX`]: a command's wire
+/// bytes and the indices of its fds among the frame's, in the command's order.
+pub type IndexedEntry<'a> = (&'a [u8], &'a [u8]);
+
+/// Split a [`Kind::SpawnMany`] body flagged [`FLAG_FD_INDEX`] whose frame passed `nfds` fds
+/// into entries. Checked as [`split_many`] checks a body, and: an index at or beyond `nfds`,
+/// or a fd of the frame that no entry names, refuses the whole frame.
+pub fn split_many_indexed(
+    body: &[u8],
+    nfds: usize,
+    max: usize,
+) -> Result<Vec<IndexedEntry<'_>>, &'static str> {
+    let mut out: Vec<IndexedEntry<'_>> = Vec::new();
+    let mut named = [false; MAX_FDS];
+    walk_many(body, max, true, |bytes, indices| {
+        for &i in indices {
+            let i = i as usize;
+            if i >= nfds || i >= MAX_FDS {
+                return Err("an entry names a fd the frame did not pass");
+            }
+            named[i] = true;
+        }
+        out.push((bytes, indices));
+        Ok(())
+    })?;
+    if named.iter().take(nfds).any(|&n| !n) || nfds > MAX_FDS {
+        return Err("fds passed that no entry names");
+    }
+    Ok(out)
+}
+
+/// How many commands a [`Kind::SpawnMany`] body holds, checked as [`split_many`] (or, with
+/// `indexed`, [`split_many_indexed`]) checks it when handed the `declared` fds of the
+/// frame's header (a frame whose fds were lost on the way in: each command is answered).
+pub fn count_many(
+    body: &[u8],
+    max: usize,
+    declared: usize,
+    indexed: bool,
+) -> Result<usize, &'static str> {
+    if indexed {
+        return split_many_indexed(body, declared, max).map(|e| e.len());
+    }
     let mut left = declared;
-    let n = walk_many(body, max, |_, nfds| {
-        left = left.checked_sub(nfds).ok_or("entries declare more fds than were passed")?;
+    let n = walk_many(body, max, false, |_, indices| {
+        left =
+            left.checked_sub(indices.len()).ok_or("entries declare more fds than were passed")?;
         Ok(())
     })?;
     if left > 0 {
@@ -461,13 +508,17 @@ pub fn count_many(body: &[u8], max: usize, declared: usize) -> Result<usize, &'s
     Ok(n)
 }
 
-/// Walk the entries of a [`Kind::SpawnMany`] body: `each(command bytes, fds declared)` per
-/// entry (a repeat hands the entry before it again); how many there were.
+/// Walk the entries of a [`Kind::SpawnMany`] body: `each(command bytes, fd indices)` per
+/// entry (a repeat hands the entry before it again); how many there were. With `indexed`
+/// ([`FLAG_FD_INDEX`]) an entry's fd count byte is followed by its indices; without, the
+/// slice handed is as long as the count and holds nothing to read (the fds go in order).
 fn walk_many<'a>(
     body: &'a [u8],
     max: usize,
-    mut each: impl FnMut(&'a [u8], usize) -> Result<(), &'static str>,
+    indexed: bool,
+    mut each: impl FnMut(&'a [u8], &'a [u8]) -> Result<(), &'static str>,
 ) -> Result<usize, &'static str> {
+    const UNINDEXED: [u8; 256] = [0; 256];
     let mut count = 0usize;
     let mut last: Option<&'a [u8]> = None;
     let mut rest = body;
@@ -482,6 +533,16 @@ fn walk_many<'a>(
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
         let nfds = rest[4] as usize;
         rest = &rest[5..];
+        let indices: &'a [u8] = if indexed {
+            if rest.len() < nfds {
+                return Err("an entry cut short");
+            }
+            let (indices, after) = rest.split_at(nfds);
+            rest = after;
+            indices
+        } else {
+            &UNINDEXED[..nfds]
+        };
         let bytes = if len == REPEAT_ENTRY {
             match last {
                 Some(prev) => prev,
@@ -500,7 +561,7 @@ fn walk_many<'a>(
         if decoded > MAX_BODY {
             return Err("entries that add up to more than a frame may carry");
         }
-        each(bytes, nfds)?;
+        each(bytes, indices)?;
         last = Some(bytes);
         count += 1;
     }
@@ -779,6 +840,90 @@ mod tests {
             }
         }
 
+        /// A SpawnMany body flagged FLAG_FD_INDEX, of arbitrary bytes, whose frame passed
+        /// `nfds` fds: never a panic; when it is accepted, the entries cover the body
+        /// exactly (headers, indices, commands), every index names one of the frame's fds,
+        /// and every fd of the frame is named. Counted without its fds (a frame whose fds
+        /// were lost): the same count, or the same refusal.
+        #[test]
+        fn arbitrary_indexed_spawn_many_bodies(
+            bytes in proptest::collection::vec(any::<u8>(), 0..300),
+            nfds in 0usize..6,
+            max in 1usize..8,
+        ) {
+            let counted = count_many(&bytes, max, nfds, true);
+            match split_many_indexed(&bytes, nfds, max) {
+                Ok(entries) => {
+                    prop_assert!(!entries.is_empty() && entries.len() <= max);
+                    let covered: usize = entries
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (b, ix))| {
+                            let repeat = i > 0 && std::ptr::eq(*b, entries[i - 1].0);
+                            5 + ix.len() + if repeat { 0 } else { b.len() }
+                        })
+                        .sum();
+                    prop_assert_eq!(covered, bytes.len());
+                    let mut named = vec![false; nfds];
+                    for (_, ix) in &entries {
+                        for &i in *ix {
+                            prop_assert!((i as usize) < nfds);
+                            named[i as usize] = true;
+                        }
+                    }
+                    prop_assert!(named.iter().all(|&n| n));
+                    prop_assert_eq!(counted, Ok(entries.len()));
+                }
+                Err(why) => prop_assert_eq!(counted, Err(why)),
+            }
+        }
+
+        /// Well-formed indexed bodies (entries naming any of the frame's fds, some of them
+        /// repeats) split back into what was put in.
+        #[test]
+        fn indexed_spawn_many_round_trip(
+            cmds in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..40),
+                 proptest::collection::vec(0u8..5, 0..4), any::<bool>()), 1..10),
+        ) {
+            let mut body = Vec::new();
+            let mut want: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            for (i, (b, ix, again)) in cmds.iter().enumerate() {
+                let b = if *again && i > 0 { want[i - 1].0.clone() } else { b.clone() };
+                if i > 0 && want[i - 1].0 == b {
+                    body.extend_from_slice(&REPEAT_ENTRY.to_le_bytes());
+                    body.push(ix.len() as u8);
+                    body.extend_from_slice(ix);
+                } else {
+                    body.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    body.push(ix.len() as u8);
+                    body.extend_from_slice(ix);
+                    body.extend_from_slice(&b);
+                }
+                want.push((b, ix.clone()));
+            }
+            // The frame passed as many fds as the highest index names (all named, or the
+            // frame is refused for the fds no entry names).
+            let nfds = want.iter().flat_map(|(_, ix)| ix).map(|&i| i as usize + 1).max();
+            let nfds = nfds.unwrap_or(0);
+            let mut named = vec![false; nfds];
+            want.iter().flat_map(|(_, ix)| ix).for_each(|&i| named[i as usize] = true);
+            match split_many_indexed(&body, nfds, 64) {
+                Ok(entries) => {
+                    prop_assert!(named.iter().all(|&n| n));
+                    prop_assert_eq!(entries.len(), want.len());
+                    for ((b, ix), (wb, wix)) in entries.iter().zip(&want) {
+                        prop_assert_eq!(*b, &wb[..]);
+                        prop_assert_eq!(*ix, &wix[..]);
+                    }
+                }
+                Err(why) => {
+                    prop_assert!(!named.iter().all(|&n| n));
+                    prop_assert_eq!(why, "fds passed that no entry names");
+                }
+            }
+        }
+
         /// A SpawnMany body of arbitrary bytes with arbitrary fds: never a panic; when it is
         /// accepted, the entries cover the body exactly, every fd belongs to exactly one
         /// entry, and there are at most `max` of them. The count without fds
@@ -788,7 +933,7 @@ mod tests {
         fn arbitrary_spawn_many_bodies(bytes in proptest::collection::vec(any::<u8>(), 0..300),
                                        nfds in 0usize..6, max in 1usize..8) {
             let fds: Vec<OwnedFd> = (0..nfds).map(|_| devnull()).collect();
-            let counted = count_many(&bytes, max, nfds);
+            let counted = count_many(&bytes, max, nfds, false);
             match split_many(&bytes, fds, max) {
                 Ok(entries) => {
                     prop_assert!(!entries.is_empty() && entries.len() <= max);
@@ -831,7 +976,7 @@ mod tests {
             let entries = split_many(&body, fds, 8).expect("well formed");
             prop_assert_eq!(entries.len(), cmds.len());
             // Counted without its fds (a frame whose fds were lost): as many.
-            prop_assert_eq!(count_many(&body, 8, total), Ok(cmds.len()));
+            prop_assert_eq!(count_many(&body, 8, total, false), Ok(cmds.len()));
             for ((b, f), (want, n)) in entries.iter().zip(&cmds) {
                 prop_assert_eq!(*b, &want[..]);
                 prop_assert_eq!(f.len(), *n as usize);
@@ -962,6 +1107,22 @@ mod tests {
             split_many(&amplified, vec![], 4).err(),
             Some("entries that add up to more than a frame may carry")
         );
+        // Fds by index (FLAG_FD_INDEX): each entry names its fds among the frame's.
+        let named = |len: u32, ix: &[u8], b: &[u8]| {
+            [&len.to_le_bytes()[..], &[ix.len() as u8], ix, b].concat()
+        };
+        let shared = [named(1, &[0, 1], b"a"), named(REPEAT_ENTRY, &[1, 0, 1], b"")].concat();
+        let split = split_many_indexed(&shared, 2, 4).expect("well formed");
+        assert_eq!(split, [(&b"a"[..], &[0u8, 1][..]), (&b"a"[..], &[1u8, 0, 1][..])]);
+        assert_eq!(count_many(&shared, 4, 2, true), Ok(2));
+        assert_eq!(
+            split_many_indexed(&shared, 1, 4).err(),
+            Some("an entry names a fd the frame did not pass")
+        );
+        assert_eq!(split_many_indexed(&shared, 3, 4).err(), Some("fds passed that no entry names"));
+        let cut = &named(0, &[0, 1, 2], b"")[..7];
+        assert_eq!(split_many_indexed(cut, 3, 4).err(), Some("an entry cut short"));
+        assert_eq!(count_many(cut, 4, 3, true).err(), Some("an entry cut short"));
     }
 }
 
@@ -998,9 +1159,12 @@ mod cut_tests {
         body.extend_from_slice(&1u32.to_le_bytes());
         body.push(2); // the entry declares two fds
         body.push(b'x');
-        assert_eq!(count_many(&body, 64, 2), Ok(1));
-        assert_eq!(count_many(&body, 64, 5), Err("fds passed that no entry declares"));
-        assert_eq!(count_many(&body, 64, 1), Err("entries declare more fds than were passed"));
+        assert_eq!(count_many(&body, 64, 2, false), Ok(1));
+        assert_eq!(count_many(&body, 64, 5, false), Err("fds passed that no entry declares"));
+        assert_eq!(
+            count_many(&body, 64, 1, false),
+            Err("entries declare more fds than were passed")
+        );
     }
 
     /// An honest client pipelines two fd-carrying frames, the first read ending inside the

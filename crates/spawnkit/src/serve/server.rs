@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::auth::{self, Key, NONCE_LEN};
 use super::frame::{
     self as frames, Expect, FrameError, Header, Inbox, Kind, FLAG_BATCH_REPLY, FLAG_CONN_ENV,
-    FLAG_STATUS, FLAG_WANT_EXIT, MAX_BATCH_REPLY,
+    FLAG_FD_INDEX, FLAG_STATUS, FLAG_WANT_EXIT, MAX_BATCH_REPLY,
 };
 use super::gate::{gate, Peer};
 use super::reaper::{Reaper, Registered, Ticket};
@@ -1710,7 +1710,8 @@ impl<'a> Looper<'a> {
                     let conn_env = (frame.header.flags & FLAG_CONN_ENV != 0)
                         .then(|| conn.env.clone().ok_or_else(no_conn_env));
                     if frame.header.kind == Kind::SpawnMany {
-                        let decoded = decode_many(body, frame.fds, conn_env.as_ref());
+                        let indexed = frame.header.flags & FLAG_FD_INDEX != 0;
+                        let decoded = decode_many(body, frame.fds, indexed, conn_env.as_ref());
                         let mut cmds = match decoded {
                             Ok(cmds) => cmds,
                             Err(e) => return self.refuse(conn, id, &e),
@@ -2259,21 +2260,41 @@ fn with_conn_env(mut cmd: Command, env: Option<&Result<ConnEnv>>) -> Result<(Com
 /// A SpawnMany frame's commands, every entry split and decoded before any is spawned: a frame
 /// with one bad entry is malformed as a whole (answered once, then closed). The entries,
 /// repeats counted again, and the connection's environment once per entry that takes it, add
-/// up to at most a frame's worth.
+/// up to at most a frame's worth. `indexed` ([`FLAG_FD_INDEX`]): the entries name their fds
+/// among the frame's, which the commands share (each fd passed, installed and copied into
+/// each child once per frame, however many commands use it).
 fn decode_many(
     body: &[u8],
     fds: Vec<OwnedFd>,
+    indexed: bool,
     conn_env: Option<&Result<ConnEnv>>,
 ) -> Result<Vec<Command>> {
-    let entries = frames::split_many(body, fds, MAX_BATCH_REPLY)
-        .map_err(|why| Error::invalid("decode", "SpawnMany", why))?;
-    let mut budget: usize = entries.iter().map(|(b, _)| b.len()).sum();
-    let mut cmds = Vec::with_capacity(entries.len());
-    for (b, fds) in entries {
-        let (cmd, took) = with_conn_env(Command::from_wire(b, fds)?, conn_env)?;
-        budget += took;
+    let malformed = |why| Error::invalid("decode", "SpawnMany", why);
+    let mut cmds = Vec::new();
+    let mut took = 0usize;
+    let mut each = |cmd: Result<Command>| -> Result<()> {
+        let (cmd, env_len) = with_conn_env(cmd?, conn_env)?;
+        took += env_len;
         cmds.push(cmd);
-    }
+        Ok(())
+    };
+    let listed: usize = if indexed {
+        let entries =
+            frames::split_many_indexed(body, fds.len(), MAX_BATCH_REPLY).map_err(malformed)?;
+        let frame: Arc<[OwnedFd]> = fds.into();
+        for &(b, indices) in &entries {
+            each(Command::from_wire_shared(b, &frame, indices))?;
+        }
+        entries.iter().map(|(b, _)| b.len()).sum()
+    } else {
+        let entries = frames::split_many(body, fds, MAX_BATCH_REPLY).map_err(malformed)?;
+        let listed = entries.iter().map(|(b, _)| b.len()).sum();
+        for (b, fds) in entries {
+            each(Command::from_wire(b, fds))?;
+        }
+        listed
+    };
+    let budget = listed + took;
     if budget > super::frame::MAX_BODY {
         return Err(Error::invalid(
             "decode",
@@ -2291,9 +2312,12 @@ fn decode_many(
 fn lost_requests(h: &Header, body: &[u8]) -> Result<Option<usize>> {
     match h.kind {
         Kind::Spawn => Ok(Some(1)),
-        Kind::SpawnMany => frames::count_many(body, MAX_BATCH_REPLY, h.nfds as usize)
-            .map(Some)
-            .map_err(|why| Error::invalid("decode", "SpawnMany", why)),
+        Kind::SpawnMany => {
+            let indexed = h.flags & FLAG_FD_INDEX != 0;
+            frames::count_many(body, MAX_BATCH_REPLY, h.nfds as usize, indexed)
+                .map(Some)
+                .map_err(|why| Error::invalid("decode", "SpawnMany", why))
+        }
         _ => Ok(None),
     }
 }

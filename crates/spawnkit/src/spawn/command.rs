@@ -43,6 +43,11 @@ pub struct Command {
     /// received them); closed when the command is dropped. Only held, never read.
     #[allow(dead_code)]
     pub(crate) held_fds: Vec<OwnedFd>,
+    /// A SpawnMany frame's fds that this command borrows in `stdio` and `fds` (decoded with
+    /// `from_wire_shared`), shared with the frame's other commands: closed when the last of
+    /// them is dropped. Only held, never read.
+    #[allow(dead_code)]
+    pub(crate) shared_fds: Option<Arc<[OwnedFd]>>,
     pub(crate) close_other_fds: bool,
     pub(crate) sigmask: SigSet,
     pub(crate) restore_signals: bool,
@@ -95,6 +100,7 @@ impl Command {
             stdio: [None, None, None],
             fds: Vec::new(),
             held_fds: Vec::new(),
+            shared_fds: None,
             close_other_fds: true,
             sigmask: SigSet::empty(),
             restore_signals: true,
@@ -545,6 +551,7 @@ impl Command {
             stdio,
             fds: self.fds.clone(),
             held_fds,
+            shared_fds: self.shared_fds.clone(),
             close_other_fds: self.close_other_fds,
             sigmask: self.sigmask,
             restore_signals: self.restore_signals,

@@ -233,20 +233,59 @@ pub(crate) fn env_from_wire(bytes: &[u8]) -> Result<Arc<[(OsString, OsString)]>>
 }
 
 /// The fds passed beside the bytes, each taken at most once and every one taken.
-struct Passed(Vec<Option<OwnedFd>>);
+enum Passed<'f> {
+    /// The command's own (closed with it, or handed over by its spawn).
+    Owned(Vec<Option<OwnedFd>>),
+    /// A SpawnMany frame's fds, which its commands share (kept open by each command's hold
+    /// on them): this command's are `frame[indices[i]]`.
+    Shared { frame: &'f [OwnedFd], indices: &'f [u8], used: Vec<bool> },
+}
 
-impl Passed {
-    fn take(&mut self, index: u32) -> Result<OwnedFd> {
-        let n = self.0.len();
-        let slot =
-            usize::try_from(index).ok().and_then(|i| self.0.get_mut(i)).ok_or_else(|| {
-                decode_error(format!("fd index {index}"), &format!("out of range ({n} fds passed)"))
-            })?;
-        slot.take().ok_or_else(|| decode_error(format!("fd index {index}"), "used twice"))
+/// A fd taken from [`Passed`]: the command's own, or one of a frame's that it borrows.
+enum Taken {
+    Owned(OwnedFd),
+    Borrowed(RawFd),
+}
+
+impl Taken {
+    fn raw(&self) -> RawFd {
+        match self {
+            Taken::Owned(fd) => fd.as_raw_fd(),
+            Taken::Borrowed(raw) => *raw,
+        }
+    }
+}
+
+impl Passed<'_> {
+    fn take(&mut self, index: u32) -> Result<Taken> {
+        let n = match self {
+            Passed::Owned(fds) => fds.len(),
+            Passed::Shared { indices, .. } => indices.len(),
+        };
+        let at = usize::try_from(index).ok().filter(|&i| i < n).ok_or_else(|| {
+            decode_error(format!("fd index {index}"), &format!("out of range ({n} fds passed)"))
+        })?;
+        let twice = || decode_error(format!("fd index {index}"), "used twice");
+        match self {
+            Passed::Owned(fds) => fds[at].take().map(Taken::Owned).ok_or_else(twice),
+            Passed::Shared { frame, indices, used } => {
+                if std::mem::replace(&mut used[at], true) {
+                    return Err(twice());
+                }
+                let fd = frame.get(indices[at] as usize).ok_or_else(|| {
+                    decode_error(format!("fd index {index}"), "not among the frame's fds")
+                })?;
+                Ok(Taken::Borrowed(fd.as_raw_fd()))
+            }
+        }
     }
 
     fn all_used(&self) -> Result<()> {
-        match self.0.iter().position(Option::is_some) {
+        let unused = match self {
+            Passed::Owned(fds) => fds.iter().position(Option::is_some),
+            Passed::Shared { used, .. } => used.iter().position(|&u| !u),
+        };
+        match unused {
             Some(i) => Err(decode_error(format!("fd index {i}"), "passed but not used")),
             None => Ok(()),
         }
@@ -292,7 +331,8 @@ impl Command {
             cwd,
             stdio,
             fds,
-            held_fds: _, // owned copies of fds named in `fds`, sent through those
+            held_fds: _,   // owned copies of fds named in `fds`, sent through those
+            shared_fds: _, // what keeps borrowed fds of `stdio` and `fds` open
             close_other_fds,
             sigmask,
             restore_signals,
@@ -422,13 +462,33 @@ impl Command {
     /// of range, used twice or never used, a child fd mapped twice. On error every fd passed
     /// is closed.
     pub fn from_wire(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Command> {
+        Command::decode(bytes, Passed::Owned(fds.into_iter().map(Some).collect()), None)
+    }
+
+    /// [`from_wire`](Command::from_wire) for a command of a SpawnMany frame whose commands
+    /// share the frame's fds (`FLAG_FD_INDEX`): its fd `i` is `frame[indices[i]]`, borrowed;
+    /// the command holds the frame's fds open until it is dropped.
+    pub(crate) fn from_wire_shared(
+        bytes: &[u8],
+        frame: &Arc<[OwnedFd]>,
+        indices: &[u8],
+    ) -> Result<Command> {
+        let used = vec![false; indices.len()];
+        let passed = Passed::Shared { frame, indices, used };
+        Command::decode(bytes, passed, Some(Arc::clone(frame)))
+    }
+
+    fn decode(
+        bytes: &[u8],
+        mut passed: Passed<'_>,
+        shared_fds: Option<Arc<[OwnedFd]>>,
+    ) -> Result<Command> {
         let body = versioned(bytes)?;
         let (wire, rest) = postcard::take_from_bytes::<WireCommand<'static>>(body)
             .map_err(|e| decode_error("", &format!("malformed command: {e}")))?;
         if !rest.is_empty() {
             return Err(decode_error("", &format!("{} trailing bytes", rest.len())));
         }
-        let mut passed = Passed(fds.into_iter().map(Some).collect());
         let WireCommand {
             program,
             args,
@@ -478,7 +538,10 @@ impl Command {
                 Some(WireStdio::Pipe) => Some(Stdio::Pipe),
                 Some(WireStdio::Stdout) => Some(Stdio::Stdout),
                 Some(WireStdio::Closed) => Some(Stdio::Closed),
-                Some(WireStdio::Fd(index)) => Some(Stdio::Owned(passed.take(index)?)),
+                Some(WireStdio::Fd(index)) => Some(match passed.take(index)? {
+                    Taken::Owned(fd) => Stdio::Owned(fd),
+                    Taken::Borrowed(raw) => Stdio::Fd(raw),
+                }),
             };
         }
         let mut maps = Vec::with_capacity(fds.len());
@@ -488,8 +551,10 @@ impl Command {
                 return Err(decode_error(format!("child fd {child}"), "mapped twice"));
             }
             let fd = passed.take(index)?;
-            maps.push((child, fd.as_raw_fd()));
-            held.push(fd);
+            maps.push((child, fd.raw()));
+            if let Taken::Owned(fd) = fd {
+                held.push(fd);
+            }
         }
         passed.all_used()?;
         let cpus = match cpus {
@@ -515,6 +580,7 @@ impl Command {
             stdio: cmd_stdio,
             fds: maps,
             held_fds: held,
+            shared_fds,
             close_other_fds,
             sigmask,
             restore_signals,
@@ -631,6 +697,38 @@ mod tests {
         let huge = [&Command::WIRE_VERSION.to_le_bytes()[..], &[0xff, 0xff, 0xff, 0xff, 0x0f]];
         let huge = env_from_wire(&huge.concat()).unwrap_err();
         assert_eq!((huge.step(), huge.kind()), ("decode", ErrorKind::InvalidInput), "{huge}");
+    }
+
+    /// A command of a frame whose commands share its fds: its fd `i` is the frame's
+    /// `indices[i]`, borrowed (the command holds the frame's fds open); an index out of
+    /// range, used twice or not used is refused as for a command's own fds.
+    #[test]
+    fn a_command_decoded_with_a_frames_shared_fds_borrows_them() {
+        let devnull = || -> OwnedFd { std::fs::File::open("/dev/null").unwrap().into() };
+        let mut cmd = Command::new("/bin/true");
+        let (a, b) = (devnull(), devnull());
+        cmd.stdout(Stdio::Fd(a.as_raw_fd())).stderr(Stdio::Fd(a.as_raw_fd()));
+        cmd.fd(7, b.as_raw_fd());
+        let (bytes, fds) = cmd.to_wire().unwrap();
+        assert_eq!(fds, [a.as_raw_fd(), a.as_raw_fd(), b.as_raw_fd()]);
+        let frame: Arc<[OwnedFd]> = vec![devnull(), devnull()].into();
+        let raw = |i: usize| frame[i].as_raw_fd();
+        let got = Command::from_wire_shared(&bytes, &frame, &[1, 1, 0]).unwrap();
+        assert!(matches!(got.stdio[1], Some(Stdio::Fd(fd)) if fd == raw(1)));
+        assert!(matches!(got.stdio[2], Some(Stdio::Fd(fd)) if fd == raw(1)));
+        assert_eq!(got.fds, [(7, raw(0))]);
+        assert!(got.held_fds.is_empty());
+        assert_eq!(Arc::strong_count(&frame), 2, "held by the command");
+        drop(got);
+        assert_eq!(Arc::strong_count(&frame), 1);
+        for (indices, why) in [
+            (&[1u8, 1][..], "out of range"),
+            (&[1, 1, 0, 0][..], "passed but not used"),
+            (&[1, 1, 9][..], "not among the frame's fds"),
+        ] {
+            let e = Command::from_wire_shared(&bytes, &frame, indices).unwrap_err();
+            assert!(e.to_string().contains(why), "{indices:?}: {e}");
+        }
     }
 
     proptest! {
