@@ -142,8 +142,10 @@ impl<T> Reaper<T> {
 
     /// Reap every child that has ended; for each registered one with something to answer,
     /// push (pid, what, how it ended) to `out`. While a spawn has pinned the reaper, only
-    /// the children it knows (registered, or in a spawn's slot) are reaped, each by its pid;
-    /// the others (a failed spawn's, a pinned spawn's own) when the last pin goes.
+    /// the children it knows (registered, failed spawns' marked in their slots, or in a
+    /// spawn's slot) are reaped, each by its pid; the others (a pinned spawn's own, a parked
+    /// child that died, a failed child with a pidfd that its spawn reaps) when the last pin
+    /// goes.
     pub(crate) fn reap(&self, out: &mut Vec<(i32, T, Ended)>) {
         if self.reap_known(out) {
             return;

@@ -1877,9 +1877,10 @@ impl<'a> Looper<'a> {
         let children = Arc::clone(&self.children);
         let mut ticket = children.ticket();
         let spawned = spawn_for(&mut cmd, conn.peer, self.own, (alone, bare), ticket.as_mut());
-        drop(cmd); // the fds the request passed close now
-                   // A bare spawn's pidfd (a pool child's, another strategy's) is not needed; any other
-                   // spawn's is.
+        // The fds the request passed close now.
+        drop(cmd);
+        // A bare spawn's pidfd (a pool child's, another strategy's) is not needed; any other
+        // spawn's is.
         let spawned = spawned
             .and_then(|(pid, pidfd)| Ok((pid, if bare { None } else { Some(made_pidfd(pidfd)?) })));
         let (pid, pidfd) = match spawned {
@@ -2357,7 +2358,8 @@ fn spawn_for(
         Some(t) => {
             let slot_at_clone = crate::sys::clone::clone3_known_to_work();
             let hooks = !cmd.pre_exec.is_empty();
-            if cmd.strategy == crate::Strategy::PosixSpawn || hooks || !slot_at_clone {
+            let pin = cmd.strategy == crate::Strategy::PosixSpawn || hooks || !slot_at_clone;
+            if pin {
                 // posix_spawn knows the child's pid only once it may have ended (and glibc
                 // waits by pid for one that failed), and so do glibc's fork (a command with
                 // hooks, which no client can send) and clone(2) where clone3 is refused (a
@@ -2365,7 +2367,7 @@ fn spawn_for(
                 // fork-exec strategies' clone3 writes the slot as it makes the child.
                 t.pin();
             }
-            Some(t.slot())
+            Some((t.slot(), pin))
         }
         None => None,
     };
@@ -2378,7 +2380,7 @@ fn spawn_for(
             Ok((pid as i32, Some(pidfd)))
         };
         match slot {
-            Some(slot) => crate::sys::clone::with_pid_slot(slot, || run(cmd)),
+            Some((slot, late_ok)) => crate::sys::clone::with_pid_slot(slot, late_ok, || run(cmd)),
             None => run(cmd),
         }
     };

@@ -49,6 +49,12 @@ pub(crate) fn disable_clone3() {
     CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
 }
 
+/// clone3 was refused and clone(2) worked instead (a fork's fallback): later spawns take
+/// clone(2) at once.
+pub(crate) fn clone3_refused() {
+    CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
+}
+
 /// Whether clone3 has made a child in this process already (so the pid slot is written at
 /// the clone: see [`with_pid_slot`]).
 pub(crate) fn clone3_known_to_work() -> bool {
@@ -62,37 +68,48 @@ pub(crate) fn clone3_in_use() -> bool {
 
 thread_local! {
     /// Where this thread's next child's pid is written as the child is made (the address of
-    /// an `AtomicI32`; 0: nowhere): see [`with_pid_slot`].
-    static PID_SLOT: Cell<usize> = const { Cell::new(0) };
+    /// an `AtomicI32`; 0: nowhere), and whether it may be written late (after the call):
+    /// see [`with_pid_slot`].
+    static PID_SLOT: Cell<(usize, bool)> = const { Cell::new((0, true)) };
 }
 
 /// Run `f` (a spawn) with the pid of each child this thread makes written into `slot` as the
 /// child is made, before it can run, let alone end: by the kernel at the clone
 /// (`CLONE_PARENT_SETTID`, clone3), and by the pool before it wakes a parked child. A spawn
 /// server's reaper, on another thread, reads it to know a child it reaps for that spawn's
-/// before the spawn returns. (The clone(2) fallback, which has the one `parent_tid` for its
-/// pidfd, writes it after the call: late.)
-pub(crate) fn with_pid_slot<R>(slot: &AtomicI32, f: impl FnOnce() -> R) -> R {
-    struct Restore(usize);
+/// before the spawn returns. The clone(2) fallback, which has the one `parent_tid` for its
+/// pidfd, writes it after the call: late, which only a spawn that pinned the reaper allows
+/// (`late_ok`); any other fails rather than fall back when clone3 is refused.
+pub(crate) fn with_pid_slot<R>(slot: &AtomicI32, late_ok: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore((usize, bool));
     impl Drop for Restore {
         fn drop(&mut self) {
             let _ = PID_SLOT.try_with(|s| s.set(self.0));
         }
     }
-    let before = PID_SLOT.with(|s| s.replace(slot as *const AtomicI32 as usize));
+    let before = PID_SLOT.with(|s| s.replace((slot as *const AtomicI32 as usize, late_ok)));
     let _restore = Restore(before);
     f()
 }
 
-/// Whether a refused clone3 may fall back to clone(2) for this thread's spawn: not for one
-/// with a pid slot once clone3 has worked (it did not pin the reaper).
+/// Whether a refused clone3 may fall back to clone(2) for this thread's spawn: with no pid
+/// slot, or one that may be written late (the spawn pinned the reaper). Decided by the
+/// spawn, not by what other threads learned of clone3 since.
 fn may_fall_back() -> bool {
-    pid_slot() == 0 || !clone3_known_to_work()
+    PID_SLOT.try_with(|s| s.get().0 == 0 || s.get().1).unwrap_or(true)
 }
 
 /// This thread's pid slot (0: none).
 fn pid_slot() -> usize {
-    PID_SLOT.try_with(Cell::get).unwrap_or(0)
+    PID_SLOT.try_with(|s| s.get().0).unwrap_or(0)
+}
+
+/// Whether this thread's pid slot still holds `pid` (a spawn server's reaper empties it when
+/// it reaps the child); true with no slot.
+pub(crate) fn slot_holds(pid: i32) -> bool {
+    let slot = pid_slot();
+    // SAFETY: as in `note_pid`.
+    slot == 0 || unsafe { (*(slot as *const AtomicI32)).load(Ordering::Acquire) } == pid
 }
 
 /// Mark this thread's child `pid` failed in its pid slot, if it has one (the pid negated: see
@@ -152,12 +169,16 @@ pub(crate) unsafe fn clone_vfork(
     let needs_clone3 = cgroup.is_some();
     let base = if pidfd { BASE_FLAGS } else { libc::CLONE_VM as u64 };
     let flags = if vfork { base | libc::CLONE_VFORK as u64 } else { base };
+    // Known refused: clone(2) at once, unless this spawn may not fall back (then clone3 is
+    // tried all the same, and its error returned).
     if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
         if needs_clone3 {
             return Err(libc::ENOSYS);
         }
-        // SAFETY: the caller's contract.
-        return unsafe { clone_legacy_blocked(ctx, stack, flags | extra) };
+        if may_fall_back() {
+            // SAFETY: the caller's contract.
+            return unsafe { clone_legacy_blocked(ctx, stack, flags | extra) };
+        }
     }
     // SAFETY: the caller's contract.
     match unsafe { clone3(ctx, stack, flags | extra, cgroup) } {
@@ -167,9 +188,8 @@ pub(crate) unsafe fn clone_vfork(
         }
         // Refused (old kernel, seccomp filter, sandbox): try clone(2), and remember that only
         // if clone(2) then works, so a genuine clone3 error is still reported as such. Not
-        // for a spawn with a pid slot once clone3 has worked: that spawn did not pin the
-        // reaper, and clone(2) would write the slot only after the call (see
-        // `with_pid_slot`).
+        // for a spawn whose pid slot may not be written late (it did not pin the reaper:
+        // clone(2) would write the slot only after the call; see `with_pid_slot`).
         Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG))
             if !needs_clone3 && may_fall_back() =>
         {
@@ -259,19 +279,23 @@ pub(crate) unsafe fn clone_parked(dock: &Dock, stack: &Stack) -> Result<Cloned, 
 /// this call on its own copy of memory, as from fork), with this thread's pid slot written
 /// by the kernel as the child is made (`CLONE_PARENT_SETTID`: see [`with_pid_slot`]). The
 /// pid (0 in the child), or -1 with errno set; `None` when clone3 is refused and the caller
-/// may fall back to clone(2), which writes the slot only after the call.
+/// may fall back to clone(2), which writes the slot only after the call (the caller then
+/// marks clone3 refused with [`clone3_refused`] if clone(2) works).
 ///
 /// # Safety
 /// As fork(), and more: the child must run nothing that relies on what glibc's fork() does
 /// for it (the fork handlers, the allocator's locks made consistent).
 pub(crate) unsafe fn fork3(pidfd: &mut i32) -> Option<libc::pid_t> {
-    if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED {
+    if CLONE3.load(Ordering::Relaxed) == CLONE3_REFUSED && may_fall_back() {
         return None;
     }
     let slot = pid_slot();
     let settid = if slot != 0 { libc::CLONE_PARENT_SETTID as u64 } else { 0 };
+    // CLONE_CLEAR_SIGHAND as every clone3 here (the child resets its handlers anyway): a
+    // kernel that takes clone3 but not that flag (5.3, 5.4) refuses this one too, so "clone3
+    // works" means the same after a fork as after a clone-vfork.
     let args = CloneArgs {
-        flags: libc::CLONE_PIDFD as u64 | settid,
+        flags: libc::CLONE_PIDFD as u64 | CLONE_CLEAR_SIGHAND | settid,
         pidfd: pidfd as *mut i32 as u64,
         parent_tid: slot as u64,
         exit_signal: libc::SIGCHLD as u64,

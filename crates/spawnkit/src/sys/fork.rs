@@ -101,20 +101,22 @@ unsafe fn fork_with_pidfd(pidfd: &mut i32) -> libc::pid_t {
     // SAFETY: the caller's contract; the third argument points at a live i32.
     let r =
         unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, pidfd as *mut i32, 0usize, 0usize) };
-    let pid = if r >= 0 {
-        r as libc::pid_t
-    } else {
-        *pidfd = -1;
-        match last_errno() {
-            // SAFETY: the caller's contract.
-            libc::EINVAL | libc::ENOSYS | libc::EPERM => unsafe { libc::fork() },
-            _ => -1,
-        }
-    };
-    if pid > 0 {
-        super::clone::note_pid(pid);
+    if r > 0 {
+        // With its pidfd: written into the slot now (late, which only a spawn that pinned the
+        // reaper lets this fallback do). glibc's fork below has none: its child is not
+        // noted, so that a pinned reaper never reaps it by pid before `pidfd_open`.
+        super::clone::clone3_refused();
+        super::clone::note_pid(r as libc::pid_t);
     }
-    pid
+    if r >= 0 {
+        return r as libc::pid_t;
+    }
+    *pidfd = -1;
+    match last_errno() {
+        // SAFETY: the caller's contract.
+        libc::EINVAL | libc::ENOSYS | libc::EPERM => unsafe { libc::fork() },
+        _ => -1,
+    }
 }
 
 /// Spawn with fork().

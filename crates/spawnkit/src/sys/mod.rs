@@ -172,18 +172,39 @@ pub(crate) struct IdMaps<'a> {
 /// then on; the child waits for the answer in its AwaitIdMaps step), and answer with 0 or
 /// (file << 16 | errno), file 1 = uid_map, 2 = gid_map. Always answers: the child waits for
 /// it. If the child died before reading, the answer stays in the pipe, harmlessly.
-fn write_id_maps(maps: &IdMaps<'_>, pid: i32) {
-    let mut answer = 0i32;
-    for (file, name, data) in [(1, "uid_map", maps.uid_map), (2, "gid_map", maps.gid_map)] {
-        if data.is_empty() {
-            continue;
+///
+/// `/proc/PID` is opened first, then the child is checked to be still ours (`pidfd`, -1 for
+/// none: see [`still_ours`]): a child killed meanwhile and reaped by another thread (a spawn
+/// server's reaper) leaves its pid free for another process, whose maps must never be
+/// written. Once the check passes, the directory is the child's whatever the pid becomes.
+fn write_id_maps(maps: &IdMaps<'_>, pid: i32, pidfd: i32) {
+    let answer = match parent::open_dir(&format!("/proc/{pid}")) {
+        Err(e) => (1 << 16) | e,
+        Ok(_) if !still_ours(pid, pidfd) => (1 << 16) | libc::ESRCH,
+        Ok(dir) => {
+            let files = [(1, c"uid_map", maps.uid_map), (2, c"gid_map", maps.gid_map)];
+            let failed = files.into_iter().filter(|(_, _, data)| !data.is_empty()).find_map(
+                |(file, name, data)| {
+                    parent::write_file_at(&dir, name, data).err().map(|e| (file, e))
+                },
+            );
+            failed.map_or(0, |(file, e)| (file << 16) | e)
         }
-        if let Err(e) = parent::write_file(&format!("/proc/{pid}/{name}"), data) {
-            answer = (file << 16) | e;
-            break;
-        }
-    }
+    };
     parent::write_all(maps.go_write, &answer.to_ne_bytes());
+}
+
+/// Whether this thread's child `pid` has not been reaped (its pid is not another process's):
+/// through its pidfd (`pidfd_send_signal` of signal 0 finds a live or dead child until it is
+/// reaped), else through this thread's pid slot (a spawn server's reaper empties the slot
+/// as it reaps the child); with neither, nothing else reaps it (true).
+fn still_ours(pid: i32, pidfd: i32) -> bool {
+    if pidfd >= 0 {
+        // SAFETY: the pidfd the clone just made, open for this call.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(pidfd) };
+        return !matches!(pidfd::send_signal(fd, 0), Err(libc::ESRCH));
+    }
+    clone::slot_holds(pid)
 }
 
 /// The context the child reads, pointing into `plan`, `report` and `scratch`.
@@ -267,7 +288,7 @@ pub(crate) fn spawn_clone_vfork(
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
             // Only the child holds the write end now: EOF comes when it execs or exits.
             drop(wr);
-            write_id_maps(job, cloned.pid);
+            write_id_maps(job, cloned.pid, cloned.pidfd);
             parent::wait_eof(std::os::fd::AsRawFd::as_raw_fd(&rd));
         }
         Ok(cloned)
@@ -381,4 +402,66 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
     launch.pidfd = Some(unsafe { OwnedFd::from_raw_fd(c.pidfd) });
     launch.notify = Some(rd);
     Ok(launch)
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)] // fork, kill, waitpid: the test's own children
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// A child that waits for a signal.
+    fn paused_child() -> i32 {
+        // SAFETY: the child only calls pause and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::pause();
+                libc::_exit(0)
+            };
+        }
+        pid
+    }
+
+    fn kill_and_reap(pid: i32) {
+        // SAFETY: our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+
+    /// What `write_id_maps` answers the child for `pid` (its pidfd `pidfd`, -1: none).
+    fn answer(pid: i32, pidfd: i32) -> i32 {
+        let (r, w) = parent::pipe().expect("pipe");
+        let maps = IdMaps { uid_map: b"0 0 1\n", gid_map: b"", go_write: w.as_raw_fd() };
+        write_id_maps(&maps, pid, pidfd);
+        let mut b = [0u8; 4];
+        assert_eq!(parent::read_some(r.as_raw_fd(), &mut b), 4);
+        i32::from_ne_bytes(b)
+    }
+
+    /// A child reaped since its clone (by another thread: a server's reaper) has left its
+    /// pid free: when another process has it, no map of that process is written, whether the
+    /// spawn knows its child by a pidfd or by a pid slot. (Here the other process is a live
+    /// child of the test, never in a new user namespace: writing its map fails with EPERM,
+    /// which is what a check that let the write through would answer.)
+    #[test]
+    fn no_map_is_written_for_another_process_that_has_the_pid() {
+        let other = paused_child();
+        let gone = paused_child();
+        let pidfd = pidfd::open(gone).expect("pidfd");
+        kill_and_reap(gone);
+        let by_pidfd = answer(other, pidfd.as_raw_fd());
+        let slot = std::sync::atomic::AtomicI32::new(0); // emptied by the reaper's reap
+        let by_slot = clone::with_pid_slot(&slot, false, || answer(other, -1));
+        // Still ours (the slot holds the pid): the write is tried.
+        slot.store(other, std::sync::atomic::Ordering::Release);
+        let tried = clone::with_pid_slot(&slot, false, || answer(other, -1));
+        kill_and_reap(other); // before any assertion: no child left behind
+        assert_eq!(by_pidfd, (1 << 16) | libc::ESRCH);
+        assert_eq!(by_slot, (1 << 16) | libc::ESRCH);
+        assert_ne!(tried, (1 << 16) | libc::ESRCH);
+    }
 }

@@ -130,11 +130,20 @@ pub(crate) fn write_all(fd: i32, mut data: &[u8]) {
     }
 }
 
-/// open(path, O_WRONLY) and one write of `data` (a /proc map file takes exactly one).
-pub(crate) fn write_file(path: &str, data: &[u8]) -> Result<(), i32> {
+/// A directory opened for the `*at` calls only (`O_PATH`).
+pub(crate) fn open_dir(path: &str) -> Result<OwnedFd, i32> {
     let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
     // SAFETY: NUL-terminated path.
-    let fd = owned(unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) })?;
+    owned(unsafe { libc::open(c.as_ptr(), flags) })
+}
+
+/// Write all of `data` to the file `name` in the directory `dir` (opened write-only, one
+/// write: /proc files such as uid_map take their contents in a single write).
+pub(crate) fn write_file_at(dir: &OwnedFd, name: &std::ffi::CStr, data: &[u8]) -> Result<(), i32> {
+    let flags = libc::O_WRONLY | libc::O_CLOEXEC;
+    // SAFETY: `dir` is open; `name` is NUL-terminated.
+    let fd = owned(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
     // SAFETY: writes from a live slice to the fd just opened.
     let n =
         unsafe { libc::write(fd.as_raw_fd(), data.as_ptr() as *const libc::c_void, data.len()) };
