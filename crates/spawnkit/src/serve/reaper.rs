@@ -304,32 +304,8 @@ impl<T> Drop for Ticket<'_, T> {
 #[allow(unsafe_code)] // fork, kill, waitpid, _exit: the test's own children, in a forked child
 mod tests {
     use super::*;
+    use crate::sys::test_children::{fork_exit, fork_paused, kill_and_reap};
     use std::time::Duration;
-
-    /// A child that exits with `code` at once.
-    fn fork_exit(code: i32) -> i32 {
-        // SAFETY: the child only calls _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: as above.
-            unsafe { libc::_exit(code) };
-        }
-        pid
-    }
-
-    /// A child that waits for a signal.
-    fn fork_paused() -> i32 {
-        // SAFETY: the child only calls pause and _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: as above.
-            unsafe {
-                libc::pause();
-                libc::_exit(0)
-            };
-        }
-        pid
-    }
 
     /// A child of this process with pid `want`, made by `fork` (ns_last_pid set just before,
     /// tried again if another process of the machine took the pid first); `None` when the
@@ -341,11 +317,7 @@ mod tests {
             if pid == want {
                 return Some(pid);
             }
-            // SAFETY: our own child, not reaped by anything else in this process.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
+            kill_and_reap(pid);
         }
         None
     }
@@ -429,7 +401,7 @@ mod tests {
     /// While a spawn has pinned the reaper (a posix_spawn or a fork under way, which may
     /// take as long as a child stopped before its exec), the children it knows are still
     /// reaped, each by its pid: a registered one, and one in another spawn's slot. A child
-    /// it does not know (a failed spawn's) waits for the pin to go.
+    /// it does not know (a parked child that died) waits for the pin to go.
     #[test]
     fn a_pinned_reaper_still_reaps_the_children_it_knows() {
         in_forked_child(|| {

@@ -404,14 +404,23 @@ pub(crate) fn start_clone(plan: &PlanView) -> Result<Launch, (&'static str, i32)
     Ok(launch)
 }
 
+/// Children for unit tests (fork, kill, waitpid of the test's own children).
 #[cfg(test)]
-#[allow(unsafe_code)] // fork, kill, waitpid: the test's own children
-mod tests {
-    use super::*;
-    use std::os::fd::AsRawFd;
+#[allow(unsafe_code)]
+pub(crate) mod test_children {
+    /// A child that exits with `code` at once.
+    pub(crate) fn fork_exit(code: i32) -> i32 {
+        // SAFETY: the child only calls _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe { libc::_exit(code) };
+        }
+        pid
+    }
 
     /// A child that waits for a signal.
-    fn paused_child() -> i32 {
+    pub(crate) fn fork_paused() -> i32 {
         // SAFETY: the child only calls pause and _exit.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
@@ -424,13 +433,21 @@ mod tests {
         pid
     }
 
-    fn kill_and_reap(pid: i32) {
-        // SAFETY: our own child.
+    /// Kill and reap this process's child `pid`.
+    pub(crate) fn kill_and_reap(pid: i32) {
+        // SAFETY: the caller's own child, not reaped by anything else.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_children::{fork_paused as paused_child, kill_and_reap};
+    use super::*;
+    use std::os::fd::AsRawFd;
 
     /// What `write_id_maps` answers the child for `pid` (its pidfd `pidfd`, -1: none).
     fn answer(pid: i32, pidfd: i32) -> i32 {
