@@ -1842,3 +1842,24 @@ fn status_children_that_end_at_once(strategy: spawnkit::Strategy) {
     );
     drop(server);
 }
+
+/// Status requests (bare spawns: no pidfd for the caller) and plain ones whose child has a
+/// user namespace: the spawning thread writes its maps after checking, through a pidfd made
+/// for that check when the caller wants none, that the child is still its own. Each child
+/// sees its map.
+#[test]
+fn requests_with_a_user_namespace_are_served_with_their_maps() {
+    let mut server = PrivateServer::start().expect("private server");
+    // SAFETY: geteuid has no preconditions.
+    let outside = unsafe { libc::geteuid() };
+    let check =
+        format!(r#"read -r a b c < /proc/self/uid_map && [ "$a $b $c" = "0 {outside} 1" ]"#);
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", &check]).user_map(spawnkit::UserMap::Root).stdout(Stdio::Null);
+    let client = server.client();
+    for _ in 0..10 {
+        assert_eq!(client.status(&cmd).expect("a status request"), ExitStatus::Exited(0));
+        let mut child = client.spawn(&cmd).expect("a plain request");
+        assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(0));
+    }
+}

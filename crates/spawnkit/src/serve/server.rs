@@ -1722,7 +1722,9 @@ impl<'a> Looper<'a> {
                         // Only a frame of one request may be served by a parked child (however
                         // many of a frame of several the admission took).
                         let alone = n == 1;
-                        cmds.truncate(took); // the fds of those turned away close now
+                        // The fds of those turned away close now (those of a frame that
+                        // shares them, FLAG_FD_INDEX, with the frame's last command).
+                        cmds.truncate(took);
                         let batch =
                             (batch_reply && !status && cmds.len() > 1 && self.hand_off(conn))
                                 .then(|| FrameBatch::new(cmds.len()));

@@ -104,14 +104,6 @@ fn pid_slot() -> usize {
     PID_SLOT.try_with(|s| s.get().0).unwrap_or(0)
 }
 
-/// Whether this thread's pid slot still holds `pid` (a spawn server's reaper empties it when
-/// it reaps the child); true with no slot.
-pub(crate) fn slot_holds(pid: i32) -> bool {
-    let slot = pid_slot();
-    // SAFETY: as in `note_pid`.
-    slot == 0 || unsafe { (*(slot as *const AtomicI32)).load(Ordering::Acquire) } == pid
-}
-
 /// Mark this thread's child `pid` failed in its pid slot, if it has one (the pid negated: see
 /// the reaper's `Spawning::slot`): only if the slot still holds it (a reaper that reaped the
 /// child first emptied the slot, and the pid may be another process's since).

@@ -173,14 +173,19 @@ pub(crate) struct IdMaps<'a> {
 /// (file << 16 | errno), file 1 = uid_map, 2 = gid_map. Always answers: the child waits for
 /// it. If the child died before reading, the answer stays in the pipe, harmlessly.
 ///
-/// `/proc/PID` is opened first, then the child is checked to be still ours (`pidfd`, -1 for
-/// none: see [`still_ours`]): a child killed meanwhile and reaped by another thread (a spawn
-/// server's reaper) leaves its pid free for another process, whose maps must never be
-/// written. Once the check passes, the directory is the child's whatever the pid becomes.
+/// `/proc/PID` is opened first, then the child is checked to be still ours through its
+/// `pidfd` (such a child is always cloned with one): a child killed meanwhile and reaped by
+/// another thread (a spawn server's reaper) leaves its pid free for another process, whose
+/// maps must never be written. `pidfd_send_signal` of signal 0 finds the child, live or
+/// dead, until it is reaped, and fails with ESRCH from then on, before its pid can be given
+/// again (a pid slot would not do: a reaper empties it only after its `waitid` has freed the
+/// pid). Once the check passes, the directory is the child's whatever the pid becomes.
 fn write_id_maps(maps: &IdMaps<'_>, pid: i32, pidfd: i32) {
+    // An answer about the maps as a whole names the first one to write.
+    let first = if maps.uid_map.is_empty() { 2 } else { 1 };
     let answer = match parent::open_dir(&format!("/proc/{pid}")) {
-        Err(e) => (1 << 16) | e,
-        Ok(_) if !still_ours(pid, pidfd) => (1 << 16) | libc::ESRCH,
+        Err(e) => (first << 16) | e,
+        Ok(_) if !still_ours(pidfd) => (first << 16) | libc::ESRCH,
         Ok(dir) => {
             let files = [(1, c"uid_map", maps.uid_map), (2, c"gid_map", maps.gid_map)];
             let failed = files.into_iter().filter(|(_, _, data)| !data.is_empty()).find_map(
@@ -194,17 +199,16 @@ fn write_id_maps(maps: &IdMaps<'_>, pid: i32, pidfd: i32) {
     parent::write_all(maps.go_write, &answer.to_ne_bytes());
 }
 
-/// Whether this thread's child `pid` has not been reaped (its pid is not another process's):
-/// through its pidfd (`pidfd_send_signal` of signal 0 finds a live or dead child until it is
-/// reaped), else through this thread's pid slot (a spawn server's reaper empties the slot
-/// as it reaps the child); with neither, nothing else reaps it (true).
-fn still_ours(pid: i32, pidfd: i32) -> bool {
-    if pidfd >= 0 {
-        // SAFETY: the pidfd the clone just made, open for this call.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(pidfd) };
-        return !matches!(pidfd::send_signal(fd, 0), Err(libc::ESRCH));
+/// Whether the child of `pidfd` has not been reaped (its pid is not another process's since):
+/// only ESRCH says it has (EPERM from a security module, say, leaves the write to fail or
+/// not on its own). With no pidfd (-1), nothing tells: true.
+fn still_ours(pidfd: i32) -> bool {
+    if pidfd < 0 {
+        return true;
     }
-    clone::slot_holds(pid)
+    // SAFETY: the pidfd the clone just made, open for this call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(pidfd) };
+    !matches!(pidfd::send_signal(fd, 0), Err(libc::ESRCH))
 }
 
 /// The context the child reads, pointing into `plan`, `report` and `scratch`.
@@ -283,8 +287,11 @@ pub(crate) fn spawn_clone_vfork(
         // with it `stack`) and before `ctx` or `report` is touched again.
         // SAFETY: `ctx`, `report`, `scratch` and `stack` outlive the child's use of them
         // (CLONE_VFORK returns only after execve or exit).
+        // A child whose maps are written from here is cloned with a pidfd whatever the caller
+        // wants: `write_id_maps` checks through it that the child is still ours.
+        let with_pidfd = want_pidfd || plan.id_maps.is_some();
         let cloned =
-            unsafe { clone::clone_vfork(&mut ctx, stack, (flags, cgroup), vfork, want_pidfd) }?;
+            unsafe { clone::clone_vfork(&mut ctx, stack, (flags, cgroup), vfork, with_pidfd) }?;
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
             // Only the child holds the write end now: EOF comes when it execs or exits.
             drop(wr);
@@ -297,6 +304,8 @@ pub(crate) fn spawn_clone_vfork(
     .map_err(|e| ("clone", e))?;
     // SAFETY: CLONE_PIDFD stored a new pidfd owned by nobody else (-1: none was asked for).
     let pidfd = (cloned.pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(cloned.pidfd) });
+    // Closed here if it was made only for the maps' check.
+    let pidfd = pidfd.filter(|_| want_pidfd);
     Ok(Outcome { pid: cloned.pid, pidfd, report })
 }
 
@@ -460,8 +469,8 @@ mod tests {
     }
 
     /// A child reaped since its clone (by another thread: a server's reaper) has left its
-    /// pid free: when another process has it, no map of that process is written, whether the
-    /// spawn knows its child by a pidfd or by a pid slot. (Here the other process is a live
+    /// pid free: when another process has it, no map of that process is written (the
+    /// child's pidfd says it was reaped). (Here the other process is a live
     /// child of the test, never in a new user namespace: writing its map fails with EPERM,
     /// which is what a check that let the write through would answer.)
     #[test]
@@ -471,14 +480,11 @@ mod tests {
         let pidfd = pidfd::open(gone).expect("pidfd");
         kill_and_reap(gone);
         let by_pidfd = answer(other, pidfd.as_raw_fd());
-        let slot = std::sync::atomic::AtomicI32::new(0); // emptied by the reaper's reap
-        let by_slot = clone::with_pid_slot(&slot, false, || answer(other, -1));
-        // Still ours (the slot holds the pid): the write is tried.
-        slot.store(other, std::sync::atomic::Ordering::Release);
-        let tried = clone::with_pid_slot(&slot, false, || answer(other, -1));
+        // Still ours (its own pidfd): the write is tried.
+        let own = pidfd::open(other).expect("pidfd");
+        let tried = answer(other, own.as_raw_fd());
         kill_and_reap(other); // before any assertion: no child left behind
         assert_eq!(by_pidfd, (1 << 16) | libc::ESRCH);
-        assert_eq!(by_slot, (1 << 16) | libc::ESRCH);
         assert_ne!(tried, (1 << 16) | libc::ESRCH);
     }
 }
