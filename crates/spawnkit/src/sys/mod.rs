@@ -283,13 +283,13 @@ pub(crate) fn spawn_clone_vfork(
     }
     let (vfork, flags) = (notify.is_none(), plan.clone_flags);
     let cloned = stack::with_stack(|stack| {
+        // A child whose maps are written from here is cloned with a pidfd whatever the caller
+        // wants: `write_id_maps` checks through it that the child is still ours.
+        let with_pidfd = want_pidfd || plan.id_maps.is_some();
         // Without CLONE_VFORK, the wait for EOF below comes before this closure returns (and
         // with it `stack`) and before `ctx` or `report` is touched again.
         // SAFETY: `ctx`, `report`, `scratch` and `stack` outlive the child's use of them
         // (CLONE_VFORK returns only after execve or exit).
-        // A child whose maps are written from here is cloned with a pidfd whatever the caller
-        // wants: `write_id_maps` checks through it that the child is still ours.
-        let with_pidfd = want_pidfd || plan.id_maps.is_some();
         let cloned =
             unsafe { clone::clone_vfork(&mut ctx, stack, (flags, cgroup), vfork, with_pidfd) }?;
         if let (Some(job), Some((rd, wr))) = (&plan.id_maps, notify.take()) {
