@@ -530,3 +530,38 @@ def test_a_restarted_server_leaves_no_connection_behind(tmp_path):
         sks.use_server(None)
         srv.terminate()
         srv.wait(10)
+
+
+def test_an_event_loop_waits_for_a_server_child_without_spinning(through):
+    # The loop watches a server's child until the server has reaped it (an epoll set that
+    # holds the pidfd turns readable on its hang-up): with the server stopped after the
+    # child's exit, the loop sleeps, where a reader on the pidfd woke at the exit and its
+    # wait then spun, blocking the loop, until the reap.
+    async def main():
+        p = await ska.create_subprocess_exec("/bin/sleep", "0.1")
+        os.kill(through.pid, signal.SIGSTOP)
+        # Resumed by another process: a loop blocked in a spinning wait runs no callback.
+        resume = subprocess.Popen(["/bin/sh", "-c", f"sleep 0.6; kill -CONT {through.pid}"])
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        t0, c0 = time.monotonic(), time.process_time()
+        try:
+            rc = await p.wait()
+        finally:
+            os.kill(through.pid, signal.SIGCONT)
+            resume.wait()
+            ticker.cancel()
+        return rc, time.monotonic() - t0, time.process_time() - c0, ticks
+
+    rc, waited, cpu, ticks = asyncio.run(main())
+    assert rc == 0
+    assert waited >= 0.5, waited
+    assert cpu < 0.15, f"the loop spun: {cpu:.3f} s of CPU in {waited:.3f} s"
+    assert ticks >= 5, f"the loop was blocked: {ticks} ticks in {waited:.3f} s"

@@ -284,3 +284,32 @@ def test_wake_tells_the_server_a_request_is_coming(private):
     with pytest.raises(ValueError, match="closed"):
         private.wake()
 
+
+
+def test_waiting_for_a_server_child_sleeps_until_the_server_has_reaped_it(private):
+    # A server's child is known to have ended once the server has reaped it (its pidfd hangs
+    # up, and then holds the exit status); the pidfd is readable from the exit on. With the
+    # server stopped after the child's exit, the wait must sleep until the server runs again
+    # and reaps it, not spin on a readable pidfd (which burnt the waiting thread's CPU for as
+    # long as the reap took).
+    sks.use_server(private)
+    try:
+        for timeout in (None, 30):
+            p = sks.Popen(["/bin/sh", "-c", "exit 7"])
+            time.sleep(0.2)  # it has exited; the server has reaped it by now
+            assert p.wait(timeout) == 7
+            p = sks.Popen(["/bin/sleep", "0.1"])
+            os.kill(private.pid, signal.SIGSTOP)
+            # Resumed by another process: a spinning wait may starve this one's threads.
+            resume = std.Popen(["/bin/sh", "-c", f"sleep 0.6; kill -CONT {private.pid}"])
+            try:
+                t0, c0 = time.monotonic(), time.thread_time()
+                assert p.wait(timeout) == 0
+                waited, cpu = time.monotonic() - t0, time.thread_time() - c0
+            finally:
+                os.kill(private.pid, signal.SIGCONT)
+                resume.wait()
+            assert waited >= 0.5, waited  # the reap waited for the server
+            assert cpu < 0.1, f"the wait spun: {cpu:.3f} s of CPU in {waited:.3f} s"
+    finally:
+        sks.use_server(None)

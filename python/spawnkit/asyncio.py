@@ -21,6 +21,7 @@ children too::
 
 import asyncio as _asyncio
 import collections as _collections
+import select as _select
 import subprocess as _std_subprocess
 import threading as _threading
 import time as _time
@@ -97,23 +98,37 @@ class _Transport(_base_subprocess.BaseSubprocessTransport):
 
 
 def _watch(loop, transport):
-    """Call ``transport._process_exited`` once the child's pidfd is readable (it exited)."""
+    """Call ``transport._process_exited`` once the child's pidfd is readable (it exited), or,
+    for a child a spawn server started, once it hangs up (the server reaped it)."""
     proc = transport._proc
     # The native handle owns the pidfd: holding it (the default argument) keeps the fd open,
     # and so registered only once in the selector, even if something reaps the child through
     # the Popen first; it goes with the callback once the reader is removed.
     child = proc._child
     pidfd = child.pidfd
+    hangup = None
+    if child.remote:
+        # Its status exists from the server's reap on, while the pidfd is readable from the
+        # exit: a reader on the pidfd would wake too early (and its wait would then block the
+        # loop until the reap). An epoll set holding the pidfd with no event asked is
+        # readable once the pidfd hangs up (POLLHUP is always reported): the loop watches it.
+        hangup = _select.epoll()
+        hangup.register(pidfd, 0)
+        watched = hangup.fileno()
+    else:
+        watched = pidfd
 
     def exited(child=child):
-        loop.remove_reader(pidfd)
+        loop.remove_reader(watched)
+        if hangup is not None:
+            hangup.close()
         rc = proc.poll()
         if rc is None:  # pragma: no cover - a readable pidfd means the child has exited
             rc = proc.wait()
         if transport._returncode is None:
             transport._process_exited(rc)
 
-    loop.add_reader(pidfd, exited)
+    loop.add_reader(watched, exited)
 
 
 def _check(universal_newlines, bufsize, text, encoding, errors):

@@ -20,6 +20,9 @@ pub(crate) struct Child {
     pid: i32,
     pidfd: RawFd,
     kill_on_drop: bool,
+    /// Started by a spawn server, which reaps it: its end is known when its pidfd hangs up
+    /// (the reap), not when it turns readable (the exit).
+    remote: bool,
     inner: Mutex<spawnkit::Child>,
 }
 
@@ -43,6 +46,7 @@ impl Child {
             pid: child.id() as i32,
             pidfd: child.pidfd().as_raw_fd(),
             kill_on_drop: child.kills_on_drop(),
+            remote: child.is_remote(),
             inner: Mutex::new(child),
         }
     }
@@ -63,11 +67,20 @@ impl Child {
                     left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
                 }
             };
-            let pidfd = self.pidfd;
-            // The pidfd is owned by `self.inner` and open while `self` lives.
-            let r = py.detach(move || match spawnkit::process::poll_readable([pidfd], ms) {
-                Ok([ready]) => Ok(ready),
-                Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+            let (pidfd, remote) = (self.pidfd, self.remote);
+            // The pidfd is owned by `self.inner` and open while `self` lives. A remote child
+            // is waited for until its reap (see `remote`): waiting for its exit would spin
+            // from the exit to the server's reap, each turn finding no status yet.
+            let r = py.detach(move || {
+                let polled = if remote {
+                    spawnkit::process::poll_hung_up([pidfd], ms)
+                } else {
+                    spawnkit::process::poll_readable([pidfd], ms)
+                };
+                match polled {
+                    Ok([ready]) => Ok(ready),
+                    Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+                }
             });
             match r {
                 Ok(ready) => return Ok(ready),
@@ -104,6 +117,14 @@ impl Child {
     #[getter]
     fn kill_on_drop(&self) -> bool {
         self.kill_on_drop
+    }
+
+    /// Whether a spawn server started it (and reaps it): its pidfd is readable from its exit
+    /// on, but its exit status is known only once it hangs up (`POLLHUP`, the server's
+    /// reap). An event loop watching the pidfd waits for the hang-up.
+    #[getter]
+    fn remote(&self) -> bool {
+        self.remote
     }
 
     /// The pidfd, so a `Child` can be passed to `select`/`selectors`/`poll`.

@@ -63,6 +63,18 @@ pub fn poll_readable<const N: usize>(fds: [RawFd; N], timeout_ms: i32) -> io::Re
     Ok(pfds.map(|p| p.revents != 0))
 }
 
+/// poll(2) on each of `fds` for hang-up alone (no event asked: `POLLHUP` and `POLLERR` are
+/// always reported) for up to `timeout_ms` (negative: forever). A pidfd hangs up once its
+/// process has been reaped: the wait for a child started by a spawn server, which the server
+/// reaps, and whose exit status the kernel records then (a pidfd is readable, `POLLIN`, from
+/// the exit on, before that reap: waiting for `POLLIN` would wake too early, again and
+/// again). Which ones hung up; all false on timeout. EINTR is returned as an error.
+pub fn poll_hung_up<const N: usize>(fds: [RawFd; N], timeout_ms: i32) -> io::Result<[bool; N]> {
+    let mut pfds = fds.map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
+    sys::pidfd::poll(&mut pfds, timeout_ms).map_err(os)?;
+    Ok(pfds.map(|p| p.revents != 0))
+}
+
 /// pidfd_send_signal(2) of signal number `sig` (0 only checks) through `pidfd`, which the
 /// caller keeps open for the call. ESRCH (the process has exited) is returned as it is.
 pub fn pidfd_send_signal(pidfd: RawFd, sig: i32) -> io::Result<()> {
