@@ -727,3 +727,43 @@ async fn a_cancelled_spawn_with_a_half_sent_environment_leaves_the_next_one_its_
         assert_eq!(std::fs::read_to_string(&fb).unwrap(), "b:none\n");
     }
 }
+
+/// This process's CPU time (all threads), from getrusage.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage writes one rusage.
+    let ru = unsafe {
+        let mut ru = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A server's child is known to have ended at its reap, by the server: its pidfd is readable
+/// from its exit on. With the server stopped after the child's exit, `wait` sleeps until the
+/// server runs again and reaps it (the reactor's next edge), and no thread spins meanwhile.
+#[tokio::test]
+async fn waiting_for_a_server_child_sleeps_until_the_server_has_reaped_it() {
+    let mut server = spawnkit::PrivateServer::start().expect("private server");
+    let client = spawnkit::tokio::Client::new(server.client()).expect("async client");
+    let mut child = client.spawn(sh("sleep 0.1").stdout(Stdio::Null)).await.expect("spawn");
+    let pid = server.pid() as i32;
+    // SAFETY: kill of our own server child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Resumed by another process: a spinning wait could starve a thread of this one.
+    let mut resume = std::process::Command::new("sh")
+        .args(["-c", &format!("sleep 0.6; kill -CONT {pid}")])
+        .spawn()
+        .expect("the resumer");
+    let (t0, c0) = (Instant::now(), process_cpu());
+    let status = child.wait().await;
+    let (waited, cpu) = (t0.elapsed(), process_cpu() - c0);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    resume.wait().expect("the resumer");
+    assert_eq!(status.expect("wait"), ExitStatus::Exited(0));
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    assert!(cpu < Duration::from_millis(150), "the wait spun: {cpu:?} of CPU in {waited:?}");
+    drop(server);
+}
