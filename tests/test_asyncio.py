@@ -553,7 +553,8 @@ def test_an_event_loop_waits_for_a_server_child_without_spinning(through):
         ticker = asyncio.ensure_future(tick())
         t0, c0 = time.monotonic(), time.process_time()
         try:
-            rc = await p.wait()
+            # Bounded: a wait that missed the hang-up fails the test rather than hanging it.
+            rc = await asyncio.wait_for(p.wait(), 10)
         finally:
             os.kill(through.pid, signal.SIGCONT)
             resume.wait()

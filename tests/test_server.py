@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess as std
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -302,13 +303,25 @@ def test_waiting_for_a_server_child_sleeps_until_the_server_has_reaped_it(privat
             os.kill(private.pid, signal.SIGSTOP)
             # Resumed by another process: a spinning wait may starve this one's threads.
             resume = std.Popen(["/bin/sh", "-c", f"sleep 0.6; kill -CONT {private.pid}"])
-            try:
+            seen = []
+
+            def wait(p=p, timeout=timeout):
                 t0, c0 = time.monotonic(), time.thread_time()
-                assert p.wait(timeout) == 0
-                waited, cpu = time.monotonic() - t0, time.thread_time() - c0
+                rc = p.wait(timeout)
+                seen.append((rc, time.monotonic() - t0, time.thread_time() - c0))
+
+            # On a thread, joined with a bound: a wait that missed the hang-up fails the test
+            # rather than hanging it.
+            waiter = threading.Thread(target=wait, daemon=True)
+            try:
+                waiter.start()
+                waiter.join(10)
             finally:
                 os.kill(private.pid, signal.SIGCONT)
                 resume.wait()
+            assert seen, "the wait did not end within 10 s"
+            rc, waited, cpu = seen[0]
+            assert rc == 0
             assert waited >= 0.5, waited  # the reap waited for the server
             assert cpu < 0.1, f"the wait spun: {cpu:.3f} s of CPU in {waited:.3f} s"
     finally:

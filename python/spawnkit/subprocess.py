@@ -75,6 +75,10 @@ class Popen(_std.Popen):
     def pidfd(self):
         """The child's pidfd (readable once it exits), or None once it has been reaped.
 
+        A child started through a spawn server has its status from the server's reap on,
+        when the pidfd also hangs up (``POLLHUP``): ``poll()`` may still answer None for a
+        moment after the pidfd turns readable.
+
         Owned by the Popen object: do not close it."""
         child = self._child
         return None if child is None else child.pidfd

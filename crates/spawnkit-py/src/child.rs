@@ -20,8 +20,9 @@ pub(crate) struct Child {
     pid: i32,
     pidfd: RawFd,
     kill_on_drop: bool,
-    /// Started by a spawn server, which reaps it: its end is known when its pidfd hangs up
-    /// (the reap), not when it turns readable (the exit).
+    /// Started by a spawn server, which reaps it, and its status read from the pidfd: its end
+    /// is known when its pidfd hangs up (the reap), not when it turns readable (the exit).
+    /// (`spawnkit::Child::ends_at_hangup`: not a child whose status comes in an Exit frame.)
     remote: bool,
     inner: Mutex<spawnkit::Child>,
 }
@@ -46,7 +47,7 @@ impl Child {
             pid: child.id() as i32,
             pidfd: child.pidfd().as_raw_fd(),
             kill_on_drop: child.kills_on_drop(),
-            remote: child.is_remote(),
+            remote: child.ends_at_hangup(),
             inner: Mutex::new(child),
         }
     }
@@ -105,8 +106,9 @@ impl Child {
         self.pid
     }
 
-    /// The pidfd (readable once the child has exited). Owned by this object: valid while it
-    /// lives; do not close it.
+    /// The pidfd (readable once the child has exited; a server's child, see `remote`, has
+    /// its status only once it also hangs up). Owned by this object: valid while it lives;
+    /// do not close it.
     #[getter]
     fn pidfd(&self) -> RawFd {
         self.pidfd
@@ -119,9 +121,11 @@ impl Child {
         self.kill_on_drop
     }
 
-    /// Whether a spawn server started it (and reaps it): its pidfd is readable from its exit
-    /// on, but its exit status is known only once it hangs up (`POLLHUP`, the server's
-    /// reap). An event loop watching the pidfd waits for the hang-up.
+    /// Whether a spawn server started it (and reaps it) and its status is read from its
+    /// pidfd: the pidfd is readable from its exit on, but the exit status is known only once
+    /// it hangs up (`POLLHUP`, the server's reap). An event loop watching the pidfd waits for
+    /// the hang-up. False for a child whose status comes in an Exit frame (kernels before
+    /// 6.15), whose pidfd may never hang up.
     #[getter]
     fn remote(&self) -> bool {
         self.remote

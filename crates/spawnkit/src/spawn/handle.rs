@@ -221,6 +221,17 @@ impl Child {
         self.remote
     }
 
+    /// Whether this child's end is known when its pidfd hangs up (`POLLHUP`) rather than
+    /// when it turns readable (`POLLIN`): a remote child whose status comes from the pidfd
+    /// (`PIDFD_INFO_EXIT`, recorded at the server's reap, Linux 6.15+), which is readable
+    /// from its exit on, before that reap. Not one whose status comes in an Exit frame (a
+    /// kernel without `PIDFD_INFO_EXIT`, where a pidfd may never hang up): wait for it as
+    /// for a local child. An event loop watching the pidfd of such a child waits for the
+    /// hang-up (poll with no event asked).
+    pub fn ends_at_hangup(&self) -> bool {
+        self.remote && self.exit_watch.is_none()
+    }
+
     /// Take the exit status from the client's Exit frames instead of the pidfd.
     pub(crate) fn set_exit_watch(&mut self, watch: crate::serve::client::ExitWatch) {
         self.exit_watch = Some(watch);
