@@ -1863,3 +1863,25 @@ fn requests_with_a_user_namespace_are_served_with_their_maps() {
         assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(0));
     }
 }
+
+/// A server's child whose status is read from its pidfd ends, for a waiter, when the pidfd
+/// hangs up (the server's reap; its pidfd is readable from the exit on); one whose status
+/// comes in an Exit frame (kernels before 6.15, where a pidfd may never hang up) is waited
+/// for as a local child (`ends_at_hangup`, which the Python faces and event loops follow).
+#[test]
+fn a_server_childs_end_is_its_hangup_unless_its_status_comes_by_frame() {
+    let mut cmd = Command::new(probe());
+    cmd.args(["exit", "4"]).stdout(Stdio::Null);
+    let mut local = cmd.spawn().expect("a local spawn");
+    assert!(!local.ends_at_hangup());
+    assert_eq!(local.wait().expect("wait"), ExitStatus::Exited(4));
+    let mut private = PrivateServer::start().expect("private server");
+    let mut child = private.client().spawn(&cmd).expect("spawn");
+    assert!(child.ends_at_hangup());
+    assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(4));
+    // Exit frames: from a server that does not reap by SIGCHLD (one on a thread).
+    let server = ThreadServer::start();
+    let mut child = exit_frames_client(&server).spawn(&cmd).expect("spawn");
+    assert!(!child.ends_at_hangup());
+    assert_eq!(child.wait().expect("wait"), ExitStatus::Exited(4));
+}
