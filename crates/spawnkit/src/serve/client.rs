@@ -1045,14 +1045,11 @@ impl Io {
             let adds = r.fds.len() + if repeat { 0 } else { r.bytes.len() };
             let costs = r.bytes.len() + if r.conn_env { env_len } else { 0 };
             // Each fd goes once per frame (FLAG_FD_INDEX): only those not passed yet count.
-            let mut new_fds: Vec<RawFd> = Vec::new();
-            for f in r.fds.iter() {
-                if !fds.contains(f) && !new_fds.contains(f) {
-                    new_fds.push(*f);
-                }
-            }
+            let new_fds = (r.fds.iter().enumerate())
+                .filter(|&(j, f)| !fds.contains(f) && !r.fds[..j].contains(f))
+                .count();
             let fits = batch.len() < super::frame::MAX_BATCH_REPLY
-                && fds.len() + new_fds.len() <= super::frame::MAX_FDS
+                && fds.len() + new_fds <= super::frame::MAX_FDS
                 && body.len() + 5 + adds <= MAX_BODY
                 && decoded + costs <= MAX_BODY;
             if !fits && !batch.is_empty() {
@@ -1065,9 +1062,11 @@ impl Io {
                 body.extend_from_slice(&(r.bytes.len() as u32).to_le_bytes());
             }
             body.push(r.fds.len() as u8);
-            fds.extend_from_slice(&new_fds);
-            for f in r.fds.iter() {
-                let at = fds.iter().position(|x| x == f).unwrap_or_default();
+            for &f in r.fds.iter() {
+                let at = fds.iter().position(|&x| x == f).unwrap_or_else(|| {
+                    fds.push(f);
+                    fds.len() - 1
+                });
                 body.push(at as u8);
             }
             if !repeat {

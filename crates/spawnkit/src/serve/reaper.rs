@@ -180,10 +180,9 @@ impl<T> Reaper<T> {
         known.dedup();
         for pid in known {
             // Still known (not reaped earlier in this scan, its pid free for another since).
-            let in_slot = st.spawning.iter().any(|s| {
-                let held = s.slot.load(Ordering::Acquire);
-                held == pid || held == -pid
-            });
+            // (A failed spawn's child is in its slot negated.)
+            let in_slot =
+                st.spawning.iter().any(|s| s.slot.load(Ordering::Acquire).saturating_abs() == pid);
             if !st.live.contains_key(&pid) && !in_slot {
                 continue;
             }

@@ -44,14 +44,9 @@ const CLONE3_OK: u8 = 1;
 const CLONE3_REFUSED: u8 = 2;
 static CLONE3: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-/// Force the `clone(2)` path (tests, and callers that know clone3 is filtered).
+/// Force the `clone(2)` path (tests, callers that know clone3 is filtered, and a fork whose
+/// clone3 was refused where clone(2) then worked).
 pub(crate) fn disable_clone3() {
-    CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
-}
-
-/// clone3 was refused and clone(2) worked instead (a fork's fallback): later spawns take
-/// clone(2) at once.
-pub(crate) fn clone3_refused() {
     CLONE3.store(CLONE3_REFUSED, Ordering::Relaxed);
 }
 
@@ -182,9 +177,7 @@ pub(crate) unsafe fn clone_vfork(
         // if clone(2) then works, so a genuine clone3 error is still reported as such. Not
         // for a spawn whose pid slot may not be written late (it did not pin the reaper:
         // clone(2) would write the slot only after the call; see `with_pid_slot`).
-        Err(e @ (libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG))
-            if !needs_clone3 && may_fall_back() =>
-        {
+        Err(e) if refused(e) && !needs_clone3 && may_fall_back() => {
             // SAFETY: the caller's contract.
             match unsafe { clone_legacy_blocked(ctx, stack, flags | extra) } {
                 Ok(c) => {
@@ -272,7 +265,7 @@ pub(crate) unsafe fn clone_parked(dock: &Dock, stack: &Stack) -> Result<Cloned, 
 /// by the kernel as the child is made (`CLONE_PARENT_SETTID`: see [`with_pid_slot`]). The
 /// pid (0 in the child), or -1 with errno set; `None` when clone3 is refused and the caller
 /// may fall back to clone(2), which writes the slot only after the call (the caller then
-/// marks clone3 refused with [`clone3_refused`] if clone(2) works).
+/// marks clone3 refused with [`disable_clone3`] if clone(2) works).
 ///
 /// # Safety
 /// As fork(), and more: the child must run nothing that relies on what glibc's fork() does
@@ -308,10 +301,16 @@ pub(crate) unsafe fn fork3(pidfd: &mut i32) -> Option<libc::pid_t> {
     if r >= 0 {
         return Some(r as libc::pid_t);
     }
-    match super::last_errno() {
-        libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG if may_fall_back() => None,
-        _ => Some(-1),
+    if refused(super::last_errno()) && may_fall_back() {
+        return None;
     }
+    Some(-1)
+}
+
+/// Whether clone3 failing with `e` means it is refused here (an old kernel, a seccomp filter,
+/// a sandbox), not that this clone failed.
+fn refused(e: i32) -> bool {
+    matches!(e, libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG)
 }
 
 /// # Safety

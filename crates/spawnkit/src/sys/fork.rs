@@ -105,7 +105,7 @@ unsafe fn fork_with_pidfd(pidfd: &mut i32) -> libc::pid_t {
         // With its pidfd: written into the slot now (late, which only a spawn that pinned the
         // reaper lets this fallback do). glibc's fork below has none: its child is not
         // noted, so that a pinned reaper never reaps it by pid before `pidfd_open`.
-        super::clone::clone3_refused();
+        super::clone::disable_clone3();
         super::clone::note_pid(r as libc::pid_t);
     }
     if r >= 0 {
