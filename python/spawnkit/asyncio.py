@@ -107,7 +107,7 @@ def _watch(loop, transport):
     child = proc._child
     pidfd = child.pidfd
     hangup = None
-    if child.remote:
+    if child.ends_at_hangup:
         # Its status exists from the server's reap on, while the pidfd is readable from the
         # exit: a reader on the pidfd would wake too early (and its wait would then block the
         # loop until the reap). An epoll set holding the pidfd with no event asked is

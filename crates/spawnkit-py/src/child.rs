@@ -23,7 +23,7 @@ pub(crate) struct Child {
     /// Started by a spawn server, which reaps it, and its status read from the pidfd: its end
     /// is known when its pidfd hangs up (the reap), not when it turns readable (the exit).
     /// (`spawnkit::Child::ends_at_hangup`: not a child whose status comes in an Exit frame.)
-    remote: bool,
+    ends_at_hangup: bool,
     inner: Mutex<spawnkit::Child>,
 }
 
@@ -47,7 +47,7 @@ impl Child {
             pid: child.id() as i32,
             pidfd: child.pidfd().as_raw_fd(),
             kill_on_drop: child.kills_on_drop(),
-            remote: child.ends_at_hangup(),
+            ends_at_hangup: child.ends_at_hangup(),
             inner: Mutex::new(child),
         }
     }
@@ -68,12 +68,12 @@ impl Child {
                     left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
                 }
             };
-            let (pidfd, remote) = (self.pidfd, self.remote);
-            // The pidfd is owned by `self.inner` and open while `self` lives. A remote child
-            // is waited for until its reap (see `remote`): waiting for its exit would spin
-            // from the exit to the server's reap, each turn finding no status yet.
+            let (pidfd, hangup) = (self.pidfd, self.ends_at_hangup);
+            // The pidfd is owned by `self.inner` and open while `self` lives. A server's child
+            // is waited for until its reap (see `ends_at_hangup`): waiting for its exit would
+            // spin from the exit to the server's reap, each turn finding no status yet.
             let r = py.detach(move || {
-                let polled = if remote {
+                let polled = if hangup {
                     spawnkit::process::poll_hung_up([pidfd], ms)
                 } else {
                     spawnkit::process::poll_readable([pidfd], ms)
@@ -106,9 +106,9 @@ impl Child {
         self.pid
     }
 
-    /// The pidfd (readable once the child has exited; a server's child, see `remote`, has
-    /// its status only once it also hangs up). Owned by this object: valid while it lives;
-    /// do not close it.
+    /// The pidfd (readable once the child has exited; a server's child may have its status
+    /// only once it also hangs up: see `ends_at_hangup`). Owned by this object: valid while
+    /// it lives; do not close it.
     #[getter]
     fn pidfd(&self) -> RawFd {
         self.pidfd
@@ -121,14 +121,15 @@ impl Child {
         self.kill_on_drop
     }
 
-    /// Whether a spawn server started it (and reaps it) and its status is read from its
-    /// pidfd: the pidfd is readable from its exit on, but the exit status is known only once
-    /// it hangs up (`POLLHUP`, the server's reap). An event loop watching the pidfd waits for
-    /// the hang-up. False for a child whose status comes in an Exit frame (kernels before
-    /// 6.15), whose pidfd may never hang up.
+    /// Whether its end is known when its pidfd hangs up (`POLLHUP`) rather than when it
+    /// turns readable: a child a spawn server started (and reaps) whose status is read from
+    /// its pidfd, which is readable from its exit on while the status exists only from the
+    /// server's reap. An event loop watching the pidfd waits for the hang-up. False for a
+    /// local child, and for a server's child whose status comes in an Exit frame (kernels
+    /// before 6.15), whose pidfd may never hang up. (`spawnkit::Child::ends_at_hangup`.)
     #[getter]
-    fn remote(&self) -> bool {
-        self.remote
+    fn ends_at_hangup(&self) -> bool {
+        self.ends_at_hangup
     }
 
     /// The pidfd, so a `Child` can be passed to `select`/`selectors`/`poll`.
